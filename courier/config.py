@@ -1,0 +1,416 @@
+"""wb.yaml → providers, profiles and machines (contract §4); the only module that imports yaml.
+
+A problem in one provider, profile or machine makes only that entry unusable: it is kept
+as a `Problem` and reported by the commands that use it. Problems with the file itself
+(permissions, YAML syntax, duplicate keys) refuse the whole file.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import re
+import stat
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+from urllib.parse import urlsplit
+
+import yaml
+from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, model_validator
+
+from courier.errors import UsageError
+from protocol.refs import BadName, check_machine_name
+
+ALLOWLISTED_ENV = (
+    "PATH", "HOME", "TMPDIR", "TMP", "TEMP", "LANG", "LC_ALL", "LC_CTYPE", "TZ",
+    "XDG_CONFIG_HOME", "XDG_CACHE_HOME", "XDG_STATE_HOME", "XDG_DATA_HOME",
+    "SSL_CERT_FILE", "SSL_CERT_DIR", "NODE_EXTRA_CA_CERTS",
+    "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "ALL_PROXY",
+    "http_proxy", "https_proxy", "no_proxy", "all_proxy",
+)  # fmt: skip
+
+_PROVIDER_NAME = re.compile(r"[a-z0-9_-]{1,32}")
+_ENV_NAME = re.compile(r"[A-Z_][A-Z0-9_]{0,63}")
+_IDENT = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/+-]{0,127}")
+_SECRET_WORDS = ("token", "secret", "password")
+_SECRET_PREFIXES = (
+    "sk-", "sk_", "ghp_", "gho_", "github_pat_", "glpat-", "xoxb-", "xoxp-",
+    "akia", "aiza", "hf_", "npm_", "pypi-", "eyj", "bearer",
+)  # fmt: skip
+_HOST = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+_USER = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*")
+_PATH_SEGMENT = re.compile(r"[A-Za-z0-9._+-]+")
+
+
+def check_identifier(value: str, what: str) -> str:
+    """Model and reasoning names: non-secret identifiers (contract §4)."""
+    lowered = value.lower()
+    if (
+        not _IDENT.fullmatch(value)
+        or any(ch in value for ch in "@=?#")
+        or any(word in lowered for word in _SECRET_WORDS)
+        or lowered.startswith(_SECRET_PREFIXES)
+    ):
+        raise ValueError(
+            f"{what} must be a non-secret identifier (letters, digits and . _ : / + -, "
+            "no @ = ? #, nothing that looks like a credential)"
+        )
+    return value
+
+
+def check_base_url(url: str) -> str:
+    if not url.isascii() or len(url.encode()) > 2048:
+        raise ValueError("base_url must be ASCII and at most 2048 bytes")
+    parts = urlsplit(url)
+    if parts.username is not None or parts.password is not None or "@" in parts.netloc:
+        raise ValueError("base_url must not carry userinfo (put the credential in credential_env/credential_file)")
+    if parts.query or parts.fragment or "?" in url or "#" in url:
+        raise ValueError("base_url must not have a query or fragment")
+    if not parts.hostname:
+        raise ValueError("base_url needs a host")
+    if parts.scheme == "https":
+        return url
+    if parts.scheme == "http" and _is_loopback_literal(parts.hostname, parts.netloc):
+        return url
+    raise ValueError("base_url must be https://, or http:// only for localhost, 127.0.0.0/8 or [::1]")
+
+
+def _is_loopback_literal(hostname: str, netloc: str) -> bool:
+    if hostname == "localhost":
+        return True
+    if hostname == "::1":
+        return netloc.startswith("[::1]")
+    try:
+        address = ipaddress.IPv4Address(hostname)
+    except ValueError:
+        return False
+    return address in ipaddress.IPv4Network("127.0.0.0/8")
+
+
+def check_clean_absolute(path: str, what: str) -> str:
+    if not path.startswith("/") or os.path.normpath(path) != path or "//" in path:
+        raise ValueError(f"{what} must be an absolute, clean path")
+    return path
+
+
+class _Entry(BaseModel):
+    model_config = ConfigDict(strict=True, extra="forbid")
+
+
+class Provider(_Entry):
+    base_url: str
+    credential_env: str | None = None
+    credential_file: str | None = None
+    wire_api: Literal["responses", "chat"] = "responses"
+    request_max_retries: int | None = None
+    stream_max_retries: int | None = None
+    stream_idle_timeout_ms: int | None = None
+
+    @field_validator("base_url")
+    @classmethod
+    def _url(cls, value: str) -> str:
+        return check_base_url(value)
+
+    @field_validator("credential_env")
+    @classmethod
+    def _env(cls, value: str | None) -> str | None:
+        if value is None:
+            return value
+        if not _ENV_NAME.fullmatch(value):
+            raise ValueError("credential_env must match ^[A-Z_][A-Z0-9_]{0,63}$")
+        if value in ALLOWLISTED_ENV or value.startswith(("LD_", "DYLD_", "CODEX_", "WB_")):
+            raise ValueError(
+                "credential_env must not be an allowlisted variable or start with LD_, DYLD_, CODEX_ or WB_"
+            )
+        return value
+
+    @field_validator("credential_file")
+    @classmethod
+    def _file(cls, value: str | None) -> str | None:
+        return None if value is None else check_clean_absolute(value, "credential_file")
+
+    @field_validator("request_max_retries", "stream_max_retries", "stream_idle_timeout_ms")
+    @classmethod
+    def _non_negative(cls, value: int | None) -> int | None:
+        if value is not None and not 0 <= value <= 1_000_000_000:
+            raise ValueError("must be a whole number >= 0")
+        return value
+
+    @model_validator(mode="after")
+    def _one_credential(self) -> Provider:
+        if (self.credential_env is None) == (self.credential_file is None):
+            raise ValueError("set exactly one of credential_env and credential_file")
+        return self
+
+
+class Profile(_Entry):
+    harness: str
+    provider: str
+    model: str
+    reasoning: str | None = None
+    network: bool = False
+
+    @field_validator("model", "reasoning")
+    @classmethod
+    def _ident(cls, value: str | None) -> str | None:
+        return None if value is None else check_identifier(value, "model and reasoning")
+
+
+class Target(_Entry):
+    host: str
+    user: str | None = None
+    port: int | None = None
+    wb_path: str | None = None
+
+    @field_validator("host")
+    @classmethod
+    def _host(cls, value: str) -> str:
+        if not _HOST.fullmatch(value):
+            raise ValueError("host must match ^[A-Za-z0-9][A-Za-z0-9._-]*$ (a name or alias, no options)")
+        return value
+
+    @field_validator("user")
+    @classmethod
+    def _user(cls, value: str | None) -> str | None:
+        if value is not None and not _USER.fullmatch(value):
+            raise ValueError("user must match ^[A-Za-z_][A-Za-z0-9_-]*$")
+        return value
+
+    @field_validator("port")
+    @classmethod
+    def _port(cls, value: int | None) -> int | None:
+        if value is not None and not 1 <= value <= 65535:
+            raise ValueError("port must be between 1 and 65535")
+        return value
+
+    @field_validator("wb_path")
+    @classmethod
+    def _wb_path(cls, value: str | None) -> str | None:
+        if value is None:
+            return value
+        check_clean_absolute(value, "wb_path")
+        if not all(_PATH_SEGMENT.fullmatch(seg) for seg in value.split("/")[1:]):
+            raise ValueError("wb_path segments may use only letters, digits and . _ + -")
+        return value
+
+
+BUILTIN_PROVIDERS: dict[str, dict[str, Any]] = {
+    "deepseek": {"base_url": "https://api.deepseek.com", "credential_env": "DEEPSEEK_API_KEY", "wire_api": "responses"},
+    "openrouter": {
+        "base_url": "https://openrouter.ai/api/v1",
+        "credential_env": "OPENROUTER_API_KEY",
+        "wire_api": "responses",
+    },
+}
+
+
+@dataclass(frozen=True)
+class Problem:
+    """Why one entry of the file cannot be used."""
+
+    message: str
+
+
+@dataclass
+class Config:
+    path: Path
+    home: Path
+    projects_root: Path
+    providers: dict[str, Provider | Problem] = field(default_factory=dict)
+    profiles: dict[str, Profile | Problem] = field(default_factory=dict)
+    targets: dict[str, Target | Problem] = field(default_factory=dict)
+
+    def target(self, machine: str) -> Target:
+        entry = self.targets.get(machine)
+        if entry is None:
+            names = ", ".join(sorted(self.targets)) or "none"
+            raise UsageError(
+                f'unknown machine "{machine}": configured machines: {names} '
+                f"(add it under session_move.targets in {self.path})"
+            )
+        if isinstance(entry, Problem):
+            raise UsageError(entry.message)
+        return entry
+
+    def profile(self, name: str) -> Profile:
+        entry = self.profiles.get(name)
+        if entry is None:
+            names = ", ".join(sorted(self.profiles)) or "none"
+            raise UsageError(
+                f'unknown profile "{name}": configured profiles: {names} (add it under agents.profiles in {self.path})'
+            )
+        if isinstance(entry, Problem):
+            raise UsageError(entry.message)
+        return entry
+
+    def provider(self, name: str) -> Provider:
+        entry = self.providers.get(name)
+        if entry is None:
+            names = ", ".join(sorted(self.providers))
+            raise UsageError(f'unknown provider "{name}": known providers: {names} (add it under agents.providers in {self.path})')
+        if isinstance(entry, Problem):
+            raise UsageError(entry.message)
+        return entry
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """SafeLoader that refuses duplicate mapping keys instead of keeping the last one."""
+
+
+def _construct_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+    seen: set[Any] = set()
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=deep)
+        if key in seen:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"duplicate key {key!r}", key_node.start_mark
+            )
+        seen.add(key)
+    loader.flatten_mapping(node)
+    return dict(loader.construct_pairs(node, deep=deep))
+
+
+_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+
+
+def config_path() -> Path:
+    explicit = os.environ.get("WB_CONFIG")
+    if explicit:
+        return Path(explicit)
+    xdg = os.environ.get("XDG_CONFIG_HOME")
+    base = Path(xdg) if xdg else Path.home() / ".config"
+    return base / "wb" / "wb.yaml"
+
+
+def _check_file_permissions(path: Path) -> None:
+    uid = os.getuid()
+    for item in (path, path.parent):
+        info = item.stat()
+        if info.st_uid != uid:
+            raise UsageError(f"{item}: refused: not owned by you (uid {uid}); chown it or use another file")
+        if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+            raise UsageError(f"{item}: refused: writable by group or others; run chmod go-w {item}")
+
+
+def load_config(path: Path | None = None) -> Config:
+    path = path or config_path()
+    document: Any = {}
+    if path.exists():
+        _check_file_permissions(path)
+        try:
+            with open(path, "rb") as handle:
+                document = yaml.load(handle, Loader=_UniqueKeyLoader) or {}
+        except yaml.YAMLError as exc:
+            raise UsageError(f"{path}: invalid YAML: {exc}") from None
+        except OSError as exc:
+            raise UsageError(f"{path}: cannot read: {exc.strerror}") from None
+        if not isinstance(document, dict):
+            raise UsageError(f"{path}: the top level must be a mapping")
+    agents = _section(document, "agents", path)
+    session_move = _section(document, "session_move", path)
+    home = _path_setting(agents, "home", "WB_HOME", Path.home() / ".wb", path)
+    projects_root = _path_setting(agents, "projects_root", "WB_PROJECTS_ROOT", Path.home() / "projects", path)
+    config = Config(path=path, home=home, projects_root=projects_root)
+    config.providers = _providers(_section(agents, "providers", path, "agents."), path)
+    config.profiles = _entries(_section(agents, "profiles", path, "agents."), path, "agents.profiles", Profile)
+    config.targets = _targets(_section(session_move, "targets", path, "session_move."), path)
+    return config
+
+
+def _section(parent: dict[str, Any], key: str, path: Path, prefix: str = "") -> dict[str, Any]:
+    value = parent.get(key)
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise UsageError(f"{path}: {prefix}{key}: must be a mapping")
+    return value
+
+
+def _path_setting(agents: dict[str, Any], key: str, env: str, default: Path, path: Path) -> Path:
+    value = agents.get(key)
+    if value is not None:
+        if not isinstance(value, str) or not value.strip():
+            raise UsageError(f"{path}: agents.{key}: must be a path string")
+        return Path(os.path.expanduser(value))
+    from_env = os.environ.get(env)
+    return Path(os.path.expanduser(from_env)) if from_env else default
+
+
+def _problem(path: Path, where: str, exc: ValidationError | ValueError | BadName) -> Problem:
+    if isinstance(exc, ValidationError):
+        details = []
+        for item in exc.errors(include_url=False, include_input=False):
+            loc = ".".join(str(p) for p in item["loc"])
+            message = str(item["msg"]).removeprefix("Value error, ")
+            if item["type"] == "string_type":
+                message = "must be a YAML string (quote it)"
+            elif item["type"] == "int_type":
+                message = "must be a whole number (not quoted)"
+            elif item["type"] == "extra_forbidden":
+                message = "unknown key"
+            details.append(f"{where}{'.' + loc if loc else ''}: {message}")
+        return Problem(f"{path}: " + "; ".join(details))
+    return Problem(f"{path}: {where}: {exc}")
+
+
+def _entries(section: dict[str, Any], path: Path, where: str, model: type[Profile]) -> dict[str, Profile | Problem]:
+    out: dict[str, Profile | Problem] = {}
+    for name, body in section.items():
+        key = f"{where}.{name}"
+        if not isinstance(body, dict):
+            out[str(name)] = Problem(f"{path}: {key}: must be a mapping")
+            continue
+        try:
+            out[str(name)] = model.model_validate(body)
+        except ValidationError as exc:
+            out[str(name)] = _problem(path, key, exc)
+    return out
+
+
+def _providers(section: dict[str, Any], path: Path) -> dict[str, Provider | Problem]:
+    out: dict[str, Provider | Problem] = {}
+    merged: dict[str, dict[str, Any] | None] = {name: dict(body) for name, body in BUILTIN_PROVIDERS.items()}
+    for name, body in section.items():
+        key = f"agents.providers.{name}"
+        if not isinstance(name, str) or not _PROVIDER_NAME.fullmatch(name):
+            out[str(name)] = Problem(f"{path}: {key}: provider names must match ^[a-z0-9_-]{{1,32}}$")
+            continue
+        if not isinstance(body, dict):
+            out[name] = Problem(f"{path}: {key}: must be a mapping")
+            continue
+        base = dict(merged.get(name) or {})
+        # The credential source is one fact: naming either kind replaces the built-in's.
+        if "credential_env" in body or "credential_file" in body:
+            base.pop("credential_env", None)
+            base.pop("credential_file", None)
+        base.update(body)
+        merged[name] = base
+    for name, body in merged.items():
+        if name in out or body is None:
+            continue
+        try:
+            out[name] = Provider.model_validate(body)
+        except ValidationError as exc:
+            out[name] = _problem(path, f"agents.providers.{name}", exc)
+    return out
+
+
+def _targets(section: dict[str, Any], path: Path) -> dict[str, Target | Problem]:
+    out: dict[str, Target | Problem] = {}
+    for name, body in section.items():
+        key = f"session_move.targets.{name}"
+        try:
+            check_machine_name(str(name))
+        except BadName as exc:
+            out[str(name)] = Problem(f"{path}: {key}: {exc}")
+            continue
+        ssh = body.get("ssh") if isinstance(body, dict) else None
+        if not isinstance(ssh, dict):
+            out[str(name)] = Problem(f"{path}: {key}.ssh: must be a mapping with at least host")
+            continue
+        try:
+            out[str(name)] = Target.model_validate(ssh)
+        except ValidationError as exc:
+            out[str(name)] = _problem(path, f"{key}.ssh", exc)
+    return out

@@ -1,0 +1,279 @@
+"""The schema-1 documents of contract §5.2, §5.3 and §6.3, with WB's exact JSON field names.
+
+Decoding ignores unknown fields (a newer peer may add some) and reads JSON null as the
+field's zero value, as a Go peer's `omitempty`-less fields arrive. Encoding omits empty
+fields, except `results`, which a list reply always carries.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from protocol import limits
+
+TERMINAL_STATES = frozenset({"completed", "failed", "timeout", "abandoned"})
+STATES = frozenset({"running"}) | TERMINAL_STATES
+OPERATIONS = ("dispatch", "status", "await", "list", "logs", "stop", "version")
+FAILURE_KINDS = ("request", "not_found", "failed")
+WORKTREE_MODES = ("new", "existing")
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u200b-\u200f\u202a-\u202e\u2066-\u2069\ufeff]")
+_RFC3339 = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{1,9})?(Z|[+-]\d\d:\d\d)")
+_GO_ZERO_TIME = "0001-01-01T00:00:00Z"
+
+
+def is_terminal(state: str) -> bool:
+    """This program's vocabulary decides; an unknown state from a peer is not terminal."""
+    return state in TERMINAL_STATES
+
+
+def _plain(value: str, field: str, max_len: int = 4096) -> str:
+    if _CONTROL.search(value):
+        raise ValueError(f"{field} contains control characters")
+    if len(value.encode()) > max_len:
+        raise ValueError(f"{field} is longer than {max_len} bytes")
+    return value
+
+
+class WireModel(BaseModel):
+    """Strict JSON types, unknown fields ignored, null read as absent."""
+
+    model_config = ConfigDict(strict=True, extra="ignore", frozen=False)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _null_is_absent(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            return {key: value for key, value in data.items() if value is not None}
+        return data
+
+    def to_wire(self) -> dict[str, Any]:
+        return self.model_dump(mode="json", exclude_none=True)
+
+
+class Routing(WireModel):
+    base_url: str
+    credential_env: str | None = None
+    credential_file: str | None = None
+    wire_api: Literal["responses", "chat"]
+
+    @field_validator("base_url", "credential_env", "credential_file")
+    @classmethod
+    def _no_control(cls, value: str | None) -> str | None:
+        return None if value is None else _plain(value, "routing field", 2048)
+
+
+class Resolved(WireModel):
+    profile: str
+    harness: str
+    provider: str
+    model: str
+    reasoning: str | None = None
+    routing: Routing
+
+    @field_validator("profile", "harness", "provider", "model", "reasoning")
+    @classmethod
+    def _no_control(cls, value: str | None) -> str | None:
+        return None if value is None else _plain(value, "resolved field", 256)
+
+
+class Usage(WireModel):
+    input_tokens: int = Field(default=0, ge=0)
+    cached_input_tokens: int | None = Field(default=None, ge=0)
+    cache_write_input_tokens: int | None = Field(default=None, ge=0)
+    output_tokens: int = Field(default=0, ge=0)
+    reasoning_output_tokens: int | None = Field(default=None, ge=0)
+
+
+class ChangeSummary(WireModel):
+    files_changed: int = Field(default=0, ge=0)
+    files: list[str] | None = Field(default=None, max_length=limits.CHANGED_FILES_MAX)
+    insertions: int | None = Field(default=None, ge=0)
+    deletions: int | None = Field(default=None, ge=0)
+    commits: int | None = Field(default=None, ge=0)
+    files_truncated: bool | None = None
+    preexisting_changes: int | None = Field(default=None, ge=0)
+
+
+class Result(WireModel):
+    """What status, await, list and dispatch report about one run. Never the task."""
+
+    agent_id: str
+    machine: str | None = None
+    state: str
+    terminal: bool = False
+    profile: str
+    resolved: Resolved
+    repository: str
+    worktree_mode: Literal["new", "existing"]
+    worktree: str
+    worktree_dir: str | None = None
+    branch: str | None = None
+    base: str | None = None
+    base_sha: str | None = None
+    started_at: str
+    finished_at: str | None = None
+    duration_ms: int | None = Field(default=None, ge=0)
+    owner_pid: int | None = Field(default=None, ge=0)
+    worker_pid: int | None = Field(default=None, ge=0)
+    owner_alive: bool = False
+    worker_alive: bool = False
+    exit_code: int | None = None
+    failure: str | None = Field(default=None, max_length=64 * 1024)
+    result: str | None = Field(default=None, max_length=2 * limits.FINAL_MESSAGE_MAX_BYTES)
+    tool_calls: int | None = Field(default=None, ge=0)
+    usage: Usage | None = None
+    changes: ChangeSummary | None = None
+    harness_diagnostics: list[str] | None = Field(default=None, max_length=1000)
+    log_path: str | None = None
+
+    @field_validator("agent_id")
+    @classmethod
+    def _run_id(cls, value: str) -> str:
+        from protocol.refs import check_run_id
+
+        return check_run_id(value)
+
+    @field_validator("machine")
+    @classmethod
+    def _machine(cls, value: str | None) -> str | None:
+        from protocol.refs import check_machine_name
+
+        return None if value is None else check_machine_name(value)
+
+    @field_validator("worktree")
+    @classmethod
+    def _worktree(cls, value: str) -> str:
+        from protocol.refs import check_worktree_name
+
+        return check_worktree_name(value)
+
+    @field_validator("state", "profile", "repository", "branch", "base", "base_sha")
+    @classmethod
+    def _identifier(cls, value: str | None) -> str | None:
+        return None if value is None else _plain(value, "identifier", 256)
+
+    @field_validator("worktree_dir", "log_path")
+    @classmethod
+    def _path(cls, value: str | None) -> str | None:
+        return None if value is None else _plain(value, "path", 4096)
+
+    @field_validator("started_at", "finished_at", mode="before")
+    @classmethod
+    def _timestamp(cls, value: Any) -> Any:
+        if isinstance(value, str) and value and not _RFC3339.fullmatch(value):
+            raise ValueError(f"timestamp {value[:40]!r} is not RFC 3339")
+        return value
+
+    @model_validator(mode="before")
+    @classmethod
+    def _go_zero_values(cls, data: Any) -> Any:
+        # A Go peer writes an unset time as its zero value and empty strings as "".
+        if isinstance(data, dict):
+            data = dict(data)
+            if data.get("finished_at") == _GO_ZERO_TIME:
+                data.pop("finished_at")
+            for key in ("machine", "worktree_dir", "branch", "base", "base_sha", "failure", "result", "log_path"):
+                if data.get(key) == "":
+                    data.pop(key)
+        return data
+
+    @model_validator(mode="after")
+    def _derive_terminal(self) -> Result:
+        self.terminal = is_terminal(self.state)
+        return self
+
+
+class StopResult(WireModel):
+    """The stop reply's own three-field `result` (contract §5.3)."""
+
+    agent_id: str
+    worker_pid: int = Field(default=0, ge=0)
+    state: str
+
+    @field_validator("agent_id")
+    @classmethod
+    def _run_id(cls, value: str) -> str:
+        from protocol.refs import check_run_id
+
+        return check_run_id(value)
+
+    @field_validator("state")
+    @classmethod
+    def _state(cls, value: str) -> str:
+        return _plain(value, "state", 64)
+
+
+class ListWarning(WireModel):
+    agent_id: str
+    error: str
+
+
+class RemoteRequest(WireModel):
+    """One operation asked of a machine. An absent field equals its zero value."""
+
+    schema_version: int
+    operation: str
+    mode: str = ""
+    worktree: str = ""
+    profile: str = ""
+    task: str = ""
+    repository: str = ""
+    branch: str = ""
+    base: str = ""
+    timeout_ms: int = 0
+    agent_id: str = ""
+    wait_timeout_ms: int = 0
+    raw: bool = False
+    tail: int = 0
+
+    def encode(self) -> bytes:
+        body = self.model_dump(exclude_defaults=True)
+        body["schema_version"] = self.schema_version
+        body["operation"] = self.operation
+        return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+class RemoteResponse(WireModel):
+    """One reply document. `result` is decoded per operation (see `result_of`)."""
+
+    schema_version: int
+    operation: str = ""
+    result: dict[str, Any] | None = None
+    results: list[dict[str, Any]] | None = None
+    logs: str = ""
+    failure: str = ""
+    failure_kind: str | None = None
+    wb_version: str | None = None
+    now: str | None = None
+    warnings: list[ListWarning] | None = None
+    home_id: str | None = None
+
+    def encode(self) -> bytes:
+        body: dict[str, Any] = {"schema_version": self.schema_version, "operation": self.operation}
+        if self.result is not None:
+            body["result"] = self.result
+        if self.operation == "list":
+            body["results"] = self.results or []
+        for key in ("logs", "failure", "failure_kind", "wb_version", "now"):
+            value = getattr(self, key)
+            if value:
+                body[key] = value
+        if self.warnings:
+            body["warnings"] = [w.to_wire() for w in self.warnings]
+        # home_id is on every reply, null when the receiver could not use its home.
+        body["home_id"] = self.home_id
+        return json.dumps(body, ensure_ascii=False, indent=None, separators=(",", ":")).encode() + b"\n"
+
+    def result_of(self) -> Result:
+        return Result.model_validate(self.result or {})
+
+    def stop_result_of(self) -> StopResult:
+        return StopResult.model_validate(self.result or {})
+
+    def results_of(self) -> list[Result]:
+        return [Result.model_validate(item) for item in (self.results or [])]
