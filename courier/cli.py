@@ -1,0 +1,372 @@
+"""The typer app: argv → request → answer → output and exit code. The only module importing typer."""
+
+from __future__ import annotations
+
+import os
+import sys
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, Any, NoReturn
+
+import click
+import typer
+
+from courier import __version__
+from courier.config import Config, load_config
+from courier.errors import Finding, Interrupted, UsageError, WbError
+from courier.render import dispatch_line, list_lines, ref_of, sort_results, status_text, to_json
+from courier.route import ask, await_result, is_transport
+from protocol import limits
+from protocol.durations import BadDuration, parse_duration_ms
+from protocol.models import RemoteRequest, Result
+from protocol.refs import BadName, check_machine_name, format_reference, new_run_id, split_reference
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="Dispatch one bounded coding task to one coding-agent harness, here or over SSH.")
+agent_app = typer.Typer(no_args_is_help=True, help="Dispatch, watch and stop agent runs.")
+app.add_typer(agent_app, name="agent")
+
+
+class Format(str, Enum):
+    text = "text"
+    json = "json"
+
+
+FormatOpt = Annotated[Format, typer.Option("--format", help="Output format.")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Same as --format json.")]
+ToOpt = Annotated[str | None, typer.Option("--to", metavar="MACHINE", help="Ask this configured machine.")]
+
+
+def _version(value: bool) -> None:
+    if value:
+        sys.stdout.write(f"wb {__version__} (protocol schema {limits.SCHEMA_VERSION})\n")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def root(
+    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True, help="Print versions.")] = False,
+) -> None:
+    """wb: one task, one harness, one worktree; the facts reported later."""
+
+
+# -- helpers -------------------------------------------------------------------------------
+
+
+def _config() -> Config:
+    return load_config()
+
+
+def _wants_json(fmt: Format, json_flag: bool) -> bool:
+    return json_flag or fmt == Format.json
+
+
+def _out(text: str) -> None:
+    sys.stdout.write(text)
+    sys.stdout.flush()
+
+
+def _duration(text: str, flag: str) -> int:
+    try:
+        return parse_duration_ms(text)
+    except BadDuration as exc:
+        raise UsageError(f"{flag}: {exc}") from None
+
+
+def _target(reference: str | None, to: str | None) -> tuple[str, str]:
+    """(machine, run ID) from a reference and --to; both naming different machines is a usage error."""
+    machine = ""
+    run_id = ""
+    try:
+        if to is not None:
+            check_machine_name(to)
+        if reference is not None:
+            machine, run_id = split_reference(reference)
+    except BadName as exc:
+        raise UsageError(str(exc)) from None
+    if to and machine and to != machine:
+        raise UsageError(f'--to {to} and the reference\'s machine "{machine}" disagree; pass one of them')
+    return (machine or to or ""), run_id
+
+
+def _request(operation: str, **fields: Any) -> RemoteRequest:
+    return RemoteRequest(schema_version=limits.SCHEMA_VERSION, operation=operation, **fields)
+
+
+def _read_task(task: str | None, task_file: str | None) -> str:
+    if (task is None) == (task_file is None):
+        raise UsageError("pass exactly one of --task TEXT and --task-file PATH")
+    if task is not None:
+        raw = task.encode("utf-8", "surrogateescape")
+    else:
+        assert task_file is not None
+        try:
+            if task_file == "-":
+                raw = sys.stdin.buffer.read(limits.TASK_MAX_BYTES + 1)
+            else:
+                with open(task_file, "rb") as handle:
+                    raw = handle.read(limits.TASK_MAX_BYTES + 1)
+        except OSError as exc:
+            raise UsageError(f"--task-file {task_file}: cannot read it: {exc.strerror or exc}") from None
+    if len(raw) > limits.TASK_MAX_BYTES:
+        raise UsageError(f"the task is larger than {limits.TASK_MAX_BYTES} bytes (1 MiB); shorten it")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"the task is not valid UTF-8 (bad byte at offset {exc.start}); save it as UTF-8") from None
+    if not text.strip():
+        source = "stdin" if task_file == "-" else (task_file or "--task")
+        raise UsageError(f"the task from {source} is blank; give the worker something to do")
+    return text
+
+
+def _repository(repo: str | None) -> str:
+    if repo:
+        return repo
+    from courier.runs.worktrees import origin_repository
+
+    found = origin_repository(Path.cwd())
+    if not found:
+        raise UsageError("cannot tell which repository to use: pass --repo OWNER/REPO")
+    return found
+
+
+# -- agent commands ------------------------------------------------------------------------
+
+
+@agent_app.command()
+def dispatch(
+    new_worktree: Annotated[str | None, typer.Option("--new-worktree", metavar="NAME", help="Create this worktree.")] = None,
+    use_worktree: Annotated[str | None, typer.Option("--use-worktree", metavar="NAME", help="Use this existing worktree.")] = None,
+    profile: Annotated[str | None, typer.Option("--profile", metavar="NAME", help="Configured profile.")] = None,
+    task: Annotated[str | None, typer.Option("--task", metavar="TEXT", help="The task text.")] = None,
+    task_file: Annotated[str | None, typer.Option("--task-file", metavar="PATH", help="Read the task from a file (- for stdin).")] = None,
+    repo: Annotated[str | None, typer.Option("--repo", metavar="OWNER/REPO", help="Repository (default: origin of this checkout).")] = None,
+    branch: Annotated[str | None, typer.Option("--branch", metavar="NAME", help="Branch for a new worktree (default wb/NAME).")] = None,
+    base: Annotated[str | None, typer.Option("--base", metavar="REF", help="Commit to start from.")] = None,
+    to: ToOpt = None,
+    timeout: Annotated[str, typer.Option("--timeout", metavar="DURATION", help="Bound on the run (e.g. 30m, 2h).")] = "30m",
+    fmt: FormatOpt = Format.text,
+    json_flag: JsonOpt = False,
+) -> None:
+    """Start one task in a worktree; prints its reference."""
+    if (new_worktree is None) == (use_worktree is None):
+        raise UsageError("pass exactly one of --new-worktree NAME and --use-worktree NAME")
+    if profile is None:
+        raise UsageError("pass --profile NAME (a profile from agents.profiles in wb.yaml)")
+    if use_worktree is not None and branch is not None:
+        raise UsageError("--branch applies only to --new-worktree")
+    timeout_ms = _duration(timeout, "--timeout")
+    if timeout_ms <= 0 or timeout_ms > limits.TIMEOUT_MAX_MS:
+        raise UsageError("--timeout must be more than 0 and at most 168h")
+    machine, _ = _target(None, to)
+    text = _read_task(task, task_file)
+    mode = "new" if new_worktree is not None else "existing"
+    repository = _repository(repo) if mode == "new" else (repo or "")
+    agent_id = new_run_id()
+    request = _request(
+        "dispatch", mode=mode, worktree=new_worktree or use_worktree or "", profile=profile, task=text,
+        repository=repository, branch=branch or "", base=base or "", timeout_ms=timeout_ms, agent_id=agent_id,
+    )
+    config = _config()
+    try:
+        result = ask(config, machine, request).result_of()
+    except WbError as exc:
+        if machine and is_transport(exc) and getattr(exc, "maybe_sent", True):
+            exc.message += (
+                f"\nthe run may have started; ask for it with: wb agent status {format_reference(machine, agent_id)}"
+            )
+        raise
+    _out(to_json(result.to_wire()) if _wants_json(fmt, json_flag) else dispatch_line(result))
+
+
+@agent_app.command()
+def status(
+    reference: Annotated[str, typer.Argument(metavar="REF", help="agt-… or MACHINE:agt-…")],
+    to: ToOpt = None,
+    fmt: FormatOpt = Format.text,
+    json_flag: JsonOpt = False,
+) -> None:
+    """Show the facts of one run."""
+    machine, run_id = _target(reference, to)
+    result = ask(_config(), machine, _request("status", agent_id=run_id)).result_of()
+    _out(to_json(result.to_wire()) if _wants_json(fmt, json_flag) else status_text(result))
+
+
+@agent_app.command(name="await")
+def await_(
+    reference: Annotated[str, typer.Argument(metavar="REF", help="agt-… or MACHINE:agt-…")],
+    wait_timeout: Annotated[str, typer.Option("--wait-timeout", metavar="DURATION", help="Bound on the wait (0 = none).")] = "1h",
+    to: ToOpt = None,
+    fmt: FormatOpt = Format.text,
+    json_flag: JsonOpt = False,
+) -> None:
+    """Wait until the run is terminal (or the bound passes) and print the result."""
+    machine, run_id = _target(reference, to)
+    bound_ms = _duration(wait_timeout, "--wait-timeout")
+    if bound_ms < 0:
+        raise UsageError("--wait-timeout must not be negative (0 means no bound)")
+    ref = format_reference(machine, run_id)
+    try:
+        result = await_result(_config(), machine, run_id, bound_ms)
+    except KeyboardInterrupt:
+        raise Interrupted(f"interrupted; the run continues; resume with wb agent await {ref}") from None
+    _out(to_json(result.to_wire()) if _wants_json(fmt, json_flag) else status_text(result, details=True))
+    if not result.terminal:
+        raise Finding(f"agent run {ref} is still running after the wait bound; it has not finished")
+
+
+@agent_app.command(name="list")
+def list_(
+    to: ToOpt = None,
+    all_machines: Annotated[bool, typer.Option("--all", help="This machine and every configured machine.")] = False,
+    machine_timeout: Annotated[str, typer.Option("--machine-timeout", metavar="DURATION", help="Per-machine deadline with --all.")] = "30s",
+    fmt: FormatOpt = Format.text,
+    json_flag: JsonOpt = False,
+) -> None:
+    """List runs, newest first."""
+    if to is not None and all_machines:
+        raise UsageError("pass either --to MACHINE or --all, not both")
+    as_json = _wants_json(fmt, json_flag)
+    config = _config()
+    if all_machines:
+        timeout_ms = _duration(machine_timeout, "--machine-timeout")
+        if timeout_ms <= 0:
+            raise UsageError("--machine-timeout must be more than 0")
+        from courier.fleet import list_all
+
+        list_all(config, timeout_ms / 1000, as_json=as_json)
+        return
+    machine, _ = _target(None, to)
+    response = ask(config, machine, _request("list"))
+    results = sort_results(response.results_of())
+    _out(to_json([r.to_wire() for r in results]) if as_json else list_lines(results))
+    if response.warnings:
+        for warning in response.warnings:
+            _warn(f"{format_reference(machine, warning.agent_id)}: {warning.error}")
+        raise Finding("some run records could not be read (named above); the others are listed")
+
+
+@agent_app.command()
+def logs(
+    reference: Annotated[str, typer.Argument(metavar="REF", help="agt-… or MACHINE:agt-…")],
+    tail: Annotated[int, typer.Option("--tail", metavar="N", help="How many worker actions.")] = limits.LOGS_TAIL_DEFAULT,
+    raw: Annotated[bool, typer.Option("--raw", help="The whole transcript.")] = False,
+    to: ToOpt = None,
+) -> None:
+    """Show the last worker actions (or the raw transcript)."""
+    if tail < 1:
+        raise UsageError("--tail must be at least 1")
+    machine, run_id = _target(reference, to)
+    config = _config()
+    if raw and not machine:
+        _local_raw_logs(config, run_id)
+        return
+    response = ask(config, machine, _request("logs", agent_id=run_id, tail=tail, raw=raw))
+    text = response.logs
+    from courier.text import sanitize
+
+    if raw:
+        _out(text if not sys.stdout.isatty() else sanitize(text, keep_newlines=True))
+    else:
+        _out(sanitize(text, keep_newlines=True))
+
+
+def _local_raw_logs(config: Config, run_id: str) -> None:
+    from courier.runs.service import NO_TRANSCRIPT
+    from courier.runs.store import EVENTS, Store
+
+    store = Store(config.home).ensure()
+    store.load(run_id)
+    path = store.run_dir(run_id) / EVENTS
+    if not path.exists():
+        _out(NO_TRANSCRIPT + "\n")
+        return
+    _out(f"{path}\n")
+    terminal = sys.stdout.isatty()
+    with open(path, "rb") as handle:
+        while chunk := handle.read(1 << 20):
+            if terminal:
+                from courier.text import sanitize
+
+                sys.stdout.write(sanitize(chunk.decode("utf-8", "replace"), keep_newlines=True))
+            else:
+                sys.stdout.buffer.write(chunk)
+    sys.stdout.flush()
+
+
+@agent_app.command()
+def stop(
+    reference: Annotated[str, typer.Argument(metavar="REF", help="agt-… or MACHINE:agt-…")],
+    to: ToOpt = None,
+) -> None:
+    """Stop a running run: its worker is signalled and the run recorded as stopped."""
+    machine, run_id = _target(reference, to)
+    stopped = ask(_config(), machine, _request("stop", agent_id=run_id)).stop_result_of()
+    ref = format_reference(machine, run_id)
+    if stopped.worker_pid:
+        _out(f"stopping {ref} worker process {stopped.worker_pid}\n")
+    else:
+        _out(f"stopping {ref} before its worker started\n")
+
+
+# -- fleet, demo ---------------------------------------------------------------------------
+
+
+@app.command()
+def machines(
+    check: Annotated[bool, typer.Option("--check", help="Probe each machine with the version operation.")] = False,
+    fmt: FormatOpt = Format.text,
+    json_flag: JsonOpt = False,
+) -> None:
+    """Show the configured machines (and, with --check, whether they answer)."""
+    from courier.fleet import show_machines
+
+    show_machines(_config(), check=check, as_json=_wants_json(fmt, json_flag))
+
+
+# -- entry ---------------------------------------------------------------------------------
+
+
+def _warn(message: str) -> None:
+    sys.stderr.write(f"warning: {message}\n")
+
+
+def _error(message: str) -> None:
+    sys.stderr.write(f"error: {message}\n")
+
+
+def _broken_pipe() -> NoReturn:
+    # Point stdout at /dev/null so the interpreter's final flush cannot raise again.
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os._exit(141)
+
+
+def run(argv: list[str]) -> int:
+    try:
+        result = app(args=argv, prog_name="wb", standalone_mode=False)
+        sys.stdout.flush()
+        return result if isinstance(result, int) else 0
+    except BrokenPipeError:
+        _broken_pipe()
+    except click.exceptions.Exit as exc:
+        return exc.exit_code
+    except click.exceptions.UsageError as exc:
+        _error(exc.format_message())
+        return 2
+    except (click.exceptions.Abort, KeyboardInterrupt):
+        return 130
+    except WbError as exc:
+        try:
+            sys.stdout.flush()
+        except BrokenPipeError:
+            _broken_pipe()
+        _error(exc.message)
+        return exc.exit_code
+    except click.exceptions.ClickException as exc:
+        _error(exc.format_message())
+        return exc.exit_code
+    except Exception as exc:  # noqa: BLE001 - never a traceback
+        _error(f"internal: {type(exc).__name__}: {exc}")
+        return 1

@@ -1,0 +1,144 @@
+"""Text rendering of results; every foreign string is sanitised on the way out."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import Any
+
+from courier.text import sanitize
+from protocol.durations import format_duration_ms
+from protocol.models import Result
+from protocol.refs import format_reference
+
+
+def ref_of(result: Result) -> str:
+    return format_reference(result.machine or "", result.agent_id)
+
+
+def to_json(document: Any) -> str:
+    return json.dumps(document, indent=2, ensure_ascii=False) + "\n"
+
+
+def _s(text: object) -> str:
+    return sanitize(str(text))
+
+
+def _timestamp(text: str) -> datetime:
+    try:
+        return datetime.fromisoformat(text.replace("Z", "+00:00")[:26] + ("+00:00" if "Z" in text else ""))
+    except ValueError:
+        try:
+            return datetime.fromisoformat(text.replace("Z", "+00:00"))
+        except ValueError:
+            return datetime.min
+
+
+def sort_results(results: list[Result]) -> list[Result]:
+    """Newest first; ties by machine (local first) then run ID (contract §3.3)."""
+    ordered = sorted(results, key=lambda r: (r.machine or "", r.agent_id))
+    return sorted(ordered, key=lambda r: _started_key(r.started_at), reverse=True)
+
+
+def _started_key(text: str) -> float:
+    try:
+        return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return 0.0
+
+
+def dispatch_line(result: Result) -> str:
+    location = result.worktree_dir or result.worktree
+    if result.machine:
+        location = f"{result.machine}:{location}"
+    return f"{ref_of(result)} {_s(result.state)} {_s(location)} ({_s(result.resolved.provider)}/{_s(result.resolved.model)})\n"
+
+
+def _local_minute(text: str) -> str:
+    try:
+        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return _s(text)
+    return moment.astimezone().strftime("%Y-%m-%d %H:%M")
+
+
+def list_lines(results: list[Result]) -> str:
+    if not results:
+        return "no dispatched agent runs\n"
+    rows = []
+    for r in results:
+        fields = [ref_of(r), r.state, r.profile, r.resolved.model, r.worktree, _local_minute(r.started_at)]
+        rows.append("\t".join(_s(field) for field in fields))
+    return "\n".join(rows) + "\n"
+
+
+def _line(label: str, value: object) -> str:
+    return f"{label + ':':<10}{value}\n"
+
+
+def status_text(result: Result, *, details: bool = False) -> str:
+    r = result
+    out = [_line("agent", ref_of(r))]
+    state = _s(r.state)
+    if r.state == "abandoned" and r.worker_alive:
+        state += f" (its worker is still running: stop it with wb agent stop {ref_of(r)})"
+    out.append(_line("state", state))
+    out.append(_line("profile", _s(r.profile)))
+    resolved = f"{r.resolved.harness} {r.resolved.provider}/{r.resolved.model}"
+    if r.resolved.reasoning:
+        resolved += f" (reasoning {r.resolved.reasoning})"
+    out.append(_line("resolved", _s(resolved)))
+    where = r.worktree_dir or r.worktree
+    out.append(_line("worktree", _s(f"{where} ({r.worktree_mode}, {r.repository})")))
+    if r.branch:
+        out.append(_line("branch", _s(r.branch)))
+    if r.base or r.base_sha:
+        base = " ".join(part for part in (r.base, f"({r.base_sha[:12]})" if r.base_sha else None) if part)
+        out.append(_line("base", _s(base)))
+    out.append(_line("started", _s(r.started_at)))
+    if r.finished_at:
+        out.append(_line("finished", _s(r.finished_at)))
+    if r.duration_ms is not None:
+        out.append(_line("duration", format_duration_ms(r.duration_ms)))
+    processes = []
+    if r.owner_pid:
+        processes.append(f"owner {r.owner_pid} ({'alive' if r.owner_alive else 'gone'})")
+    if r.worker_pid:
+        processes.append(f"worker {r.worker_pid} ({'alive' if r.worker_alive else 'gone'})")
+    if processes:
+        out.append(_line("process", ", ".join(processes)))
+    if r.exit_code is not None:
+        out.append(_line("exit", r.exit_code))
+    if r.failure:
+        out.append(_line("failure", _s(r.failure)))
+    if r.changes:
+        c = r.changes
+        parts = [f"{c.files_changed} file{'s' if c.files_changed != 1 else ''} changed"]
+        if c.insertions is not None or c.deletions is not None:
+            parts.append(f"+{c.insertions or 0} -{c.deletions or 0} (tracked files)")
+        if c.commits:
+            parts.append(f"{c.commits} commit{'s' if c.commits != 1 else ''}")
+        if c.preexisting_changes:
+            parts.append(f"{c.preexisting_changes} already dirty at dispatch")
+        out.append(_line("changes", ", ".join(parts)))
+    if r.usage:
+        u = r.usage
+        usage = f"input {u.input_tokens}"
+        if u.cached_input_tokens:
+            usage += f" (cached {u.cached_input_tokens})"
+        usage += f", output {u.output_tokens}"
+        if u.reasoning_output_tokens:
+            usage += f" (reasoning {u.reasoning_output_tokens})"
+        out.append(_line("usage", usage))
+    if r.log_path:
+        out.append(_line("log", _s(r.log_path)))
+    if details:
+        for name in (r.changes.files or []) if r.changes else []:
+            out.append(_line("changed", _s(name)))
+        if r.changes and r.changes.files_truncated:
+            out.append(_line("changed", "… (more files not listed)"))
+        if r.result:
+            lines = sanitize(r.result, keep_newlines=True).splitlines() or [""]
+            out.append(_line("result", lines[0]))
+            out.extend(f"{'':10}{line}\n" for line in lines[1:])
+    return "".join(out)

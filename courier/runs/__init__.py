@@ -1,0 +1,1 @@
+"""Runs on this machine: records, worktrees, the detached owner and the harness."""

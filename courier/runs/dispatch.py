@@ -1,0 +1,184 @@
+"""Admit a run: resolve the profile and worktree, create the record, start the detached owner (§7.1)."""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import signal
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from types import FrameType
+
+from courier.config import Config, Provider
+from courier.errors import NotStartable, UsageError
+from courier.runs import process, worktrees
+from courier.runs.changes import count_dirty
+from courier.runs.environment import resolve_credential
+from courier.runs.store import Record, Store, render, rfc3339, utc_now, within_admission_grace
+from protocol.models import Resolved, Result, Routing
+from protocol.refs import format_reference, new_run_id
+from protocol.models import RemoteRequest
+
+SUPPORTED_HARNESSES = ("codex",)
+
+
+def resolve_profile(config: Config, name: str) -> tuple[Resolved, bool]:
+    """The profile as it will execute, snapshotted into the record; and its network flag."""
+    profile = config.profile(name)
+    if profile.harness not in SUPPORTED_HARNESSES:
+        raise UsageError(f'profile {name}: unsupported harness "{profile.harness}" (supported: codex)')
+    provider = config.provider(profile.provider)
+    if profile.harness == "codex" and provider.wire_api != "responses":
+        raise UsageError(f'provider {profile.provider}: Codex needs wire_api "responses" (it no longer accepts chat)')
+    routing = Routing(
+        base_url=provider.base_url,
+        credential_env=provider.credential_env,
+        credential_file=provider.credential_file,
+        wire_api=provider.wire_api,
+    )
+    resolved = Resolved(
+        profile=name,
+        harness=profile.harness,
+        provider=profile.provider,
+        model=profile.model,
+        reasoning=profile.reasoning,
+        routing=routing,
+    )
+    return resolved, profile.network
+
+
+@contextlib.contextmanager
+def deferred_signals() -> Iterator[None]:
+    """Hold SIGINT/SIGTERM until the span ends, so a run is never half-admitted."""
+    pending: list[int] = []
+
+    def remember(signum: int, _frame: FrameType | None) -> None:
+        pending.append(signum)
+
+    try:
+        previous = {sig: signal.signal(sig, remember) for sig in (signal.SIGINT, signal.SIGTERM)}
+    except ValueError:  # not the main thread: nothing to defer
+        yield
+        return
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        for signum in pending:
+            os.kill(os.getpid(), signum)
+
+
+@contextlib.contextmanager
+def clone_lock(store: Store, repository: str) -> Iterator[None]:
+    lock_dir = store.home / "locks"
+    lock_dir.mkdir(mode=0o700, exist_ok=True)
+    path = lock_dir / (repository.replace("/", "__") + ".lock")
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def provider_options(provider: Provider) -> dict[str, int]:
+    """The optional harness settings of a provider, kept so the owner runs what was resolved."""
+    options = {
+        "request_max_retries": provider.request_max_retries,
+        "stream_max_retries": provider.stream_max_retries,
+        "stream_idle_timeout_ms": provider.stream_idle_timeout_ms,
+    }
+    return {key: value for key, value in options.items() if value is not None}
+
+
+def busy_run(store: Store, repository: str, worktree: str) -> str | None:
+    """A run that still holds this worktree: stored running, with an owner, worker or grace."""
+    records, _ = store.list()
+    for record in records:
+        if record.state != "running" or record.repository != repository or record.worktree != worktree:
+            continue
+        if (
+            process.same_process(record.owner_pid, record.owner_token)
+            or process.same_process(record.worker_pid, record.worker_token)
+            or within_admission_grace(record)
+        ):
+            return record.agent_id
+    return None
+
+
+def dispatch(config: Config, request: RemoteRequest) -> Result:
+    store = Store(config.home).ensure()
+    agent_id = request.agent_id or new_run_id()
+    if store.exists(agent_id):
+        return render(store.load(agent_id), store)
+    resolved, network = resolve_profile(config, request.profile)
+    provider = config.provider(resolved.provider)
+    resolve_credential(resolved.provider, provider)  # refuse now; the owner reads it again
+    projects_root = config.projects_root
+    if request.mode == "new":
+        repository = request.repository
+        clone = worktrees.require_clone(projects_root, repository)
+        path = worktrees.worktree_path(projects_root, repository, request.worktree)
+    else:
+        repository, clone, path = worktrees.find_existing(projects_root, request.repository or None, request.worktree)
+    base_sha = worktrees.resolve_base(clone, request.base) if request.base else None
+    branch = request.branch or (f"wb/{request.worktree}" if request.mode == "new" else None)
+    if branch and request.mode == "new":
+        worktrees.check_branch_name(clone, branch)
+
+    with deferred_signals(), clone_lock(store, repository):
+        if store.exists(agent_id):
+            return render(store.load(agent_id), store)
+        holder = busy_run(store, repository, request.worktree)
+        if holder:
+            raise NotStartable(
+                f"worktree {request.worktree} of {repository} is in use by run {format_reference('', holder)}; "
+                f"await or stop it first"
+            )
+        preexisting = None
+        if request.mode == "new":
+            if base_sha is None:
+                base_sha = worktrees.head_sha(clone)
+                if base_sha is None:
+                    raise NotStartable(f"{clone} has no commit to branch from; commit something or pass --base")
+            assert branch is not None
+            worktrees.add_worktree(clone, path, branch, base_sha)
+        else:
+            head = worktrees.head_sha(path)
+            base_sha = worktrees.merge_base(path, base_sha) if base_sha and head else head
+            preexisting = count_dirty(str(path))
+        record = Record(
+            agent_id=agent_id,
+            state="running",
+            profile=request.profile,
+            resolved=resolved,
+            repository=repository,
+            worktree_mode=request.mode,
+            worktree=request.worktree,
+            worktree_dir=str(path),
+            branch=branch if request.mode == "new" else None,
+            base=request.base or None,
+            base_sha=base_sha,
+            preexisting_changes=preexisting,
+            timeout_ms=request.timeout_ms,
+            network=network,
+            provider_options=provider_options(provider) or None,
+            started_at=rfc3339(utc_now()),
+        )
+        try:
+            run_dir = store.create(record, request.task)
+        except FileExistsError:
+            return render(store.load(agent_id), store)
+        start_owner(run_dir)
+    return render(record, store)
+
+
+def start_owner(run_dir: Path) -> None:
+    argv = [sys.executable, "-m", "courier.main", "--wb-internal-agent-run", "--run-dir", str(run_dir)]
+    try:
+        process.spawn_detached(argv, dict(os.environ))
+    except OSError as exc:
+        raise NotStartable(f"could not start the run owner: {exc}") from None

@@ -1,0 +1,272 @@
+"""The detached run owner: starts the harness, watches it, and records the outcome (§7.2, §7.5).
+
+    wb --wb-internal-agent-run --run-dir <home>/agents/<id>
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import select
+import signal
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+from courier.config import Provider
+from courier.errors import WbError
+from courier.runs import process, store as store_mod
+from courier.runs.changes import summarize_changes
+from courier.runs.environment import Credential, resolve_credential, worker_environment
+from courier.runs.harness.codex import EventSummary, codex_argv, final_message
+from courier.runs.store import Record, Store, rfc3339, utc_now, within_admission_grace
+from protocol import limits
+from protocol.durations import format_duration_ms
+
+_READ_CHUNK = 1 << 20
+_POLL_S = 0.1
+REDACTED = b"[redacted]"
+
+
+def owner_main(argv: list[str]) -> int:
+    if len(argv) != 2 or argv[0] != "--run-dir":
+        return 2
+    run_dir = Path(argv[1])
+    if not run_dir.is_absolute():
+        return 2
+    store = Store(run_dir.parent.parent)
+    try:
+        record = store.load(run_dir.name)
+    except WbError:
+        return 1
+    if record.state != "running" or record.owner_pid:
+        return 0
+    if not within_admission_grace(record):
+        finish(store, record, "failed", "owner started too late (after the 60 s admission grace)")
+        return 0
+    record.owner_pid = os.getpid()
+    record.owner_token = process.start_token(os.getpid())
+    store.save(record)
+    # The owner must outlive a terminal that closes: SIGHUP is not for it.
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    Owner(store, record).run()
+    return 0
+
+
+def finish(store: Store, record: Record, state: str, failure: str | None) -> None:
+    finished = utc_now()
+    record.state = state
+    record.failure = failure
+    record.finished_at = rfc3339(finished)
+    with contextlib.suppress(ValueError):
+        started = store_mod.parse_rfc3339(record.started_at)
+        record.duration_ms = max(0, int((finished - started).total_seconds() * 1000))
+    save_terminal(store, record)
+
+
+def save_terminal(store: Store, record: Record) -> None:
+    """Retry the terminal save (5 tries over about 30 s); if it is lost, say why in owner-error."""
+    delay = 1.0
+    last_error: OSError | None = None
+    for attempt in range(limits.TERMINAL_SAVE_TRIES):
+        try:
+            store.save(record)
+            return
+        except OSError as exc:
+            last_error = exc
+            if attempt + 1 < limits.TERMINAL_SAVE_TRIES:
+                time.sleep(delay)
+                delay *= 2
+    with contextlib.suppress(OSError):
+        store_mod.write_private(
+            store.run_dir(record.agent_id) / store_mod.OWNER_ERROR,
+            f"the owner could not save the terminal state {record.state}: {last_error}".encode(),
+        )
+
+
+class Owner:
+    def __init__(self, store: Store, record: Record) -> None:
+        self.store = store
+        self.record = record
+        self.run_dir = store.run_dir(record.agent_id)
+        self.summary = EventSummary()
+        self.diagnostics: list[str] = []
+        self.timed_out = False
+        self.secret = b""
+
+    def run(self) -> None:
+        record = self.record
+        if self.store.stop_requested_at(record.agent_id):
+            self.decide_and_save(exit_code=None)
+            return
+        try:
+            credential, argv = self.prepare()
+        except (WbError, ValueError) as exc:
+            finish(self.store, record, "failed", f"could not start the harness: {exc}")
+            return
+        self.secret = credential.value.encode()
+        env = worker_environment(credential, self.run_dir / store_mod.HARNESS_HOME)
+        events_path = self.run_dir / store_mod.EVENTS
+        try:
+            worker = subprocess.Popen(
+                argv,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                cwd=record.worktree_dir,
+                env=env,
+                start_new_session=True,
+                close_fds=True,
+            )
+        except OSError as exc:
+            finish(self.store, record, "failed", f"could not start the harness {argv[0]}: {exc.strerror or exc}")
+            return
+        record.worker_pid = worker.pid
+        record.worker_token = process.start_token(worker.pid)
+        record.log_path = str(events_path)
+        self.store.save(record)
+        task = self.store.read_task(record.agent_id).encode()
+        threading.Thread(target=_feed_stdin, args=(worker, task), daemon=True).start()
+        assert worker.stdout is not None
+        self.pump(worker, events_path)
+        left = process.terminate_group(worker.pid, limits.TIMEOUT_KILL_GRACE_S)
+        if left:
+            self.diagnostics.append(f"killed {left} leftover process(es) of the worker's group after the harness exited")
+        self.decide_and_save(exit_code=_exit_code(worker.returncode))
+
+    def prepare(self) -> tuple[Credential, list[str]]:
+        record = self.record
+        routing = record.resolved.routing
+        provider = Provider(
+            base_url=routing.base_url,
+            credential_env=routing.credential_env,
+            credential_file=routing.credential_file,
+            wire_api=routing.wire_api,
+            **(record.provider_options or {}),
+        )
+        credential = resolve_credential(record.resolved.provider, provider)
+        argv = codex_argv(
+            worktree=record.worktree_dir or "",
+            model=record.resolved.model,
+            provider_name=record.resolved.provider,
+            provider=provider,
+            reasoning=record.resolved.reasoning,
+            network=record.network,
+            last_message_path=str(self.run_dir / store_mod.LAST_MESSAGE),
+            env_key=credential.env_name,
+        )
+        return credential, argv
+
+    def pump(self, worker: subprocess.Popen[bytes], events_path: Path) -> None:
+        """Read the worker's output live: parse each line, store up to the cap, enforce the deadline."""
+        assert worker.stdout is not None
+        fd = worker.stdout.fileno()
+        deadline = time.monotonic() + self.record.timeout_ms / 1000
+        log_fd = os.open(events_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        stored = 0
+        pending = b""
+        skipping = False
+        line_number = 0
+        exited_at: float | None = None
+        try:
+            while True:
+                now = time.monotonic()
+                if not self.timed_out and now >= deadline and worker.poll() is None:
+                    self.timed_out = True
+                    process.signal_group(worker.pid, signal.SIGTERM)
+                    if not process.wait_until(lambda: worker.poll() is not None, limits.TIMEOUT_KILL_GRACE_S):
+                        process.signal_group(worker.pid, signal.SIGKILL)
+                if exited_at is None and worker.poll() is not None:
+                    exited_at = now
+                # A child that outlives the harness may hold the pipe open: stop reading soon after exit.
+                if exited_at is not None and now - exited_at > 0.5:
+                    break
+                ready, _, _ = select.select([fd], [], [], _POLL_S)
+                if not ready:
+                    continue
+                chunk = os.read(fd, _READ_CHUNK)
+                if not chunk:
+                    worker.wait()
+                    break
+                pending += chunk
+                while True:
+                    newline = pending.find(b"\n")
+                    if newline < 0:
+                        if len(pending) > limits.EVENT_LINE_MAX_BYTES:
+                            if not skipping:
+                                line_number += 1
+                                self.summary.skipped_oversize_line(len(pending))
+                            skipping = True
+                            pending = b""
+                        break
+                    line, pending = pending[: newline + 1], pending[newline + 1 :]
+                    if skipping:
+                        skipping = False
+                        continue
+                    line_number += 1
+                    if len(line) > limits.EVENT_LINE_MAX_BYTES:
+                        self.summary.skipped_oversize_line(len(line))
+                        continue
+                    line = self.redact(line)
+                    if stored + len(line) <= limits.EVENTS_STORED_MAX_BYTES:
+                        os.write(log_fd, line)
+                        stored += len(line)
+                    self.summary.feed(line)
+            if pending and not skipping:
+                line = self.redact(pending)
+                if stored + len(line) <= limits.EVENTS_STORED_MAX_BYTES:
+                    os.write(log_fd, line)
+                self.summary.feed(line)
+        finally:
+            os.close(log_fd)
+            worker.stdout.close()
+        worker.wait()
+
+    def redact(self, line: bytes) -> bytes:
+        return line.replace(self.secret, REDACTED) if self.secret else line
+
+    def decide_and_save(self, exit_code: int | None) -> None:
+        record = self.record
+        summary = self.summary
+        stop_at = self.store.stop_requested_at(record.agent_id)
+        if stop_at:
+            state, failure = "failed", f"stopped on request at {stop_at}"
+        elif self.timed_out:
+            state, failure = "timeout", f"timed out after {format_duration_ms(record.timeout_ms)}"
+        elif exit_code not in (None, 0):
+            state, failure = "failed", f"harness exited with code {exit_code}"
+            if summary.turn_failed:
+                failure += f"; harness reported a failed turn: {summary.failure_message or 'no message'}"
+        elif summary.turn_failed:
+            state, failure = "failed", f"harness reported a failed turn: {summary.failure_message or 'no message'}"
+        elif not summary.turn_completed:
+            state, failure = "failed", "no terminal turn event"
+        else:
+            state, failure = "completed", None
+        record.exit_code = exit_code
+        message = final_message(self.run_dir / store_mod.LAST_MESSAGE, summary)
+        if message is not None and self.secret:
+            message = message.replace(self.secret.decode(), REDACTED.decode())
+        record.result = message
+        record.tool_calls = summary.tool_calls
+        record.usage = summary.usage
+        if record.worktree_dir:
+            record.changes = summarize_changes(record.worktree_dir, record.base_sha, record.preexisting_changes)
+        diagnostics = [*summary.diagnostics, *self.diagnostics]
+        record.harness_diagnostics = diagnostics or None
+        finish(self.store, record, state, failure)
+
+
+def _feed_stdin(worker: subprocess.Popen[bytes], task: bytes) -> None:
+    assert worker.stdin is not None
+    with contextlib.suppress(OSError):
+        worker.stdin.write(task)
+    with contextlib.suppress(OSError):
+        worker.stdin.close()
+
+
+def _exit_code(returncode: int | None) -> int | None:
+    if returncode is None:
+        return None
+    return 128 + -returncode if returncode < 0 else returncode

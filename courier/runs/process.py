@@ -1,0 +1,147 @@
+"""Process identity (PID + a clock-independent start token), process groups and detaching."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+_IS_LINUX = sys.platform.startswith("linux")
+_boot_id_cache: str | None = None
+
+
+def _boot_id() -> str:
+    global _boot_id_cache
+    if _boot_id_cache is None:
+        try:
+            _boot_id_cache = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+        except OSError:
+            _boot_id_cache = "unknown-boot"
+    return _boot_id_cache
+
+
+def _linux_stat(pid: int) -> list[str] | None:
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_bytes()
+    except OSError:
+        return None
+    # The command name may contain spaces and parentheses: split after the last ")".
+    tail = raw[raw.rfind(b")") + 2 :].split()
+    return [field.decode() for field in tail]
+
+
+def start_token(pid: int) -> str | None:
+    """A token that names this incarnation of `pid`; None when it is gone or a zombie."""
+    if pid <= 0:
+        return None
+    if _IS_LINUX:
+        fields = _linux_stat(pid)
+        if fields is None or fields[0] in ("Z", "X"):
+            return None
+        # fields[0] is field 3 (state); start time in clock ticks since boot is field 22.
+        return f"linux:{_boot_id()}:{fields[19]}"
+    import psutil
+
+    try:
+        process = psutil.Process(pid)
+        if process.status() == psutil.STATUS_ZOMBIE:
+            return None
+        return f"ctime:{process.create_time():.3f}"
+    except (psutil.Error, OSError):
+        return None
+
+
+def same_process(pid: int | None, token: str | None) -> bool:
+    """Is `pid` still the process whose start token we recorded (and not a zombie)?"""
+    if not pid or not token:
+        return False
+    current = start_token(pid)
+    if current is None:
+        return False
+    if current.startswith("ctime:") and token.startswith("ctime:"):
+        return abs(float(current[6:]) - float(token[6:])) <= 2.0
+    return current == token
+
+
+def group_members(pgid: int) -> list[int]:
+    """Live (non-zombie) processes whose process group is `pgid`."""
+    members: list[int] = []
+    if _IS_LINUX:
+        for entry in os.scandir("/proc"):
+            if not entry.name.isdigit():
+                continue
+            fields = _linux_stat(int(entry.name))
+            if fields and fields[0] not in ("Z", "X") and fields[2] == str(pgid):
+                members.append(int(entry.name))
+        return members
+    import psutil
+
+    for process in psutil.process_iter(["pid", "status"]):
+        with contextlib.suppress(psutil.Error, OSError):
+            if process.info["status"] != psutil.STATUS_ZOMBIE and os.getpgid(process.pid) == pgid:
+                members.append(process.pid)
+    return members
+
+
+def signal_group(pgid: int, signum: int) -> bool:
+    try:
+        os.killpg(pgid, signum)
+        return True
+    except (ProcessLookupError, PermissionError):
+        return False
+
+
+def wait_until(predicate: object, timeout: float, interval: float = 0.02) -> bool:
+    """Poll `predicate()` until it is true or `timeout` seconds pass."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if predicate():  # type: ignore[operator]
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(interval)
+
+
+def terminate_group(pgid: int, grace: float) -> int:
+    """SIGTERM the group, wait `grace`, then SIGKILL what is left; returns how many were found."""
+    found = len(group_members(pgid))
+    if not found:
+        return 0
+    signal_group(pgid, signal.SIGTERM)
+    if not wait_until(lambda: not group_members(pgid), grace):
+        signal_group(pgid, signal.SIGKILL)
+        wait_until(lambda: not group_members(pgid), 2.0)
+    return found
+
+
+def spawn_detached(argv: list[str], env: dict[str, str]) -> None:
+    """Start argv in its own session with stdio on /dev/null, reparented away from us (double fork)."""
+    read_end, write_end = os.pipe()
+    child = os.fork()
+    if child == 0:  # pragma: no cover - runs in the forked child
+        try:
+            os.close(read_end)
+            os.setsid()
+            if os.fork() != 0:
+                os._exit(0)
+            null = os.open(os.devnull, os.O_RDWR)
+            for fd in (0, 1, 2):
+                os.dup2(null, fd)
+            os.closerange(3, write_end)
+            os.set_inheritable(write_end, False)
+            os.closerange(write_end + 1, 65536)
+            os.execve(argv[0], argv, env)
+        except BaseException:
+            os.write(write_end, b"x")
+        finally:
+            os._exit(127)
+    os.close(write_end)
+    os.waitpid(child, 0)
+    # The pipe is close-on-exec: EOF with no byte means the exec succeeded.
+    failed = os.read(read_end, 1)
+    os.close(read_end)
+    if failed:
+        raise OSError(f"could not start {argv[0]}")

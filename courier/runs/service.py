@@ -1,0 +1,115 @@
+"""The six run operations on this machine, filling a RemoteResponse (called through operations.perform)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Callable
+
+from courier.config import load_config
+from courier.errors import Finding, WbError
+from courier.runs import process
+from courier.runs.dispatch import dispatch
+from courier.runs.harness.codex import worker_actions
+from courier.runs.owner import finish
+from courier.runs.store import EVENTS, Store, render, within_admission_grace
+from protocol import limits
+from protocol.models import RemoteRequest, RemoteResponse, Result, StopResult
+
+NO_TRANSCRIPT = "(no worker transcript was captured)"
+
+
+def handle(request: RemoteRequest, response: RemoteResponse, client_gone: Callable[[], bool]) -> None:
+    config = load_config()
+    if request.operation == "dispatch":
+        response.result = dispatch(config, request).to_wire()
+        return
+    store = Store(config.home).ensure()
+    operation = request.operation
+    if operation == "status":
+        response.result = status(store, request.agent_id).to_wire()
+    elif operation == "await":
+        response.result = await_run(store, request.agent_id, request.wait_timeout_ms, client_gone).to_wire()
+    elif operation == "list":
+        results, warnings = list_runs(store)
+        response.results = [result.to_wire() for result in results]
+        response.warnings = warnings or None
+    elif operation == "logs":
+        response.logs = logs_text(store, request.agent_id, request.tail or limits.LOGS_TAIL_DEFAULT, raw=request.raw)
+    elif operation == "stop":
+        response.result = stop(store, request.agent_id, requester=f"pid {os.getpid()}").to_wire()
+
+
+def status(store: Store, agent_id: str) -> Result:
+    return render(store.load(agent_id), store)
+
+
+def await_run(store: Store, agent_id: str, wait_timeout_ms: int, client_gone: Callable[[], bool]) -> Result:
+    """Poll the record cheaply until the run is terminal, the bound passes or the asker is gone."""
+    deadline = time.monotonic() + wait_timeout_ms / 1000 if wait_timeout_ms > 0 else None
+    while True:
+        result = render(store.load(agent_id), store)
+        if result.terminal:
+            return result
+        now = time.monotonic()
+        if (deadline is not None and now >= deadline) or client_gone():
+            return result
+        pause = limits.AWAIT_POLL_S if deadline is None else min(limits.AWAIT_POLL_S, deadline - now)
+        time.sleep(max(pause, 0.001))
+
+
+def list_runs(store: Store) -> tuple[list[Result], list[object]]:
+    records, warnings = store.list()
+    results = [render(record, store) for record in records]
+    results.sort(key=lambda r: r.agent_id)
+    results.sort(key=lambda r: r.started_at, reverse=True)
+    return results, list(warnings)
+
+
+def logs_text(store: Store, agent_id: str, tail: int, *, raw: bool) -> str:
+    store.load(agent_id)  # an unknown run is a finding, not an empty transcript
+    path = store.run_dir(agent_id) / EVENTS
+    try:
+        size = os.lstat(path).st_size
+    except FileNotFoundError:
+        return NO_TRANSCRIPT + "\n"
+    if raw:
+        if size > limits.REMOTE_TRANSCRIPT_MAX_BYTES:
+            raise Finding(
+                f"transcript for {agent_id} is {size} bytes; fetch it on that machine with wb agent logs {agent_id} --raw"
+            )
+        with open(path, "rb") as handle:
+            return f"{path}\n" + handle.read().decode("utf-8", "replace")
+    actions = worker_actions(path, tail)
+    return f"{path}\n" + "".join(f"  {action}\n" for action in actions)
+
+
+def stop(store: Store, agent_id: str, requester: str) -> StopResult:
+    record = store.load(agent_id)
+    if record.state != "running":
+        raise Finding(f"agent run {agent_id} is already {record.state}")
+    store.request_stop(agent_id, requester)
+    delivered_pid = 0
+    pid, token = record.worker_pid, record.worker_token
+    if pid and process.same_process(pid, token):
+        if process.signal_group(pid, signal.SIGTERM):
+            delivered_pid = pid
+
+        def worker_gone() -> bool:
+            return not process.same_process(pid, token) and not process.group_members(pid)
+
+        # While any member lives, the group ID cannot be reused, so signalling it stays safe.
+        if not process.wait_until(worker_gone, limits.STOP_GRACE_S):
+            process.signal_group(pid, signal.SIGKILL)
+            process.wait_until(worker_gone, 2.0)
+    # The owner records the outcome; when it is gone, nobody else will, so stop does.
+    owner_gone = not process.same_process(record.owner_pid, record.owner_token)
+    if owner_gone and (record.owner_pid or not within_admission_grace(record)):
+        try:
+            current = store.load(agent_id)
+        except WbError:
+            current = record
+        if current.state == "running":
+            finish(store, current, "failed", f"stopped on request at {store.stop_requested_at(agent_id)}")
+    return StopResult(agent_id=agent_id, worker_pid=delivered_pid, state=record.state)

@@ -1,0 +1,155 @@
+"""Canonical clones and their wb worktrees (contract §4 layout, §7.1)."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+from courier.errors import NotStartable, UsageError
+from courier.runs.git import run_git
+from protocol.refs import BadName, check_repository
+
+WORKTREES_DIR = ".wb-worktrees"
+_GIT_TIMEOUT = 60.0
+_URL_PATH = re.compile(r"(?:^[a-z+]+://[^/]+/|^[^/:@]+@[^:]+:|^[^/:]+:)(?P<path>.+?)(?:\.git)?/?$")
+
+
+def clone_path(projects_root: Path, repository: str) -> Path:
+    owner, repo = repository.split("/", 1)
+    return projects_root / owner / repo
+
+
+def worktree_path(projects_root: Path, repository: str, name: str) -> Path:
+    owner, repo = repository.split("/", 1)
+    return projects_root / WORKTREES_DIR / owner / repo / name
+
+
+def require_clone(projects_root: Path, repository: str) -> Path:
+    path = clone_path(projects_root, repository)
+    if not (path / ".git").exists():
+        raise NotStartable(f"no canonical clone at {path}; clone it there (git clone <url> {path})")
+    return path
+
+
+def repository_from_url(url: str) -> str | None:
+    """OWNER/REPO from an ssh, https or scp-style remote URL."""
+    match = _URL_PATH.match(url.strip())
+    if not match:
+        return None
+    parts = match.group("path").strip("/").split("/")
+    if len(parts) < 2:
+        return None
+    candidate = "/".join(parts[-2:])
+    candidate = candidate.removesuffix(".git")
+    try:
+        return check_repository(candidate)
+    except BadName:
+        return None
+
+
+def origin_repository(cwd: Path) -> str | None:
+    done = run_git(["remote", "get-url", "origin"], cwd=cwd, timeout=_GIT_TIMEOUT)
+    if done.returncode != 0:
+        return None
+    return repository_from_url(done.stdout.decode("utf-8", "replace"))
+
+
+def _git_error(done: object) -> str:
+    stderr = getattr(done, "stderr", b"") or b""
+    text = stderr.decode("utf-8", "replace").strip().splitlines()
+    return text[-1] if text else "git failed"
+
+
+def resolve_base(repo_dir: Path, base: str) -> str:
+    if base.startswith("-"):
+        raise UsageError(f'--base "{base}" must not start with "-"')
+    done = run_git(["rev-parse", "--verify", "--quiet", "--end-of-options", f"{base}^{{commit}}"], cwd=repo_dir, timeout=_GIT_TIMEOUT)
+    if done.returncode != 0:
+        raise NotStartable(f'--base "{base}" is not a commit in {repo_dir}; fetch it there or name another ref')
+    return done.stdout.decode().strip()
+
+
+def check_branch_name(repo_dir: Path, branch: str) -> None:
+    if branch.startswith("-"):
+        raise UsageError(f'branch "{branch}" must not start with "-"')
+    done = run_git(["check-ref-format", "--branch", branch], cwd=repo_dir, timeout=_GIT_TIMEOUT)
+    if done.returncode != 0:
+        raise UsageError(f'git refuses the branch name "{branch}"; choose another with --branch')
+
+
+def add_worktree(clone: Path, path: Path, branch: str, sha: str) -> None:
+    if os.path.lexists(path):
+        raise NotStartable(f"worktree directory {path} already exists; reuse it with --use-worktree {path.name}")
+    done = run_git(["rev-parse", "--verify", "--quiet", f"refs/heads/{branch}"], cwd=clone, timeout=_GIT_TIMEOUT)
+    if done.returncode == 0:
+        raise NotStartable(f'branch "{branch}" already exists in {clone}; choose another with --branch')
+    path.parent.mkdir(parents=True, exist_ok=True)
+    done = run_git(["worktree", "add", "-b", branch, "--", str(path), sha], cwd=clone, timeout=_GIT_TIMEOUT)
+    if done.returncode != 0:
+        raise NotStartable(f"git worktree add failed in {clone}: {_git_error(done)}")
+
+
+def registered_worktrees(clone: Path) -> set[Path]:
+    done = run_git(["worktree", "list", "--porcelain", "-z"], cwd=clone, timeout=_GIT_TIMEOUT)
+    if done.returncode != 0:
+        return set()
+    found = set()
+    for field in done.stdout.split(b"\0"):
+        if field.startswith(b"worktree "):
+            found.add(Path(os.fsdecode(field[len(b"worktree ") :])))
+    return found
+
+
+def find_existing(projects_root: Path, repository: str | None, name: str) -> tuple[str, Path, Path]:
+    """Resolve `--use-worktree NAME` to (repository, clone, worktree path); never creates."""
+    if repository:
+        candidates = [repository]
+    else:
+        candidates = _all_clone_repositories(projects_root)
+    matches = []
+    for candidate in candidates:
+        clone = clone_path(projects_root, candidate)
+        if not (clone / ".git").exists():
+            continue
+        path = worktree_path(projects_root, candidate, name)
+        if path in registered_worktrees(clone) or path.resolve() in registered_worktrees(clone):
+            matches.append((candidate, clone, path))
+    if repository:
+        require_clone(projects_root, repository)
+    if not matches:
+        where = f"in {clone_path(projects_root, repository)}" if repository else f"in any clone under {projects_root}"
+        raise NotStartable(f'no registered worktree "{name}" {where}; create it with --new-worktree {name}')
+    if len(matches) > 1:
+        listed = ", ".join(match[0] for match in matches)
+        raise NotStartable(f'worktree "{name}" exists in several clones ({listed}); pass --repo OWNER/REPO')
+    return matches[0]
+
+
+def _all_clone_repositories(projects_root: Path) -> list[str]:
+    found = []
+    try:
+        owners = sorted(os.scandir(projects_root), key=lambda e: e.name)
+    except OSError:
+        return []
+    for owner in owners:
+        if owner.name == WORKTREES_DIR or not owner.is_dir(follow_symlinks=False):
+            continue
+        with os.scandir(owner.path) as repos:
+            for repo in sorted(repos, key=lambda e: e.name):
+                if (Path(repo.path) / ".git").exists():
+                    try:
+                        found.append(check_repository(f"{owner.name}/{repo.name}"))
+                    except BadName:
+                        continue
+    return found
+
+
+def head_sha(path: Path) -> str | None:
+    done = run_git(["rev-parse", "--verify", "--quiet", "HEAD^{commit}"], cwd=path, timeout=_GIT_TIMEOUT)
+    return done.stdout.decode().strip() if done.returncode == 0 else None
+
+
+def merge_base(path: Path, sha: str) -> str | None:
+    done = run_git(["merge-base", "HEAD", sha], cwd=path, timeout=_GIT_TIMEOUT)
+    return done.stdout.decode().strip() if done.returncode == 0 else None

@@ -1,0 +1,169 @@
+"""Shared fixtures: a throwaway "machine" (home, projects root, config, PATH) and real git clones."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+FAKES = REPO_ROOT / "tests" / "fakes"
+CREDENTIAL_ENV = "TEST_PROVIDER_KEY"
+CREDENTIAL_VALUE = "sk-test-0d4f7c1e9b2a-credential-never-printed"
+
+CONFIG_TEMPLATE = """\
+agents:
+  providers:
+    mock:
+      base_url: http://127.0.0.1:9/v1
+      credential_env: {credential_env}
+      request_max_retries: 0
+      stream_max_retries: 0
+  profiles:
+    fake:
+      harness: codex
+      provider: mock
+      model: gpt-5.5
+      reasoning: high
+"""
+
+
+@dataclass
+class Machine:
+    """One wb installation: its own HOME, WB_HOME, projects root, config and PATH."""
+
+    root: Path
+    env: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def home(self) -> Path:
+        return self.root / "wbhome"
+
+    @property
+    def projects(self) -> Path:
+        return self.root / "projects"
+
+    @property
+    def config_path(self) -> Path:
+        return self.root / "config" / "wb.yaml"
+
+    def write_config(self, text: str) -> None:
+        self.config_path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self.config_path.write_text(text)
+        self.config_path.chmod(0o600)
+
+    def wb(self, *args: str, input: bytes | str | None = None, cwd: Path | None = None,
+           env: dict[str, str] | None = None, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+        data = input.decode() if isinstance(input, bytes) else input
+        return subprocess.run(
+            [sys.executable, "-m", "courier.main", *args],
+            input=data if data is not None else "",
+            capture_output=True,
+            text=True,
+            cwd=cwd or self.root,
+            env={**self.env, **(env or {})},
+            timeout=timeout,
+        )
+
+    def wb_json(self, *args: str, **kwargs: object) -> object:
+        done = self.wb(*args, "--json", **kwargs)  # type: ignore[arg-type]
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout)
+
+    def clone(self, repository: str = "acme/widget") -> Path:
+        """A real canonical clone at <projects>/<owner>/<repo> with one commit and an origin."""
+        path = self.projects / repository
+        path.mkdir(parents=True)
+        git(path, "init", "-q", "-b", "main")
+        (path / "README.md").write_text("# widget\n")
+        git(path, "add", "README.md")
+        git(path, "commit", "-q", "-m", "initial")
+        git(path, "remote", "add", "origin", f"git@github.com:{repository}.git")
+        return path
+
+    def dispatch(self, *args: str, task: str = "scenario:complete", worktree: str = "w1",
+                 repo: str = "acme/widget") -> str:
+        done = self.wb("agent", "dispatch", "--new-worktree", worktree, "--profile", "fake", "--repo", repo,
+                       "--task", task, *args)
+        assert done.returncode == 0, done.stderr
+        return done.stdout.split()[0]
+
+
+def git(cwd: Path, *args: str) -> str:
+    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.com",
+           "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.com",
+           "GIT_CONFIG_GLOBAL": "/dev/null", "GIT_CONFIG_NOSYSTEM": "1"}
+    return subprocess.run(["git", *args], cwd=cwd, env=env, check=True, capture_output=True, text=True).stdout
+
+
+def make_machine(root: Path) -> Machine:
+    root.mkdir(parents=True, exist_ok=True)
+    root.chmod(0o700)
+    machine = Machine(root=root)
+    user_home = root / "userhome"
+    user_home.mkdir()
+    machine.env = {
+        "HOME": str(user_home),
+        "PATH": f"{FAKES}:{Path(sys.executable).parent}:/usr/local/bin:/usr/bin:/bin",
+        "LANG": "C.UTF-8",
+        "WB_CONFIG": str(machine.config_path),
+        "WB_HOME": str(machine.home),
+        "WB_PROJECTS_ROOT": str(machine.projects),
+        CREDENTIAL_ENV: CREDENTIAL_VALUE,
+        "PYTHONPATH": str(REPO_ROOT),
+        "GIT_CONFIG_GLOBAL": "/dev/null",
+    }
+    machine.write_config(CONFIG_TEMPLATE.format(credential_env=CREDENTIAL_ENV))
+    return machine
+
+
+@pytest.fixture
+def machine(tmp_path: Path) -> Iterator[Machine]:
+    yield make_machine(tmp_path / "m")
+    _kill_leftovers(tmp_path)
+
+
+def _kill_leftovers(tmp_path: Path) -> None:
+    """End any owner or worker a test left running under its own directory."""
+    import psutil
+
+    marker = str(tmp_path)
+    for proc in psutil.process_iter(["pid", "cmdline", "cwd"]):
+        try:
+            cmdline = " ".join(proc.info["cmdline"] or [])
+            cwd = proc.info["cwd"] or ""
+        except (psutil.Error, OSError):
+            continue
+        if proc.pid != os.getpid() and (marker in cmdline or cwd.startswith(marker)):
+            try:
+                proc.kill()
+            except psutil.Error:
+                pass
+
+
+def wait_for(predicate: "object", timeout: float = 30.0, interval: float = 0.05) -> bool:
+    """Wait on a condition (never a fixed sleep); True when it held before the timeout."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():  # type: ignore[operator]
+            return True
+        time.sleep(interval)
+    return bool(predicate())  # type: ignore[operator]
+
+
+def pid_alive(pid: int) -> bool:
+    """A live, non-zombie process."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            state = handle.read().rsplit(b")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in (b"Z", b"X")
