@@ -8,8 +8,8 @@ from enum import Enum
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
-import click
 import typer
+from typer._click import exceptions as click_exceptions  # typer vendors its own click
 
 from courier import __version__
 from courier.config import Config, load_config
@@ -62,8 +62,22 @@ def _wants_json(fmt: Format, json_flag: bool) -> bool:
 
 
 def _out(text: str) -> None:
-    sys.stdout.write(text)
-    sys.stdout.flush()
+    # EPIPE is handled here, before click's own handler turns it into exit 1.
+    try:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        _broken_pipe()
+
+
+def _out_lines(lines: list[str]) -> None:
+    """Write row by row, so a reader that stops early (`| head -1`) is noticed promptly."""
+    try:
+        for line in lines:
+            sys.stdout.write(line)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        _broken_pipe()
 
 
 def _duration(text: str, flag: str) -> int:
@@ -240,7 +254,10 @@ def list_(
     machine, _ = _target(None, to)
     response = ask(config, machine, _request("list"))
     results = sort_results(response.results_of())
-    _out(to_json([r.to_wire() for r in results]) if as_json else list_lines(results))
+    if as_json:
+        _out(to_json([r.to_wire() for r in results]))
+    else:
+        _out_lines(list_lines(results).splitlines(keepends=True))
     if response.warnings:
         for warning in response.warnings:
             _warn(f"{format_reference(machine, warning.agent_id)}: {warning.error}")
@@ -291,8 +308,11 @@ def _local_raw_logs(config: Config, run_id: str) -> None:
 
                 sys.stdout.write(sanitize(chunk.decode("utf-8", "replace"), keep_newlines=True))
             else:
-                sys.stdout.buffer.write(chunk)
-    sys.stdout.flush()
+                try:
+                    sys.stdout.buffer.write(chunk)
+                except BrokenPipeError:
+                    _broken_pipe()
+    _out("")
 
 
 @agent_app.command()
@@ -350,12 +370,13 @@ def run(argv: list[str]) -> int:
         return result if isinstance(result, int) else 0
     except BrokenPipeError:
         _broken_pipe()
-    except click.exceptions.Exit as exc:
-        return exc.exit_code
-    except click.exceptions.UsageError as exc:
-        _error(exc.format_message())
+    except typer.Exit as exc:
+        return int(exc.exit_code)
+    except click_exceptions.UsageError as exc:
+        if exc.format_message():  # no_args_is_help has already printed the help
+            _error(exc.format_message())
         return 2
-    except (click.exceptions.Abort, KeyboardInterrupt):
+    except (typer.Abort, KeyboardInterrupt):
         return 130
     except WbError as exc:
         try:
@@ -364,7 +385,7 @@ def run(argv: list[str]) -> int:
             _broken_pipe()
         _error(exc.message)
         return exc.exit_code
-    except click.exceptions.ClickException as exc:
+    except click_exceptions.ClickException as exc:
         _error(exc.format_message())
         return exc.exit_code
     except Exception as exc:  # noqa: BLE001 - never a traceback

@@ -1,0 +1,25 @@
+"""Small builders shared by tests."""
+
+from __future__ import annotations
+
+from courier.runs.store import Record, rfc3339, utc_now
+from protocol.models import Resolved, Routing
+from protocol.refs import new_run_id
+
+
+def sample_record(**overrides: object) -> Record:
+    body: dict[str, object] = dict(
+        agent_id=new_run_id(),
+        state="running",
+        profile="fake",
+        resolved=Resolved(profile="fake", harness="codex", provider="mock", model="gpt-5.5",
+                          routing=Routing(base_url="http://127.0.0.1:9/v1", credential_env="TEST_PROVIDER_KEY",
+                                          wire_api="responses")),
+        repository="acme/widget",
+        worktree_mode="new",
+        worktree="w1",
+        timeout_ms=60_000,
+        started_at=rfc3339(utc_now()),
+    )
+    body.update(overrides)
+    return Record.model_validate(body)
