@@ -1,0 +1,249 @@
+"""The fleet view: `wb agent list --all` and `wb machines` (contract §8).
+
+Every machine is asked concurrently (at most 32 in flight), each bounded by a deadline
+that starts when the command starts, so one dead or slow machine cannot hold the
+answer hostage: it becomes a failed row with its reason.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from courier.config import Config, Problem, Target
+from courier.errors import Finding, TransportError, WbError
+from courier.render import list_lines, sort_results, to_json
+from courier.route import raise_failure
+from courier.text import sanitize
+from protocol import limits
+from protocol.models import RemoteRequest, RemoteResponse, Result
+from protocol.refs import format_reference
+
+DUPLICATE_HOME = "same WB_HOME as this machine"
+
+
+@dataclass
+class MachineRow:
+    machine: str
+    ok: bool = False
+    runs: int = 0
+    error: str | None = None
+    elapsed_ms: int = 0
+    skipped: str | None = None
+    results: list[Result] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        body: dict[str, Any] = {"machine": self.machine, "ok": self.ok, "runs": self.runs, "error": self.error,
+                                "elapsed_ms": self.elapsed_ms}
+        if self.skipped:
+            body["skipped"] = self.skipped
+        return body
+
+
+def _request(operation: str) -> RemoteRequest:
+    return RemoteRequest(schema_version=limits.SCHEMA_VERSION, operation=operation)
+
+
+def _reason(exc: BaseException) -> str:
+    if isinstance(exc, WbError):
+        return sanitize(exc.message)
+    return f"internal: {type(exc).__name__}: {exc}"
+
+
+async def _ask_all(
+    config: Config, operation: str, deadline: float, started: float
+) -> dict[str, tuple[RemoteResponse | None, BaseException | None, int]]:
+    """One call per well-configured machine, concurrently, each bounded by the shared deadline."""
+    from courier.remote.client import call_async
+
+    slots = asyncio.Semaphore(limits.FLEET_MAX_IN_FLIGHT)
+    out: dict[str, tuple[RemoteResponse | None, BaseException | None, int]] = {}
+
+    async def one(machine: str) -> None:
+        async with slots:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                out[machine] = (None, TransportError(f"{machine}: not attempted before the deadline",
+                                                     cause="not attempted"), 0)
+                return
+            began = time.monotonic()
+            try:
+                response = await call_async(config, machine, _request(operation), timeout_s=remaining)
+                out[machine] = (response, None, int((time.monotonic() - began) * 1000))
+            except Exception as exc:  # noqa: BLE001 - each machine's failure is a row, never the whole answer
+                out[machine] = (None, exc, int((time.monotonic() - began) * 1000))
+
+    machines = [name for name, entry in config.targets.items() if isinstance(entry, Target)]
+    await asyncio.gather(*(one(name) for name in sorted(machines)))
+    return out
+
+
+def list_all(config: Config, machine_timeout_s: float, *, as_json: bool) -> None:
+    """This machine's runs and every configured machine's; partial answers exit 1 with reasons."""
+    from courier.operations import perform
+    from courier.runs.store import Store, home_id
+
+    started = time.monotonic()
+    deadline = started + machine_timeout_s
+    local_row = MachineRow(machine="")
+    local_warnings: list[str] = []
+    try:
+        local = perform(_request("list"))
+        raise_failure("", local)
+        local_row.results = local.results_of()
+        local_row.ok = not local.warnings
+        local_row.runs = len(local_row.results)
+        for warning in local.warnings or []:
+            local_warnings.append(f"{warning.agent_id}: {warning.error}")
+        if local.warnings:
+            local_row.error = f"{len(local.warnings)} unreadable record(s)"
+    except WbError as exc:
+        local_row.error = exc.message
+    local_row.elapsed_ms = int((time.monotonic() - started) * 1000)
+    own_home = home_id(Store(config.home))
+
+    answers = asyncio.run(_ask_all(config, "list", deadline, started)) if config.targets else {}
+    rows = [local_row]
+    for machine in sorted(config.targets):
+        entry = config.targets[machine]
+        row = MachineRow(machine=machine)
+        rows.append(row)
+        if isinstance(entry, Problem):
+            row.error = entry.message
+            continue
+        response, error, elapsed = answers[machine]
+        row.elapsed_ms = elapsed
+        if error is not None or response is None:
+            row.error = _reason(error) if error else "no answer"
+            continue
+        if own_home and response.home_id == own_home:
+            row.ok, row.skipped = True, DUPLICATE_HOME
+            continue
+        try:
+            raise_failure(machine, response)
+            row.results = response.results_of()
+        except WbError as exc:
+            row.error = exc.message
+            continue
+        row.runs = len(row.results)
+        row.ok = not response.warnings
+        if response.warnings:
+            row.error = f"{len(response.warnings)} unreadable record(s)"
+            local_warnings.extend(
+                f"{format_reference(machine, w.agent_id)}: {sanitize(w.error)}" for w in response.warnings)
+
+    results = sort_results([result for row in rows for result in row.results])
+    if as_json:
+        sys.stdout.write(to_json({"results": [r.to_wire() for r in results],
+                                  "machines": [row.to_json() for row in rows]}))
+    else:
+        sys.stdout.write(list_lines(results))
+    sys.stdout.flush()
+    for text in local_warnings:
+        sys.stderr.write(f"warning: {text}\n")
+    failed = [row for row in rows if not row.ok]
+    for row in failed:
+        if row.machine:
+            sys.stderr.write(f"warning: {row.machine}: {row.error}\n")
+    if failed:
+        raise Finding(f"{len(failed)} of {len(rows)} machine(s) did not answer fully (named above)")
+
+
+@dataclass
+class ProbeRow:
+    machine: str
+    host: str | None = None
+    user: str | None = None
+    port: int | None = None
+    wb_path: str | None = None
+    ok: bool = False
+    error: str | None = None
+    wb_version: str | None = None
+    schema_version: int | None = None
+    rtt_ms: int | None = None
+    clock_offset_ms: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def _offset_ms(now: str | None, sent: float, received: float) -> int | None:
+    if not now:
+        return None
+    try:
+        peer = datetime.fromisoformat(now.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+    return int((peer - (sent + received) / 2) * 1000)
+
+
+def show_machines(config: Config, *, check: bool, as_json: bool) -> None:
+    rows: list[ProbeRow] = []
+    for machine in sorted(config.targets):
+        entry = config.targets[machine]
+        if isinstance(entry, Problem):
+            rows.append(ProbeRow(machine=machine, error=entry.message))
+            continue
+        rows.append(ProbeRow(machine=machine, host=entry.host, user=entry.user, port=entry.port,
+                             wb_path=entry.wb_path, ok=True))
+    if check and rows:
+        started = time.monotonic()
+        wall_started = datetime.now(UTC).timestamp()
+        answers = asyncio.run(_ask_all(config, "version", started + limits.MACHINE_TIMEOUT_DEFAULT_MS / 1000, started))
+        for row in rows:
+            if row.machine not in answers:
+                continue
+            response, error, elapsed = answers[row.machine]
+            row.rtt_ms = elapsed
+            if error is not None or response is None:
+                row.ok = False
+                cause = getattr(error, "cause", "") or "error"
+                row.error = f"{cause}: {_reason(error)}" if error else "no answer"
+                continue
+            if response.failure:
+                row.ok = False
+                row.error = f"too old: the peer refuses the version operation ({sanitize(response.failure)[:200]})"
+                continue
+            row.wb_version = response.wb_version
+            row.schema_version = response.schema_version
+            received = wall_started + (time.monotonic() - started)
+            row.clock_offset_ms = _offset_ms(response.now, received - elapsed / 1000, received)
+            if row.clock_offset_ms is not None and abs(row.clock_offset_ms) > limits.CLOCK_OFFSET_WARN_MS:
+                sys.stderr.write(f"warning: {row.machine}: clock differs from this machine's by "
+                                 f"{row.clock_offset_ms / 1000:.1f}s\n")
+    if as_json:
+        sys.stdout.write(json.dumps([row.to_json() for row in rows], indent=2) + "\n")
+    else:
+        sys.stdout.write(_machines_table(rows, check))
+    sys.stdout.flush()
+    if not all(row.ok for row in rows):
+        raise Finding(f"{sum(not row.ok for row in rows)} machine(s) not healthy (see the table)")
+
+
+def _machines_table(rows: list[ProbeRow], check: bool) -> str:
+    if not rows:
+        return "no machines configured (add them under session_move.targets in wb.yaml)\n"
+    header = ["MACHINE", "HOST", "USER", "PORT", "WB_PATH", "OK"]
+    if check:
+        header += ["WB", "SCHEMA", "RTT", "CLOCK"]
+    header.append("ERROR")
+    table = [header]
+    for r in rows:
+        line = [r.machine, r.host or "-", r.user or "-", str(r.port or "-"), r.wb_path or "wb", "yes" if r.ok else "no"]
+        if check:
+            line += [r.wb_version or "-", str(r.schema_version or "-"),
+                     f"{r.rtt_ms}ms" if r.rtt_ms is not None else "-",
+                     f"{r.clock_offset_ms:+d}ms" if r.clock_offset_ms is not None else "-"]
+        line.append(sanitize(r.error or ""))
+        table.append(line)
+    widths = [max(len(row[i]) for row in table) for i in range(len(header) - 1)]
+    return "".join(
+        "  ".join(cell.ljust(width) for cell, width in zip(row[:-1], widths, strict=True)).rstrip()
+        + ("  " + row[-1] if row[-1] else "") + "\n"
+        for row in table
+    )
