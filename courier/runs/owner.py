@@ -26,6 +26,8 @@ from protocol.durations import format_duration_ms
 
 _READ_CHUNK = 1 << 20
 _POLL_S = 0.1
+_DRAIN_POLL_S = 0.05
+_DRAIN_AFTER_EXIT_S = 2.0
 REDACTED = b"[redacted]"
 
 
@@ -179,11 +181,14 @@ class Owner:
                         process.signal_group(worker.pid, signal.SIGKILL)
                 if exited_at is None and worker.poll() is not None:
                     exited_at = now
-                # A child that outlives the harness may hold the pipe open: stop reading soon after exit.
-                if exited_at is not None and now - exited_at > 0.5:
+                # A child that outlives the harness may hold the pipe open: after the exit, read
+                # what is already there, then stop (bounded, in case that child keeps writing).
+                if exited_at is not None and now - exited_at > _DRAIN_AFTER_EXIT_S:
                     break
-                ready, _, _ = select.select([fd], [], [], _POLL_S)
+                ready, _, _ = select.select([fd], [], [], _POLL_S if exited_at is None else _DRAIN_POLL_S)
                 if not ready:
+                    if exited_at is not None:
+                        break
                     continue
                 chunk = os.read(fd, _READ_CHUNK)
                 if not chunk:

@@ -1,0 +1,82 @@
+"""The terminal state rules of contract §7.5, first match wins."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from courier.runs.owner import Owner
+from courier.runs.store import Store
+from tests_support import sample_record
+
+
+def _owner(tmp_path: Path) -> tuple[Store, Owner, str]:
+    store = Store(tmp_path / "home").ensure()
+    record = sample_record()
+    store.create(record, "task")
+    return store, Owner(store, record), record.agent_id
+
+
+def _feed(owner: Owner, *lines: str) -> None:
+    for line in lines:
+        owner.summary.feed(line.encode() + b"\n")
+
+
+COMPLETED = '{"type":"turn.completed","usage":{"input_tokens":1,"output_tokens":2}}'
+FAILED = '{"type":"turn.failed","error":{"message":"boom"}}'
+
+
+def test_a_stop_request_wins_over_a_timeout(tmp_path: Path) -> None:
+    store, owner, agent_id = _owner(tmp_path)
+    store.request_stop(agent_id, "test")
+    owner.timed_out = True
+    owner.decide_and_save(exit_code=143)
+    saved = store.load(agent_id)
+    assert saved.state == "failed" and str(saved.failure).startswith("stopped on request at ")
+
+
+@pytest.mark.parametrize(("timed_out", "exit_code", "lines", "state", "failure"), [
+    (True, 143, [COMPLETED], "timeout", "timed out after 1m0s"),
+    (False, 1, [FAILED], "failed", "harness exited with code 1; harness reported a failed turn: boom"),
+    (False, 2, [], "failed", "harness exited with code 2"),
+    (False, 0, [FAILED], "failed", "harness reported a failed turn: boom"),
+    (False, 0, ['{"type":"turn.started"}'], "failed", "no terminal turn event"),
+    (False, 0, ["not json", COMPLETED, "{also not"], "completed", None),
+    (False, 0, ['{"type":"error","message":"Reconnecting... 1/2"}', COMPLETED], "completed", None),
+])
+def test_terminal_state_rules(tmp_path: Path, timed_out: bool, exit_code: int, lines: list[str], state: str,
+                              failure: str | None) -> None:
+    store, owner, agent_id = _owner(tmp_path)
+    owner.timed_out = timed_out
+    _feed(owner, *lines)
+    owner.decide_and_save(exit_code=exit_code)
+    saved = store.load(agent_id)
+    assert (saved.state, saved.failure) == (state, failure)
+    assert saved.finished_at and saved.duration_ms is not None
+
+
+def test_a_lost_terminal_save_is_retried_then_reported_through_owner_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from courier.runs import owner as owner_mod
+    from courier.runs.store import render
+
+    store, owner, agent_id = _owner(tmp_path)
+    owner.record.owner_pid, owner.record.owner_token = 999_999_999, "linux:gone:1"
+    store.save(owner.record)
+    attempts: list[int] = []
+
+    def failing_save(record: object) -> None:
+        attempts.append(1)
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(store, "save", failing_save)
+    monkeypatch.setattr(owner_mod.time, "sleep", lambda _s: None)
+    _feed(owner, COMPLETED)
+    owner.decide_and_save(exit_code=0)
+    monkeypatch.undo()
+    assert len(attempts) == 5
+    result = render(store.load(agent_id), store)
+    assert result.state == "abandoned"
+    assert "could not save the terminal state completed" in str(result.failure)
