@@ -24,14 +24,6 @@ def _s(text: object) -> str:
     return sanitize(str(text))
 
 
-def _timestamp(text: str) -> datetime:
-    try:
-        return datetime.fromisoformat(text.replace("Z", "+00:00")[:26] + ("+00:00" if "Z" in text else ""))
-    except ValueError:
-        try:
-            return datetime.fromisoformat(text.replace("Z", "+00:00"))
-        except ValueError:
-            return datetime.min
 
 
 def sort_results(results: list[Result]) -> list[Result]:

@@ -1,0 +1,63 @@
+"""Go durations, and text rendering that never lets foreign control characters through."""
+
+from __future__ import annotations
+
+import pytest
+
+from courier.render import list_lines, sort_results, status_text
+from courier.text import clip_bytes, sanitize
+from protocol.durations import BadDuration, format_duration_ms, parse_duration_ms
+from protocol.models import Result
+from tests_support import sample_record
+
+
+@pytest.mark.parametrize(("text", "ms"), [("0", 0), ("90s", 90_000), ("30m", 1_800_000), ("1h30m", 5_400_000),
+                                          ("500ms", 500), ("1.5s", 1500), ("-1s", -1000), ("168h", 604_800_000),
+                                          ("2h3m4s5ms", 7_384_005), ("1000us", 1)])
+def test_go_durations(text: str, ms: int) -> None:
+    assert parse_duration_ms(text) == ms
+
+
+@pytest.mark.parametrize("text", ["", "1", "s", "1d", "1h 2m", "h1", "--1s", "1.s.s", "0x10s"])
+def test_bad_durations(text: str) -> None:
+    with pytest.raises(BadDuration):
+        parse_duration_ms(text)
+
+
+def test_format_duration_round_trips() -> None:
+    for ms in (0, 1, 999, 61_000, 3_600_000, 5_400_500):
+        assert parse_duration_ms(format_duration_ms(ms)) == ms
+
+
+def test_sanitize_replaces_controls_bidi_and_zero_width() -> None:
+    assert sanitize("a\x1b[2Jb\u202ec\u200bd\x07e\nf") == "a [2Jb c d e f"
+    assert sanitize("line1\nline2\x00", keep_newlines=True) == "line1\nline2 "
+
+
+def test_clip_bytes_never_splits_a_character() -> None:
+    clipped = clip_bytes("é" * 300, 240)
+    assert len(clipped.encode()) <= 240 and clipped.endswith("…")
+
+
+def _result(**overrides: object) -> Result:
+    from courier.runs.store import render
+
+    return render(sample_record(**overrides)).model_copy(update={k: v for k, v in overrides.items()
+                                                                  if k in ("machine",)})
+
+
+def test_status_text_pads_labels_and_sanitises_foreign_text() -> None:
+    result = _result(failure="bad\x1b]0;pwned\x07thing", result="done\x1b[31m!")
+    text = status_text(result, details=True)
+    assert "failure:  bad ]0;pwned thing\n" in text
+    assert "result:   done [31m!\n" in text and "\x1b" not in text
+
+
+def test_list_is_newest_first_with_ties_by_machine_then_id() -> None:
+    older = _result(started_at="2026-01-01T00:00:00.000Z")
+    newer_local = _result(started_at="2026-02-01T00:00:00Z")
+    newer_remote = _result(started_at="2026-02-01T00:00:00.000000000Z", machine="box")
+    ordered = sort_results([older, newer_remote, newer_local])
+    assert ordered == [newer_local, newer_remote, older]
+    assert list_lines([]) == "no dispatched agent runs\n"
+    assert list_lines([newer_remote]).startswith(f"box:{newer_remote.agent_id}\tabandoned\tfake\t")
