@@ -250,10 +250,8 @@ class Owner:
         else:
             state, failure = "completed", None
         record.exit_code = exit_code
-        message = final_message(self.run_dir / store_mod.LAST_MESSAGE, summary)
-        if message is not None and self.secret:
-            message = message.replace(self.secret.decode(), REDACTED.decode())
-        record.result = message
+        record.result = final_message(self.run_dir / store_mod.LAST_MESSAGE, summary, secret=self.secret,
+                                      mask=REDACTED)
         record.tool_calls = summary.tool_calls
         record.usage = summary.usage
         if record.worktree_dir:

@@ -1,0 +1,105 @@
+"""Running git safely: one helper that never raises and never lets the user's git setup steer it.
+
+Every call ignores the global and system git config (GIT_CONFIG_GLOBAL=/dev/null,
+GIT_CONFIG_NOSYSTEM=1), drops inherited GIT_* variables (GIT_DIR, GIT_INDEX_FILE,
+GIT_CONFIG_PARAMETERS, … would redirect it), never prompts (GIT_TERMINAL_PROMPT=0, stdin
+from /dev/null, its own session), takes no optional locks (so reading status never
+contends with a worker's git), and speaks the C locale (so `--shortstat` parses).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+from collections.abc import Mapping, Sequence
+
+from courier.text import clip_bytes, sanitize
+
+# Return codes of results that git itself did not produce.
+TIMED_OUT = 124  # as timeout(1): git ran longer than its bound and was killed
+NOT_RUN = 127  # as a shell: git could not be started (missing, cwd gone, …)
+
+_DEFAULT_TIMEOUT_S = 30.0
+_DRAIN_AFTER_KILL_S = 2.0
+
+
+def git_environment(extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment every git call gets: this process's, minus GIT_*, plus the safe settings."""
+    env = {key: value for key, value in os.environ.items() if not key.startswith("GIT_")}
+    env.pop("LANGUAGE", None)
+    env.update(
+        {
+            "GIT_CONFIG_GLOBAL": os.devnull,
+            "GIT_CONFIG_NOSYSTEM": "1",
+            "GIT_TERMINAL_PROMPT": "0",
+            "GIT_OPTIONAL_LOCKS": "0",
+            "GIT_ASKPASS": "",
+            "SSH_ASKPASS": "",
+            "LC_ALL": "C",
+        }
+    )
+    if extra:
+        env.update(extra)
+    return env
+
+
+def run_git(
+    args: Sequence[str],
+    cwd: str | os.PathLike[str],
+    timeout: float = _DEFAULT_TIMEOUT_S,
+    *,
+    env: Mapping[str, str] | None = None,
+) -> subprocess.CompletedProcess[bytes]:
+    """Run `git <args>` in `cwd` and return its CompletedProcess (stdout and stderr as bytes).
+
+    Never raises for git's own failures: a non-zero exit is simply the returncode. When git
+    runs past `timeout` seconds its whole process group is killed and the result has
+    returncode `TIMED_OUT` (124) and stderr `git timed out after <t> s`; when it cannot be
+    started (git missing, `cwd` not a directory, …) the result has returncode `NOT_RUN` (127)
+    and stderr naming the OSError. Either way stdout is whatever was captured (possibly b"").
+    `env` adds to (or overrides) the safe environment of `git_environment`.
+    """
+    argv = ["git", *args]
+    try:
+        process = subprocess.Popen(
+            argv,
+            cwd=cwd,
+            env=git_environment(env),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
+    except OSError as error:
+        return subprocess.CompletedProcess(argv, NOT_RUN, b"", f"could not run git: {error}".encode())
+    with process:
+        try:
+            stdout, stderr = process.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            _kill_group(process)
+            try:
+                stdout, _ = process.communicate(timeout=_DRAIN_AFTER_KILL_S)
+            except subprocess.TimeoutExpired:  # something outside the group holds the pipes
+                stdout = b""
+            message = f"git timed out after {timeout:g} s".encode()
+            return subprocess.CompletedProcess(argv, TIMED_OUT, stdout or b"", message)
+        except BaseException:
+            _kill_group(process)
+            process.wait()
+            raise
+    return subprocess.CompletedProcess(argv, process.returncode, stdout, stderr)
+
+
+def _kill_group(process: subprocess.Popen[bytes]) -> None:
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except OSError:
+        process.kill()
+
+
+def stderr_line(done: subprocess.CompletedProcess[bytes], limit: int = 512) -> str:
+    """git's stderr as one short sanitised line for a message (its last non-blank line, cut to `limit` bytes)."""
+    lines = [line.strip() for line in done.stderr.decode("utf-8", "replace").splitlines() if line.strip()]
+    text = lines[-1] if lines else f"git exited with status {done.returncode}"
+    return clip_bytes(sanitize(text), limit)

@@ -1,0 +1,157 @@
+"""summarize_changes, count_dirty and run_git against real git repositories (contract §7.6)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from courier.runs.changes import GitFailed, count_dirty, porcelain_paths, summarize_changes
+from courier.runs.git import NOT_RUN, TIMED_OUT, run_git
+from protocol.models import ChangeSummary
+
+
+def git(cwd: Path, *args: str) -> str:
+    env = {
+        **os.environ,
+        "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.com",
+        "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.com",
+        "GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_NOSYSTEM": "1",
+    }  # fmt: skip
+    return subprocess.run(["git", *args], cwd=cwd, env=env, check=True, capture_output=True, text=True).stdout
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> tuple[Path, str]:
+    path = tmp_path / "repo"
+    path.mkdir()
+    git(path, "init", "-q", "-b", "main")
+    (path / "README.md").write_text("one\ntwo\nthree\n")
+    (path / "gone.txt").write_text("bye\n")
+    git(path, "add", ".")
+    git(path, "commit", "-q", "-m", "initial")
+    return path, git(path, "rev-parse", "HEAD").strip()
+
+
+def test_clean_worktree(repo: tuple[Path, str]) -> None:
+    path, base = repo
+    assert summarize_changes(str(path), base, None) == ChangeSummary(
+        files_changed=0, insertions=0, deletions=0, commits=0
+    )
+    assert count_dirty(str(path)) == 0
+
+
+def test_new_modified_and_deleted_files(repo: tuple[Path, str]) -> None:
+    path, base = repo
+    (path / "hello.txt").write_text("hello\n")  # untracked: listed, no lines counted
+    (path / "README.md").write_text("one\n2\nthree\nfour\n")  # 2 insertions, 1 deletion
+    (path / "gone.txt").unlink()  # 1 deletion
+    summary = summarize_changes(str(path), base, 3)
+    assert summary is not None
+    assert summary.files_changed == 3
+    assert sorted(summary.files or []) == ["README.md", "gone.txt", "hello.txt"]
+    assert (summary.insertions, summary.deletions) == (2, 2)
+    assert summary.commits == 0
+    assert summary.files_truncated is None
+    assert summary.preexisting_changes == 3
+    assert count_dirty(str(path)) == 3
+
+
+def test_commits_since_base_count_and_their_lines(repo: tuple[Path, str]) -> None:
+    path, base = repo
+    for index in range(2):
+        (path / f"c{index}.txt").write_text("x\ny\n")
+        git(path, "add", ".")
+        git(path, "commit", "-q", "-m", f"c{index}")
+    summary = summarize_changes(str(path), base, None)
+    assert summary is not None
+    assert summary.commits == 2
+    assert summary.files_changed == 0  # committed work is clean in status
+    assert (summary.insertions, summary.deletions) == (4, 0)  # but counted against the base
+    assert summary.preexisting_changes is None
+
+
+def test_renamed_files_are_one_entry(repo: tuple[Path, str]) -> None:
+    path, base = repo
+    git(path, "mv", "gone.txt", "moved.txt")
+    summary = summarize_changes(str(path), base, None)
+    assert summary is not None and summary.files == ["moved.txt"] and summary.files_changed == 1
+
+
+def test_sixty_files_list_fifty_and_say_truncated(repo: tuple[Path, str]) -> None:
+    path, base = repo
+    for index in range(60):
+        (path / f"f{index:02}.txt").write_text(f"{index}\n")
+    summary = summarize_changes(str(path), base, 0)
+    assert summary is not None
+    assert summary.files_changed == 60
+    assert summary.files == [f"f{index:02}.txt" for index in range(50)]
+    assert summary.files_truncated is True
+    wire = summary.to_wire()
+    assert wire["files_truncated"] is True and len(wire["files"]) == 50
+
+
+def test_without_a_base_lines_are_against_head_and_commits_omitted(repo: tuple[Path, str]) -> None:
+    path, _ = repo
+    (path / "README.md").write_text("one\n")
+    summary = summarize_changes(str(path), None, None)
+    assert summary is not None
+    assert (summary.insertions, summary.deletions, summary.commits) == (0, 2, None)
+
+
+def test_an_unknown_base_degrades_only_the_fields_it_fills(repo: tuple[Path, str]) -> None:
+    path, _ = repo
+    (path / "new.txt").write_text("n\n")
+    summary = summarize_changes(str(path), "0" * 40, None)
+    assert summary is not None
+    assert summary.files_changed == 1
+    assert (summary.insertions, summary.deletions, summary.commits) == (None, None, None)
+
+
+def test_a_non_hex_base_is_never_given_to_git(repo: tuple[Path, str]) -> None:
+    path, _ = repo
+    summary = summarize_changes(str(path), "--output=/tmp/x", None)
+    assert summary is not None and summary.commits is None
+
+
+def test_non_git_and_missing_directories_degrade_to_none(tmp_path: Path) -> None:
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    if run_git(["rev-parse", "--git-dir"], cwd=plain).returncode == 0:
+        pytest.skip("the temporary directory is inside a git repository")
+    assert summarize_changes(str(plain), None, None) is None
+    assert summarize_changes(str(tmp_path / "missing"), "a" * 40, 2) is None
+    with pytest.raises(GitFailed, match="git status failed"):
+        count_dirty(str(plain))
+    with pytest.raises(GitFailed):
+        count_dirty(str(tmp_path / "missing"))
+
+
+def test_user_git_config_and_git_variables_are_ignored(repo: tuple[Path, str], tmp_path: Path) -> None:
+    path, _ = repo
+    hostile = tmp_path / "gitconfig"
+    hostile.write_text("[status]\n\tshowUntrackedFiles = no\n")
+    os.environ["GIT_CONFIG_GLOBAL"] = str(hostile)
+    os.environ["GIT_DIR"] = str(tmp_path / "elsewhere")
+    try:
+        (path / "untracked.txt").write_text("u\n")
+        summary = summarize_changes(str(path), None, None)
+    finally:
+        del os.environ["GIT_CONFIG_GLOBAL"], os.environ["GIT_DIR"]
+    assert summary is not None and summary.files == ["untracked.txt"]
+
+
+def test_run_git_reports_failures_instead_of_raising(tmp_path: Path) -> None:
+    missing = run_git(["status"], cwd=tmp_path / "nope", timeout=5)
+    assert missing.returncode == NOT_RUN and b"could not run git" in missing.stderr
+    (tmp_path / "hook").mkdir()
+    slow = run_git(["-c", "alias.nap=!sleep 5", "nap"], cwd=tmp_path / "hook", timeout=0.3)
+    assert slow.returncode == TIMED_OUT and b"timed out" in slow.stderr
+
+
+def test_porcelain_paths_parses_renames_and_odd_names() -> None:
+    output = b" M a b.txt\0R  new.txt\0old.txt\0?? caf\xc3\xa9\n.txt\0A  x\0"
+    assert porcelain_paths(output) == ["a b.txt", "new.txt", "café\n.txt", "x"]
+    assert porcelain_paths(b"") == []
