@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
-from enum import Enum
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
@@ -14,20 +14,24 @@ from typer._click import exceptions as click_exceptions  # typer vendors its own
 from courier import __version__
 from courier.config import Config, load_config
 from courier.errors import Finding, Interrupted, UsageError, WbError
-from courier.render import dispatch_line, list_lines, ref_of, sort_results, status_text, to_json
+from courier.render import dispatch_line, list_lines, sort_results, status_text, to_json
 from courier.route import ask, await_result, is_transport
 from protocol import limits
 from protocol.durations import BadDuration, parse_duration_ms
-from protocol.models import RemoteRequest, Result
+from protocol.models import RemoteRequest
 from protocol.refs import BadName, check_machine_name, format_reference, new_run_id, split_reference
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
-                  help="Dispatch one bounded coding task to one coding-agent harness, here or over SSH.")
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    help="Dispatch one bounded coding task to one coding-agent harness, here or over SSH.",
+)
 agent_app = typer.Typer(no_args_is_help=True, help="Dispatch, watch and stop agent runs.")
 app.add_typer(agent_app, name="agent")
 
 
-class Format(str, Enum):
+class Format(StrEnum):
     text = "text"
     json = "json"
 
@@ -45,7 +49,9 @@ def _version(value: bool) -> None:
 
 @app.callback()
 def root(
-    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True, help="Print versions.")] = False,
+    version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="Print versions.")
+    ] = False,
 ) -> None:
     """wb: one task, one harness, one worktree; the facts reported later."""
 
@@ -150,16 +156,28 @@ def _repository(repo: str | None) -> str:
 
 @agent_app.command()
 def dispatch(
-    new_worktree: Annotated[str | None, typer.Option("--new-worktree", metavar="NAME", help="Create this worktree.")] = None,
-    use_worktree: Annotated[str | None, typer.Option("--use-worktree", metavar="NAME", help="Use this existing worktree.")] = None,
+    new_worktree: Annotated[
+        str | None, typer.Option("--new-worktree", metavar="NAME", help="Create this worktree.")
+    ] = None,
+    use_worktree: Annotated[
+        str | None, typer.Option("--use-worktree", metavar="NAME", help="Use this existing worktree.")
+    ] = None,
     profile: Annotated[str | None, typer.Option("--profile", metavar="NAME", help="Configured profile.")] = None,
     task: Annotated[str | None, typer.Option("--task", metavar="TEXT", help="The task text.")] = None,
-    task_file: Annotated[str | None, typer.Option("--task-file", metavar="PATH", help="Read the task from a file (- for stdin).")] = None,
-    repo: Annotated[str | None, typer.Option("--repo", metavar="OWNER/REPO", help="Repository (default: origin of this checkout).")] = None,
-    branch: Annotated[str | None, typer.Option("--branch", metavar="NAME", help="Branch for a new worktree (default wb/NAME).")] = None,
+    task_file: Annotated[
+        str | None, typer.Option("--task-file", metavar="PATH", help="Read the task from a file (- for stdin).")
+    ] = None,
+    repo: Annotated[
+        str | None, typer.Option("--repo", metavar="OWNER/REPO", help="Repository (default: origin of this checkout).")
+    ] = None,
+    branch: Annotated[
+        str | None, typer.Option("--branch", metavar="NAME", help="Branch for a new worktree (default wb/NAME).")
+    ] = None,
     base: Annotated[str | None, typer.Option("--base", metavar="REF", help="Commit to start from.")] = None,
     to: ToOpt = None,
-    timeout: Annotated[str, typer.Option("--timeout", metavar="DURATION", help="Bound on the run (e.g. 30m, 2h).")] = "30m",
+    timeout: Annotated[
+        str, typer.Option("--timeout", metavar="DURATION", help="Bound on the run (e.g. 30m, 2h).")
+    ] = "30m",
     fmt: FormatOpt = Format.text,
     json_flag: JsonOpt = False,
 ) -> None:
@@ -179,8 +197,16 @@ def dispatch(
     repository = _repository(repo) if mode == "new" else (repo or "")
     agent_id = new_run_id()
     request = _request(
-        "dispatch", mode=mode, worktree=new_worktree or use_worktree or "", profile=profile, task=text,
-        repository=repository, branch=branch or "", base=base or "", timeout_ms=timeout_ms, agent_id=agent_id,
+        "dispatch",
+        mode=mode,
+        worktree=new_worktree or use_worktree or "",
+        profile=profile,
+        task=text,
+        repository=repository,
+        branch=branch or "",
+        base=base or "",
+        timeout_ms=timeout_ms,
+        agent_id=agent_id,
     )
     config = _config()
     try:
@@ -210,7 +236,9 @@ def status(
 @agent_app.command(name="await")
 def await_(
     reference: Annotated[str, typer.Argument(metavar="REF", help="agt-… or MACHINE:agt-…")],
-    wait_timeout: Annotated[str, typer.Option("--wait-timeout", metavar="DURATION", help="Bound on the wait (0 = none).")] = "1h",
+    wait_timeout: Annotated[
+        str, typer.Option("--wait-timeout", metavar="DURATION", help="Bound on the wait (0 = none).")
+    ] = "1h",
     to: ToOpt = None,
     fmt: FormatOpt = Format.text,
     json_flag: JsonOpt = False,
@@ -234,7 +262,9 @@ def await_(
 def list_(
     to: ToOpt = None,
     all_machines: Annotated[bool, typer.Option("--all", help="This machine and every configured machine.")] = False,
-    machine_timeout: Annotated[str, typer.Option("--machine-timeout", metavar="DURATION", help="Per-machine deadline with --all.")] = "30s",
+    machine_timeout: Annotated[
+        str, typer.Option("--machine-timeout", metavar="DURATION", help="Per-machine deadline with --all.")
+    ] = "30s",
     fmt: FormatOpt = Format.text,
     json_flag: JsonOpt = False,
 ) -> None:
@@ -267,7 +297,9 @@ def list_(
 @agent_app.command()
 def logs(
     reference: Annotated[str, typer.Argument(metavar="REF", help="agt-… or MACHINE:agt-…")],
-    tail: Annotated[int, typer.Option("--tail", metavar="N", help="How many worker actions.")] = limits.LOGS_TAIL_DEFAULT,
+    tail: Annotated[
+        int, typer.Option("--tail", metavar="N", help="How many worker actions.")
+    ] = limits.LOGS_TAIL_DEFAULT,
     raw: Annotated[bool, typer.Option("--raw", help="The whole transcript.")] = False,
     to: ToOpt = None,
 ) -> None:
@@ -388,6 +420,6 @@ def run(argv: list[str]) -> int:
     except click_exceptions.ClickException as exc:
         _error(exc.format_message())
         return exc.exit_code
-    except Exception as exc:  # noqa: BLE001 - never a traceback
+    except Exception as exc:
         _error(f"internal: {type(exc).__name__}: {exc}")
         return 1

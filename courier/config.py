@@ -248,7 +248,9 @@ class Config:
         entry = self.providers.get(name)
         if entry is None:
             names = ", ".join(sorted(self.providers))
-            raise UsageError(f'unknown provider "{name}": known providers: {names} (add it under agents.providers in {self.path})')
+            raise UsageError(
+                f'unknown provider "{name}": known providers: {names} (add it under agents.providers in {self.path})'
+            )
         if isinstance(entry, Problem):
             raise UsageError(entry.message)
         return entry
@@ -263,9 +265,7 @@ def _construct_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, deep: b
     for key_node, _ in node.value:
         key = loader.construct_object(key_node, deep=deep)
         if key in seen:
-            raise yaml.constructor.ConstructorError(
-                None, None, f"duplicate key {key!r}", key_node.start_mark
-            )
+            raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}", key_node.start_mark)
         seen.add(key)
     loader.flatten_mapping(node)
     return dict(loader.construct_pairs(node, deep=deep))

@@ -1,14 +1,14 @@
 """One error tree; each class carries its exit code (contract §3.9).
 
-    WbError (1)
-    ├── UsageError (2)            the invocation, request or configuration is invalid
-    ├── Finding (1)               a fact about the machine's state
-    │   ├── NotFound (1)          unknown run
-    │   └── NotStartable (1)      clone missing, worktree busy, credential unusable, …
-    └── TransportError (255)      the machine could not be asked or its answer not trusted
-        ├── HostKeyUnknown, HostKeyChanged, HostKeyConfigRefused
-        ├── ConnectFailed, AuthFailed, ConnectionLost, CallTimedOut
-        └── ReplyUntrusted, SchemaSkew, RemoteWbMissing
+WbError (1)
+├── UsageError (2)            the invocation, request or configuration is invalid
+├── Finding (1)               a fact about the machine's state
+│   ├── NotFound (1)          unknown run
+│   └── NotStartable (1)      clone missing, worktree busy, credential unusable, …
+└── TransportError (255)      the machine could not be asked or its answer not trusted
+    ├── HostKeyUnknown, HostKeyChanged, HostKeyConfigRefused
+    ├── ConnectFailed, AuthFailed, ConnectionLost, CallTimedOut
+    └── ReplyUntrusted, SchemaSkew, RemoteWbMissing
 """
 
 from __future__ import annotations
@@ -42,47 +42,55 @@ class NotStartable(Finding):
 
 
 class TransportError(WbError):
+    """`cause` is a short classification for fleet views ("auth", "timeout", "unknown host key", …)."""
+
     exit_code = 255
+    cause = "transport"
+
+    def __init__(self, message: str, *, cause: str | None = None) -> None:
+        super().__init__(message)
+        if cause is not None:
+            self.cause = cause
 
 
 class HostKeyUnknown(TransportError):
-    pass
+    cause = "unknown host key"
 
 
 class HostKeyChanged(TransportError):
-    pass
+    cause = "changed host key"
 
 
 class HostKeyConfigRefused(TransportError):
-    pass
+    cause = "host key verification disabled"
 
 
 class ConnectFailed(TransportError):
-    pass
+    cause = "refused"
 
 
 class AuthFailed(TransportError):
-    pass
+    cause = "auth"
 
 
 class ConnectionLost(TransportError):
-    pass
+    cause = "connection lost"
 
 
 class CallTimedOut(TransportError):
-    pass
+    cause = "timeout"
 
 
 class ReplyUntrusted(TransportError):
-    pass
+    cause = "untrusted reply"
 
 
 class SchemaSkew(TransportError):
-    pass
+    cause = "schema skew"
 
 
 class RemoteWbMissing(TransportError):
-    pass
+    cause = "wb missing"
 
 
 class Interrupted(WbError):

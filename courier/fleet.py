@@ -38,8 +38,13 @@ class MachineRow:
     results: list[Result] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
-        body: dict[str, Any] = {"machine": self.machine, "ok": self.ok, "runs": self.runs, "error": self.error,
-                                "elapsed_ms": self.elapsed_ms}
+        body: dict[str, Any] = {
+            "machine": self.machine,
+            "ok": self.ok,
+            "runs": self.runs,
+            "error": self.error,
+            "elapsed_ms": self.elapsed_ms,
+        }
         if self.skipped:
             body["skipped"] = self.skipped
         return body
@@ -68,14 +73,17 @@ async def _ask_all(
         async with slots:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                out[machine] = (None, TransportError(f"{machine}: not attempted before the deadline",
-                                                     cause="not attempted"), 0)
+                out[machine] = (
+                    None,
+                    TransportError(f"{machine}: not attempted before the deadline", cause="not attempted"),
+                    0,
+                )
                 return
             began = time.monotonic()
             try:
                 response = await call_async(config, machine, _request(operation), timeout_s=remaining)
                 out[machine] = (response, None, int((time.monotonic() - began) * 1000))
-            except Exception as exc:  # noqa: BLE001 - each machine's failure is a row, never the whole answer
+            except Exception as exc:
                 out[machine] = (None, exc, int((time.monotonic() - began) * 1000))
 
     machines = [name for name, entry in config.targets.items() if isinstance(entry, Target)]
@@ -135,12 +143,14 @@ def list_all(config: Config, machine_timeout_s: float, *, as_json: bool) -> None
         if response.warnings:
             row.error = f"{len(response.warnings)} unreadable record(s)"
             local_warnings.extend(
-                f"{format_reference(machine, w.agent_id)}: {sanitize(w.error)}" for w in response.warnings)
+                f"{format_reference(machine, w.agent_id)}: {sanitize(w.error)}" for w in response.warnings
+            )
 
     results = sort_results([result for row in rows for result in row.results])
     if as_json:
-        sys.stdout.write(to_json({"results": [r.to_wire() for r in results],
-                                  "machines": [row.to_json() for row in rows]}))
+        sys.stdout.write(
+            to_json({"results": [r.to_wire() for r in results], "machines": [row.to_json() for row in rows]})
+        )
     else:
         sys.stdout.write(list_lines(results))
     sys.stdout.flush()
@@ -189,8 +199,9 @@ def show_machines(config: Config, *, check: bool, as_json: bool) -> None:
         if isinstance(entry, Problem):
             rows.append(ProbeRow(machine=machine, error=entry.message))
             continue
-        rows.append(ProbeRow(machine=machine, host=entry.host, user=entry.user, port=entry.port,
-                             wb_path=entry.wb_path, ok=True))
+        rows.append(
+            ProbeRow(machine=machine, host=entry.host, user=entry.user, port=entry.port, wb_path=entry.wb_path, ok=True)
+        )
     if check and rows:
         started = time.monotonic()
         wall_started = datetime.now(UTC).timestamp()
@@ -214,8 +225,9 @@ def show_machines(config: Config, *, check: bool, as_json: bool) -> None:
             received = wall_started + (time.monotonic() - started)
             row.clock_offset_ms = _offset_ms(response.now, received - elapsed / 1000, received)
             if row.clock_offset_ms is not None and abs(row.clock_offset_ms) > limits.CLOCK_OFFSET_WARN_MS:
-                sys.stderr.write(f"warning: {row.machine}: clock differs from this machine's by "
-                                 f"{row.clock_offset_ms / 1000:.1f}s\n")
+                sys.stderr.write(
+                    f"warning: {row.machine}: clock differs from this machine's by {row.clock_offset_ms / 1000:.1f}s\n"
+                )
     if as_json:
         sys.stdout.write(json.dumps([row.to_json() for row in rows], indent=2) + "\n")
     else:
@@ -236,14 +248,18 @@ def _machines_table(rows: list[ProbeRow], check: bool) -> str:
     for r in rows:
         line = [r.machine, r.host or "-", r.user or "-", str(r.port or "-"), r.wb_path or "wb", "yes" if r.ok else "no"]
         if check:
-            line += [r.wb_version or "-", str(r.schema_version or "-"),
-                     f"{r.rtt_ms}ms" if r.rtt_ms is not None else "-",
-                     f"{r.clock_offset_ms:+d}ms" if r.clock_offset_ms is not None else "-"]
+            line += [
+                r.wb_version or "-",
+                str(r.schema_version or "-"),
+                f"{r.rtt_ms}ms" if r.rtt_ms is not None else "-",
+                f"{r.clock_offset_ms:+d}ms" if r.clock_offset_ms is not None else "-",
+            ]
         line.append(sanitize(r.error or ""))
         table.append(line)
     widths = [max(len(row[i]) for row in table) for i in range(len(header) - 1)]
     return "".join(
         "  ".join(cell.ljust(width) for cell, width in zip(row[:-1], widths, strict=True)).rstrip()
-        + ("  " + row[-1] if row[-1] else "") + "\n"
+        + ("  " + row[-1] if row[-1] else "")
+        + "\n"
         for row in table
     )

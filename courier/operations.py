@@ -37,7 +37,7 @@ def perform(
         response.results = None
         response.failure = exc.message
         response.failure_kind = exc.failure_kind
-    except Exception as exc:  # noqa: BLE001 - the contract wants a message, never a traceback
+    except Exception as exc:
         response.result = None
         response.results = None
         response.failure = f"internal: {type(exc).__name__}: {exc}"

@@ -24,8 +24,6 @@ def _s(text: object) -> str:
     return sanitize(str(text))
 
 
-
-
 def sort_results(results: list[Result]) -> list[Result]:
     """Newest first; ties by machine (local first) then run ID (contract §3.3)."""
     ordered = sorted(results, key=lambda r: (r.machine or "", r.agent_id))
@@ -43,7 +41,8 @@ def dispatch_line(result: Result) -> str:
     location = result.worktree_dir or result.worktree
     if result.machine:
         location = f"{result.machine}:{location}"
-    return f"{ref_of(result)} {_s(result.state)} {_s(location)} ({_s(result.resolved.provider)}/{_s(result.resolved.model)})\n"
+    model = f"{_s(result.resolved.provider)}/{_s(result.resolved.model)}"
+    return f"{ref_of(result)} {_s(result.state)} {_s(location)} ({model})\n"
 
 
 def _local_minute(text: str) -> str:

@@ -62,8 +62,9 @@ def await_chunk_ms() -> int:
 def await_result(config: Config, machine: str, agent_id: str, wait_timeout_ms: int) -> Result:
     """Await a run; a remote await is sent in chunks so no remote poller outlives a dead client."""
     if not machine:
-        request = RemoteRequest(schema_version=limits.SCHEMA_VERSION, operation="await", agent_id=agent_id,
-                                wait_timeout_ms=wait_timeout_ms)
+        request = RemoteRequest(
+            schema_version=limits.SCHEMA_VERSION, operation="await", agent_id=agent_id, wait_timeout_ms=wait_timeout_ms
+        )
         return ask(config, machine, request).result_of()
     deadline = time.monotonic() + wait_timeout_ms / 1000 if wait_timeout_ms > 0 else None
     chunk = await_chunk_ms()
@@ -71,8 +72,9 @@ def await_result(config: Config, machine: str, agent_id: str, wait_timeout_ms: i
         this_chunk = chunk
         if deadline is not None:
             this_chunk = max(1, min(chunk, int((deadline - time.monotonic()) * 1000)))
-        request = RemoteRequest(schema_version=limits.SCHEMA_VERSION, operation="await", agent_id=agent_id,
-                                wait_timeout_ms=this_chunk)
+        request = RemoteRequest(
+            schema_version=limits.SCHEMA_VERSION, operation="await", agent_id=agent_id, wait_timeout_ms=this_chunk
+        )
         result = ask(config, machine, request).result_of()
         if result.terminal or (deadline is not None and time.monotonic() >= deadline):
             return result

@@ -217,7 +217,7 @@ class RemoteRequest(WireModel):
     """One operation asked of a machine. An absent field equals its zero value."""
 
     schema_version: int
-    operation: str
+    operation: str = ""
     mode: str = ""
     worktree: str = ""
     profile: str = ""

@@ -23,9 +23,7 @@ def new_run_id() -> str:
 
 def check_run_id(text: str) -> str:
     if not _RUN_ID.fullmatch(text):
-        raise BadName(
-            f'invalid agent run ID "{text}": expected "agt-" followed by exactly 32 lowercase hex characters'
-        )
+        raise BadName(f'invalid agent run ID "{text}": expected "agt-" followed by exactly 32 lowercase hex characters')
     return text
 
 

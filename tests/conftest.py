@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -58,8 +59,14 @@ class Machine:
         self.config_path.write_text(text)
         self.config_path.chmod(0o600)
 
-    def wb(self, *args: str, input: bytes | str | None = None, cwd: Path | None = None,
-           env: dict[str, str] | None = None, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    def wb(
+        self,
+        *args: str,
+        input: bytes | str | None = None,
+        cwd: Path | None = None,
+        env: dict[str, str] | None = None,
+        timeout: float = 120,
+    ) -> subprocess.CompletedProcess[str]:
         data = input.decode() if isinstance(input, bytes) else input
         return subprocess.run(
             [sys.executable, "-m", "courier.main", *args],
@@ -87,18 +94,26 @@ class Machine:
         git(path, "remote", "add", "origin", f"git@github.com:{repository}.git")
         return path
 
-    def dispatch(self, *args: str, task: str = "scenario:complete", worktree: str = "w1",
-                 repo: str = "acme/widget") -> str:
-        done = self.wb("agent", "dispatch", "--new-worktree", worktree, "--profile", "fake", "--repo", repo,
-                       "--task", task, *args)
+    def dispatch(
+        self, *args: str, task: str = "scenario:complete", worktree: str = "w1", repo: str = "acme/widget"
+    ) -> str:
+        done = self.wb(
+            "agent", "dispatch", "--new-worktree", worktree, "--profile", "fake", "--repo", repo, "--task", task, *args
+        )
         assert done.returncode == 0, done.stderr
         return done.stdout.split()[0]
 
 
 def git(cwd: Path, *args: str) -> str:
-    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.com",
-           "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.com",
-           "GIT_CONFIG_GLOBAL": "/dev/null", "GIT_CONFIG_NOSYSTEM": "1"}
+    env = {
+        **os.environ,
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@example.com",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@example.com",
+        "GIT_CONFIG_GLOBAL": "/dev/null",
+        "GIT_CONFIG_NOSYSTEM": "1",
+    }
     return subprocess.run(["git", *args], cwd=cwd, env=env, check=True, capture_output=True, text=True).stdout
 
 
@@ -141,13 +156,11 @@ def _kill_leftovers(tmp_path: Path) -> None:
         except (psutil.Error, OSError):
             continue
         if proc.pid != os.getpid() and (marker in cmdline or cwd.startswith(marker)):
-            try:
+            with contextlib.suppress(psutil.Error):
                 proc.kill()
-            except psutil.Error:
-                pass
 
 
-def wait_for(predicate: "object", timeout: float = 30.0, interval: float = 0.05) -> bool:
+def wait_for(predicate: object, timeout: float = 30.0, interval: float = 0.05) -> bool:
     """Wait on a condition (never a fixed sleep); True when it held before the timeout."""
     import time
 

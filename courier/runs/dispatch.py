@@ -17,9 +17,8 @@ from courier.runs import process, worktrees
 from courier.runs.changes import count_dirty
 from courier.runs.environment import resolve_credential
 from courier.runs.store import Record, Store, render, rfc3339, utc_now, within_admission_grace
-from protocol.models import Resolved, Result, Routing
+from protocol.models import RemoteRequest, Resolved, Result, Routing
 from protocol.refs import format_reference, new_run_id
-from protocol.models import RemoteRequest
 
 SUPPORTED_HARNESSES = ("codex",)
 

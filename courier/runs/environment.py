@@ -76,7 +76,9 @@ def read_credential_file(provider_name: str, path: Path) -> str:
     return value
 
 
-def worker_environment(credential: Credential, harness_home: Path, environ: dict[str, str] | None = None) -> dict[str, str]:
+def worker_environment(
+    credential: Credential, harness_home: Path, environ: dict[str, str] | None = None
+) -> dict[str, str]:
     environ = dict(os.environ) if environ is None else environ
     env = {name: environ[name] for name in ALLOWLISTED_ENV if name in environ}
     env[credential.env_name] = credential.value

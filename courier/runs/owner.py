@@ -1,6 +1,6 @@
 """The detached run owner: starts the harness, watches it, and records the outcome (§7.2, §7.5).
 
-    wb --wb-internal-agent-run --run-dir <home>/agents/<id>
+wb --wb-internal-agent-run --run-dir <home>/agents/<id>
 """
 
 from __future__ import annotations
@@ -16,7 +16,8 @@ from pathlib import Path
 
 from courier.config import Provider
 from courier.errors import WbError
-from courier.runs import process, store as store_mod
+from courier.runs import process
+from courier.runs import store as store_mod
 from courier.runs.changes import summarize_changes
 from courier.runs.environment import Credential, resolve_credential, worker_environment
 from courier.runs.harness.codex import EventSummary, codex_argv, final_message
@@ -134,7 +135,9 @@ class Owner:
         self.pump(worker, events_path)
         left = process.terminate_group(worker.pid, limits.TIMEOUT_KILL_GRACE_S)
         if left:
-            self.diagnostics.append(f"killed {left} leftover process(es) of the worker's group after the harness exited")
+            self.diagnostics.append(
+                f"killed {left} leftover process(es) of the worker's group after the harness exited"
+            )
         self.decide_and_save(exit_code=_exit_code(worker.returncode))
 
     def prepare(self) -> tuple[Credential, list[str]]:
@@ -250,8 +253,7 @@ class Owner:
         else:
             state, failure = "completed", None
         record.exit_code = exit_code
-        record.result = final_message(self.run_dir / store_mod.LAST_MESSAGE, summary, secret=self.secret,
-                                      mask=REDACTED)
+        record.result = final_message(self.run_dir / store_mod.LAST_MESSAGE, summary, secret=self.secret, mask=REDACTED)
         record.tool_calls = summary.tool_calls
         record.usage = summary.usage
         if record.worktree_dir:

@@ -77,7 +77,8 @@ def logs_text(store: Store, agent_id: str, tail: int, *, raw: bool) -> str:
     if raw:
         if size > limits.REMOTE_TRANSCRIPT_MAX_BYTES:
             raise Finding(
-                f"transcript for {agent_id} is {size} bytes; fetch it on that machine with wb agent logs {agent_id} --raw"
+                f"transcript for {agent_id} is {size} bytes; "
+                f"fetch it on that machine with wb agent logs {agent_id} --raw"
             )
         with open(path, "rb") as handle:
             return f"{path}\n" + handle.read().decode("utf-8", "replace")

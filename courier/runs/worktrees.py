@@ -64,7 +64,11 @@ def _git_error(done: object) -> str:
 def resolve_base(repo_dir: Path, base: str) -> str:
     if base.startswith("-"):
         raise UsageError(f'--base "{base}" must not start with "-"')
-    done = run_git(["rev-parse", "--verify", "--quiet", "--end-of-options", f"{base}^{{commit}}"], cwd=repo_dir, timeout=_GIT_TIMEOUT)
+    done = run_git(
+        ["rev-parse", "--verify", "--quiet", "--end-of-options", f"{base}^{{commit}}"],
+        cwd=repo_dir,
+        timeout=_GIT_TIMEOUT,
+    )
     if done.returncode != 0:
         raise NotStartable(f'--base "{base}" is not a commit in {repo_dir}; fetch it there or name another ref')
     return done.stdout.decode().strip()
@@ -103,10 +107,7 @@ def registered_worktrees(clone: Path) -> set[Path]:
 
 def find_existing(projects_root: Path, repository: str | None, name: str) -> tuple[str, Path, Path]:
     """Resolve `--use-worktree NAME` to (repository, clone, worktree path); never creates."""
-    if repository:
-        candidates = [repository]
-    else:
-        candidates = _all_clone_repositories(projects_root)
+    candidates = [repository] if repository else _all_clone_repositories(projects_root)
     matches = []
     for candidate in candidates:
         clone = clone_path(projects_root, candidate)

@@ -10,8 +10,8 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import Machine, wait_for
+
 from courier.operations import perform
 from courier.runs import store as store_mod
 from courier.runs.store import Store
@@ -25,9 +25,27 @@ def _records(machine: Machine) -> list[Path]:
 def test_twenty_concurrent_dispatches_make_twenty_intact_runs(machine: Machine) -> None:
     machine.clone()
     procs = [
-        subprocess.Popen([sys.executable, "-m", "courier.main", "agent", "dispatch", "--new-worktree", f"c{i}",
-                          "--profile", "fake", "--repo", "acme/widget", "--task", "scenario:complete"],
-                         env=machine.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "courier.main",
+                "agent",
+                "dispatch",
+                "--new-worktree",
+                f"c{i}",
+                "--profile",
+                "fake",
+                "--repo",
+                "acme/widget",
+                "--task",
+                "scenario:complete",
+            ],
+            env=machine.env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         for i in range(20)
     ]
     refs = []
@@ -60,9 +78,17 @@ def test_the_same_agent_id_dispatched_twice_is_one_run(machine: Machine, monkeyp
     machine.clone()
     for key, value in machine.env.items():
         monkeypatch.setenv(key, value)
-    request = RemoteRequest(schema_version=1, operation="dispatch", mode="new", worktree="w1", profile="fake",
-                            task="scenario:complete", repository="acme/widget", timeout_ms=60_000,
-                            agent_id="agt-" + "ab" * 16)
+    request = RemoteRequest(
+        schema_version=1,
+        operation="dispatch",
+        mode="new",
+        worktree="w1",
+        profile="fake",
+        task="scenario:complete",
+        repository="acme/widget",
+        timeout_ms=60_000,
+        agent_id="agt-" + "ab" * 16,
+    )
     first = perform(request)
     second = perform(request)
     assert not first.failure and not second.failure, (first.failure, second.failure)
@@ -123,8 +149,11 @@ def test_list_into_a_closed_pipe_exits_141_without_a_traceback(machine: Machine)
         record["agent_id"] = clone_id
         (machine.home / "agents" / clone_id / "run.json").write_text(json.dumps(record))
     done = subprocess.run(
-        ["bash", "-c", f"{sys.executable} -m courier.main agent list | head -1; echo \"rc=${{PIPESTATUS[0]}}\" >&2"],
-        env=machine.env, capture_output=True, text=True, timeout=120,
+        ["bash", "-c", f'{sys.executable} -m courier.main agent list | head -1; echo "rc=${{PIPESTATUS[0]}}" >&2'],
+        env=machine.env,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert "rc=141" in done.stderr, done.stderr
     assert "Traceback" not in done.stderr and len(done.stdout.splitlines()) == 1
@@ -137,8 +166,12 @@ def test_owner_started_after_the_grace_records_failed(machine: Machine) -> None:
     record = sample_record()
     record.started_at = "2020-01-01T00:00:00.000Z"
     run_dir = store.create(record, "task")
-    done = subprocess.run([sys.executable, "-m", "courier.main", "--wb-internal-agent-run", "--run-dir", str(run_dir)],
-                          env=machine.env, capture_output=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-m", "courier.main", "--wb-internal-agent-run", "--run-dir", str(run_dir)],
+        env=machine.env,
+        capture_output=True,
+        timeout=60,
+    )
     assert done.returncode == 0
     saved = store.load(record.agent_id)
     assert saved.state == "failed" and "owner started too late" in str(saved.failure)
@@ -164,8 +197,12 @@ def test_stop_before_the_worker_starts_is_recorded_by_the_owner(machine: Machine
     run_dir = store.create(record, "task")
     stopped = machine.wb("agent", "stop", record.agent_id)
     assert stopped.returncode == 0 and stopped.stdout == f"stopping {record.agent_id} before its worker started\n"
-    subprocess.run([sys.executable, "-m", "courier.main", "--wb-internal-agent-run", "--run-dir", str(run_dir)],
-                   env=machine.env, timeout=60, check=True)
+    subprocess.run(
+        [sys.executable, "-m", "courier.main", "--wb-internal-agent-run", "--run-dir", str(run_dir)],
+        env=machine.env,
+        timeout=60,
+        check=True,
+    )
     assert wait_for(lambda: store.load(record.agent_id).state == "failed", 5)
     assert "stopped on request" in str(store.load(record.agent_id).failure)
     assert os.path.exists(run_dir / "stop-requested")

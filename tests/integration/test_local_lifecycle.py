@@ -11,7 +11,7 @@ import sys
 import time
 from pathlib import Path
 
-from conftest import CREDENTIAL_VALUE, Machine, pid_alive, wait_for
+from conftest import Machine, pid_alive, wait_for
 
 
 def _await(machine: Machine, ref: str, bound: str = "60s") -> dict[str, object]:
@@ -27,8 +27,18 @@ def _status(machine: Machine, ref: str) -> dict[str, object]:
 def test_a_completed_run_reports_its_facts_after_the_cli_has_exited(machine: Machine) -> None:
     """Dispatch returns while the owner runs on; await, status, logs and list report the outcome."""
     machine.clone()
-    done = machine.wb("agent", "dispatch", "--new-worktree", "w1", "--profile", "fake", "--repo", "acme/widget",
-                      "--task", "scenario:complete")
+    done = machine.wb(
+        "agent",
+        "dispatch",
+        "--new-worktree",
+        "w1",
+        "--profile",
+        "fake",
+        "--repo",
+        "acme/widget",
+        "--task",
+        "scenario:complete",
+    )
     assert done.returncode == 0, done.stderr
     ref, state, location, model = done.stdout.split()
     assert state == "running" and model == "(mock/gpt-5.5)"
@@ -72,8 +82,12 @@ def test_raw_logs_are_the_transcript_bytes(machine: Machine) -> None:
     machine.clone()
     ref = machine.dispatch()
     _await(machine, ref)
-    raw = subprocess.run([sys.executable, "-m", "courier.main", "agent", "logs", ref, "--raw"],
-                         capture_output=True, env=machine.env, check=True)
+    raw = subprocess.run(
+        [sys.executable, "-m", "courier.main", "agent", "logs", ref, "--raw"],
+        capture_output=True,
+        env=machine.env,
+        check=True,
+    )
     first, rest = raw.stdout.split(b"\n", 1)
     assert rest == Path(first.decode()).read_bytes()
     assert b'"type":"turn.completed"' in rest
@@ -215,8 +229,17 @@ def test_dispatch_into_an_existing_worktree_records_its_base_and_dirty_files(mac
     _await(machine, machine.dispatch())
     worktree = machine.projects / ".wb-worktrees/acme/widget/w1"
     (worktree / "notes.txt").write_text("dirty\n")
-    done = machine.wb("agent", "dispatch", "--use-worktree", "w1", "--profile", "fake", "--task",
-                      "scenario:complete file:second.txt", "--json")
+    done = machine.wb(
+        "agent",
+        "dispatch",
+        "--use-worktree",
+        "w1",
+        "--profile",
+        "fake",
+        "--task",
+        "scenario:complete file:second.txt",
+        "--json",
+    )
     assert done.returncode == 0, done.stderr
     first = json.loads(done.stdout)
     assert first["worktree_mode"] == "existing" and first["repository"] == "acme/widget"
@@ -235,14 +258,33 @@ def test_await_with_a_bound_prints_the_last_observation_and_exits_1(machine: Mac
     machine.wb("agent", "stop", ref)
 
 
+def _cpu_ticks(pid: int) -> int:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])
+
+
+def _settled(pid: int) -> bool:
+    if "pydantic_core" not in Path(f"/proc/{pid}/maps").read_text():
+        return False
+    before = _cpu_ticks(pid)
+    time.sleep(0.3)
+    return _cpu_ticks(pid) == before
+
+
 def test_ctrl_c_during_await_exits_130_and_says_the_run_continues(machine: Machine) -> None:
     machine.clone()
     ref = machine.dispatch(task="scenario:hang")
-    waiter = subprocess.Popen([sys.executable, "-m", "courier.main", "agent", "await", ref], env=machine.env,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    time.sleep(0.8)  # let the interpreter start and enter the wait; SIGINT earlier would hit start-up
+    waiter = subprocess.Popen(
+        [sys.executable, "-m", "courier.main", "agent", "await", ref],
+        env=machine.env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    # Signal once the CLI is inside its wait: imports done and the process idle between polls.
+    assert wait_for(lambda: _settled(waiter.pid), 20)
     waiter.send_signal(signal.SIGINT)
-    out, err = waiter.communicate(timeout=20)
+    _, err = waiter.communicate(timeout=20)
     assert waiter.returncode == 130, err
     assert f"interrupted; the run continues; resume with wb agent await {ref}" in err
     assert _status(machine, ref)["state"] == "running"

@@ -6,7 +6,6 @@ import os
 from pathlib import Path
 
 import pytest
-
 from conftest import CREDENTIAL_ENV, CREDENTIAL_VALUE, Machine
 
 
@@ -23,7 +22,10 @@ def _dispatch(machine: Machine, *args: str, task: tuple[str, ...] = ("--task", "
 BASE = ("--new-worktree", "w1", "--profile", "fake", "--repo", "acme/widget")
 
 USAGE_CASES = [
-    (("--new-worktree", "w1", "--use-worktree", "w1", "--profile", "fake", "--repo", "acme/widget"), "exactly one of --new-worktree"),
+    (
+        ("--new-worktree", "w1", "--use-worktree", "w1", "--profile", "fake", "--repo", "acme/widget"),
+        "exactly one of --new-worktree",
+    ),
     (("--profile", "fake", "--repo", "acme/widget"), "exactly one of --new-worktree"),
     (("--new-worktree", "w1", "--repo", "acme/widget"), "pass --profile"),
     (("--use-worktree", "w1", "--profile", "fake", "--branch", "x"), "--branch applies only"),
@@ -34,7 +36,10 @@ USAGE_CASES = [
     (("--new-worktree", "../x", "--profile", "fake", "--repo", "acme/widget"), "invalid worktree name"),
     (("--new-worktree", "w1", "--profile", "fake", "--repo", "a/b/c"), "invalid repository"),
     (("--new-worktree", "w1", "--profile", "fake", "--repo", "../x"), "invalid repository"),
-    (("--new-worktree", "w1", "--profile", "nope", "--repo", "acme/widget"), 'unknown profile "nope": configured profiles: fake'),
+    (
+        ("--new-worktree", "w1", "--profile", "nope", "--repo", "acme/widget"),
+        'unknown profile "nope": configured profiles: fake',
+    ),
     ((*BASE, "--branch", "bad..name"), 'git refuses the branch name "bad..name"'),
     ((*BASE, "--to", "-oProxyCommand=x"), "invalid machine name"),
     ((*BASE, "--to", "nowhere"), 'unknown machine "nowhere": configured machines: none'),
@@ -59,13 +64,17 @@ def test_task_and_task_file_together_are_refused(machine: Machine, tmp_path: Pat
     assert done.returncode == 2 and "exactly one of --task" in done.stderr
 
 
-@pytest.mark.parametrize(("content", "message"), [
-    (None, "cannot read it"),
-    (b"", "is blank"),
-    (b"  \n\t", "is blank"),
-    (b"ok \xff\xfe bad", "bad byte at offset 3"),
-    (b"x" * (2**20 + 1), "larger than 1048576 bytes"),
-], ids=["missing", "empty", "blank", "non-utf8", "oversize"])
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (None, "cannot read it"),
+        (b"", "is blank"),
+        (b"  \n\t", "is blank"),
+        (b"ok \xff\xfe bad", "bad byte at offset 3"),
+        (b"x" * (2**20 + 1), "larger than 1048576 bytes"),
+    ],
+    ids=["missing", "empty", "blank", "non-utf8", "oversize"],
+)
 def test_bad_task_files_are_usage_errors(machine: Machine, tmp_path: Path, content: bytes | None, message: str) -> None:
     machine.clone()
     task_file = tmp_path / "task.txt"
@@ -105,12 +114,23 @@ def test_an_unknown_base_is_a_finding(machine: Machine) -> None:
 
 def test_repo_defaults_to_the_origin_of_the_current_checkout(machine: Machine) -> None:
     clone = machine.clone()
-    done = machine.wb("agent", "dispatch", "--new-worktree", "w1", "--profile", "fake", "--task",
-                      "scenario:complete", "--json", cwd=clone)
+    done = machine.wb(
+        "agent",
+        "dispatch",
+        "--new-worktree",
+        "w1",
+        "--profile",
+        "fake",
+        "--task",
+        "scenario:complete",
+        "--json",
+        cwd=clone,
+    )
     assert done.returncode == 0, done.stderr
     assert '"repository": "acme/widget"' in done.stdout
-    outside = machine.wb("agent", "dispatch", "--new-worktree", "w2", "--profile", "fake", "--task", "x",
-                         cwd=machine.root)
+    outside = machine.wb(
+        "agent", "dispatch", "--new-worktree", "w2", "--profile", "fake", "--task", "x", cwd=machine.root
+    )
     assert outside.returncode == 2 and "pass --repo OWNER/REPO" in outside.stderr
 
 
@@ -152,16 +172,19 @@ def _make_cred(kind: str, path: Path) -> None:
             os.chown(path, 65534, 65534)
 
 
-@pytest.mark.parametrize(("kind", "message"), [
-    ("missing", "does not exist"),
-    ("symlink", "is a symlink"),
-    ("fifo", "is a FIFO"),
-    ("directory", "not a regular file"),
-    ("wrong-owner", "not owned by you"),
-    ("group-readable", "readable or writable by group/others"),
-    ("empty", "is empty"),
-    ("too-large", "larger than 65536 bytes"),
-])
+@pytest.mark.parametrize(
+    ("kind", "message"),
+    [
+        ("missing", "does not exist"),
+        ("symlink", "is a symlink"),
+        ("fifo", "is a FIFO"),
+        ("directory", "not a regular file"),
+        ("wrong-owner", "not owned by you"),
+        ("group-readable", "readable or writable by group/others"),
+        ("empty", "is empty"),
+        ("too-large", "larger than 65536 bytes"),
+    ],
+)
 def test_credential_file_refusals(machine: Machine, tmp_path: Path, kind: str, message: str) -> None:
     machine.clone()
     cred = tmp_path / "creds" / "key"
@@ -195,16 +218,42 @@ def test_a_world_writable_wb_home_is_refused(machine: Machine) -> None:
     assert not (machine.home / "agents").exists()
 
 
-@pytest.mark.parametrize(("config", "message"), [
-    ("agents:\n  profiles:\n    fake: {harness: codex, provider: mock, model: a}\n    fake: {harness: codex, provider: mock, model: b}\n", "duplicate key"),
-    ("agents: [1, 2]\n", "must be a mapping"),
-    ("agents:\n  profiles: {fake: {harness: codex, provider: deepseek, model: sk-live123}}\n", "non-secret identifier"),
-    ("agents:\n  providers: {deepseek: {wire_api: chat}}\n  profiles: {fake: {harness: codex, provider: deepseek, model: m}}\n", "wire_api"),
-    ("agents:\n  providers: {mock: {base_url: 'http://example.com/v1', credential_env: K}}\n  profiles: {fake: {harness: codex, provider: mock, model: m}}\n", "base_url must be https://"),
-    ("agents:\n  profiles: {fake: {harness: claude, provider: deepseek, model: m}}\n", 'unsupported harness "claude"'),
-    ("agents:\n  profiles: {fake: {harness: codex, provider: ghost, model: m}}\n", 'unknown provider "ghost"'),
-    ("agents:\n  providers: {mock: {base_url: 'https://x', credential_env: WB_KEY}}\n  profiles: {fake: {harness: codex, provider: mock, model: m}}\n", "credential_env must not"),
-])
+PROFILE_M = "  profiles: {fake: {harness: codex, provider: mock, model: m}}\n"
+
+
+@pytest.mark.parametrize(
+    ("config", "message"),
+    [
+        (
+            "agents:\n  profiles:\n    fake: {harness: codex, provider: mock, model: a}\n"
+            "    fake: {harness: codex, provider: mock, model: b}\n",
+            "duplicate key",
+        ),
+        ("agents: [1, 2]\n", "must be a mapping"),
+        (
+            "agents:\n  profiles: {fake: {harness: codex, provider: deepseek, model: sk-live123}}\n",
+            "non-secret identifier",
+        ),
+        (
+            "agents:\n  providers: {deepseek: {wire_api: chat}}\n"
+            "  profiles: {fake: {harness: codex, provider: deepseek, model: m}}\n",
+            "wire_api",
+        ),
+        (
+            "agents:\n  providers: {mock: {base_url: 'http://example.com/v1', credential_env: K}}\n" + PROFILE_M,
+            "base_url must be https://",
+        ),
+        (
+            "agents:\n  profiles: {fake: {harness: claude, provider: deepseek, model: m}}\n",
+            'unsupported harness "claude"',
+        ),
+        ("agents:\n  profiles: {fake: {harness: codex, provider: ghost, model: m}}\n", 'unknown provider "ghost"'),
+        (
+            "agents:\n  providers: {mock: {base_url: 'https://x', credential_env: WB_KEY}}\n" + PROFILE_M,
+            "credential_env must not",
+        ),
+    ],
+)
 def test_config_refusals_name_file_key_and_rule(machine: Machine, config: str, message: str) -> None:
     machine.clone()
     machine.write_config(config)
@@ -224,22 +273,26 @@ def test_a_provider_named_openai_works_namespaced_for_codex(machine: Machine) ->
     machine.clone()
     machine.write_config(
         f"agents:\n  providers:\n    openai: {{base_url: 'http://127.0.0.1:9/v1', credential_env: {CREDENTIAL_ENV}}}\n"
-        "  profiles:\n    fake: {harness: codex, provider: openai, model: gpt-5.5}\n")
+        "  profiles:\n    fake: {harness: codex, provider: openai, model: gpt-5.5}\n"
+    )
     ref = machine.dispatch()
     done = machine.wb("agent", "await", ref, "--json")
     assert done.returncode == 0 and '"state": "completed"' in done.stdout and '"provider": "openai"' in done.stdout
 
 
-@pytest.mark.parametrize(("args", "code", "message"), [
-    (("status", "agt-" + "0" * 32), 1, "unknown agent run agt-00000000000000000000000000000000"),
-    (("status", "agt-XYZ"), 2, 'invalid agent run ID "agt-XYZ"'),
-    (("await", "agt-" + "0" * 32, "--wait-timeout", "-1s"), 2, "must not be negative"),
-    (("logs", "agt-" + "0" * 32, "--tail", "0"), 2, "--tail must be at least 1"),
-    (("stop", "agt-" + "0" * 32), 1, "unknown agent run"),
-    (("status", "m1:agt-" + "0" * 32, "--to", "m2"), 2, "disagree"),
-    (("list", "--to", "m1", "--all"), 2, "either --to MACHINE or --all"),
-    (("dispatch", "--bogus"), 2, "No such option"),
-])
+@pytest.mark.parametrize(
+    ("args", "code", "message"),
+    [
+        (("status", "agt-" + "0" * 32), 1, "unknown agent run agt-00000000000000000000000000000000"),
+        (("status", "agt-XYZ"), 2, 'invalid agent run ID "agt-XYZ"'),
+        (("await", "agt-" + "0" * 32, "--wait-timeout", "-1s"), 2, "must not be negative"),
+        (("logs", "agt-" + "0" * 32, "--tail", "0"), 2, "--tail must be at least 1"),
+        (("stop", "agt-" + "0" * 32), 1, "unknown agent run"),
+        (("status", "m1:agt-" + "0" * 32, "--to", "m2"), 2, "disagree"),
+        (("list", "--to", "m1", "--all"), 2, "either --to MACHINE or --all"),
+        (("dispatch", "--bogus"), 2, "No such option"),
+    ],
+)
 def test_bad_references_and_flags(machine: Machine, args: tuple[str, ...], code: int, message: str) -> None:
     done = machine.wb("agent", *args)
     assert done.returncode == code, done.stderr
@@ -252,7 +305,20 @@ def test_use_worktree_that_does_not_exist_or_is_ambiguous(machine: Machine) -> N
     assert done.returncode == 1 and 'no registered worktree "ghost"' in done.stderr
     machine.clone("acme/other")
     for repo in ("acme/widget", "acme/other"):
-        assert machine.wb("agent", "dispatch", "--new-worktree", "shared", "--profile", "fake", "--repo", repo,
-                          "--task", "scenario:complete").returncode == 0
+        assert (
+            machine.wb(
+                "agent",
+                "dispatch",
+                "--new-worktree",
+                "shared",
+                "--profile",
+                "fake",
+                "--repo",
+                repo,
+                "--task",
+                "scenario:complete",
+            ).returncode
+            == 0
+        )
     done = machine.wb("agent", "dispatch", "--use-worktree", "shared", "--profile", "fake", "--task", "x")
     assert done.returncode == 1 and "several clones (acme/other, acme/widget)" in done.stderr

@@ -40,10 +40,34 @@ def test_the_worker_environment_is_the_allowlist_plus_credential_and_codex_home(
     ref = machine.dispatch(task="scenario:env-dump")
     assert machine.wb("agent", "await", ref).returncode == 0
     env = json.loads((machine.home / "agents" / ref / "harness-home" / "env.json").read_text())
-    allowed = {"PATH", "HOME", "TMPDIR", "TMP", "TEMP", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "XDG_CONFIG_HOME",
-               "XDG_CACHE_HOME", "XDG_STATE_HOME", "XDG_DATA_HOME", "SSL_CERT_FILE", "SSL_CERT_DIR",
-               "NODE_EXTRA_CA_CERTS", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "ALL_PROXY", "http_proxy",
-               "https_proxy", "no_proxy", "all_proxy", CREDENTIAL_ENV, "CODEX_HOME"}
+    allowed = {
+        "PATH",
+        "HOME",
+        "TMPDIR",
+        "TMP",
+        "TEMP",
+        "LANG",
+        "LC_ALL",
+        "LC_CTYPE",
+        "TZ",
+        "XDG_CONFIG_HOME",
+        "XDG_CACHE_HOME",
+        "XDG_STATE_HOME",
+        "XDG_DATA_HOME",
+        "SSL_CERT_FILE",
+        "SSL_CERT_DIR",
+        "NODE_EXTRA_CA_CERTS",
+        "HTTP_PROXY",
+        "HTTPS_PROXY",
+        "NO_PROXY",
+        "ALL_PROXY",
+        "http_proxy",
+        "https_proxy",
+        "no_proxy",
+        "all_proxy",
+        CREDENTIAL_ENV,
+        "CODEX_HOME",
+    }
     # The interpreter may add a few of its own (e.g. PWD from a shell, LC_CTYPE coercion); wb adds none.
     interpreter = {"PWD", "SHLVL", "_", "LC_CTYPE"}
     assert set(env) - allowed - interpreter == set()
@@ -56,8 +80,17 @@ def test_the_credential_never_reaches_a_record_a_log_or_any_output(machine: Mach
     machine.clone()
     ref = machine.dispatch(task="scenario:echo-credential")
     outputs = [machine.wb("agent", "await", ref)]
-    outputs += [machine.wb("agent", *args) for args in (("status", ref), ("status", ref, "--json"), ("list",),
-                                                        ("list", "--json"), ("logs", ref), ("logs", ref, "--raw"))]
+    outputs += [
+        machine.wb("agent", *args)
+        for args in (
+            ("status", ref),
+            ("status", ref, "--json"),
+            ("list",),
+            ("list", "--json"),
+            ("logs", ref),
+            ("logs", ref, "--raw"),
+        )
+    ]
     for done in outputs:
         assert done.returncode == 0, done.stderr
         assert CREDENTIAL_VALUE not in done.stdout + done.stderr

@@ -24,22 +24,43 @@ def test_a_missing_file_means_builtins_and_nothing_else(tmp_path: Path) -> None:
     assert config.profiles == {} and config.targets == {}
 
 
-@pytest.mark.parametrize("url", ["https://api.example.com/v1", "http://localhost:8000/v1", "http://127.0.0.1/v1",
-                                 "http://127.9.9.9:1/v1", "http://[::1]:8000/v1"])
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https://api.example.com/v1",
+        "http://localhost:8000/v1",
+        "http://127.0.0.1/v1",
+        "http://127.9.9.9:1/v1",
+        "http://[::1]:8000/v1",
+    ],
+)
 def test_allowed_base_urls(url: str) -> None:
     assert check_base_url(url) == url
 
 
-@pytest.mark.parametrize("url", ["http://example.com/v1", "http://10.0.0.1/v1", "https://u:p@x.com/v1",
-                                 "https://x.com/v1?key=1", "https://x.com/v1#f", "ftp://x.com", "https://ünï.com",
-                                 "https://x.com/" + "a" * 2048, "http://localhost.evil.com/v1"])
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://example.com/v1",
+        "http://10.0.0.1/v1",
+        "https://u:p@x.com/v1",
+        "https://x.com/v1?key=1",
+        "https://x.com/v1#f",
+        "ftp://x.com",
+        "https://ünï.com",
+        "https://x.com/" + "a" * 2048,
+        "http://localhost.evil.com/v1",
+    ],
+)
 def test_refused_base_urls(url: str) -> None:
     with pytest.raises(ValueError):
         check_base_url(url)
 
 
 def test_one_bad_entry_leaves_the_others_usable(tmp_path: Path) -> None:
-    config = _load(tmp_path, """
+    config = _load(
+        tmp_path,
+        """
 agents:
   providers:
     good: {base_url: 'https://x.example', credential_env: GOOD_KEY}
@@ -55,14 +76,19 @@ session_move:
     spaced: {ssh: {host: h, wb_path: '/home/a b/wb'}}
     relative: {ssh: {host: h, wb_path: bin/wb}}
     noport: {ssh: {host: h, port: 70000}}
-""")
+""",
+    )
     assert isinstance(config.providers["good"], Provider)
     assert "provider names must match" in config.providers["Bad_Name"].message  # type: ignore[union-attr]
     assert "exactly one of credential_env and credential_file" in config.providers["both"].message  # type: ignore[union-attr]
     assert "agents.profiles.typo.reasonin: unknown key" in config.profiles["typo"].message  # type: ignore[union-attr]
     assert config.target("box") == Target(host="box.lan", user="ai", port=2222, wb_path="/home/ai/.local/bin/wb")
-    for name, rule in (("evil", "host must match"), ("spaced", "wb_path segments"), ("relative", "absolute"),
-                       ("noport", "between 1 and 65535")):
+    for name, rule in (
+        ("evil", "host must match"),
+        ("spaced", "wb_path segments"),
+        ("relative", "absolute"),
+        ("noport", "between 1 and 65535"),
+    ):
         entry = config.targets[name]
         assert isinstance(entry, Problem) and rule in entry.message and str(tmp_path / "wb.yaml") in entry.message
         with pytest.raises(UsageError, match=rule):
@@ -76,8 +102,9 @@ def test_builtin_provider_fields_merge_and_credential_source_is_replaced(tmp_pat
     assert provider.credential_env is None
 
 
-def test_home_and_projects_root_come_from_the_file_then_the_environment(tmp_path: Path,
-                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+def test_home_and_projects_root_come_from_the_file_then_the_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("WB_HOME", "/env/home")
     monkeypatch.setenv("WB_PROJECTS_ROOT", "/env/projects")
     assert load_config(tmp_path / "absent.yaml").home == Path("/env/home")
@@ -85,10 +112,13 @@ def test_home_and_projects_root_come_from_the_file_then_the_environment(tmp_path
     assert config.home == Path("/file/home") and config.projects_root == Path("/env/projects")
 
 
-@pytest.mark.parametrize(("text", "message"), [
-    ("session_move:\n  targets:\n    m: {ssh: {host: h, user: no}}\n", "must be a YAML string"),
-    ("session_move:\n  targets:\n    m: {ssh: {host: h, port: '22'}}\n", "must be a whole number"),
-])
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("session_move:\n  targets:\n    m: {ssh: {host: h, user: no}}\n", "must be a YAML string"),
+        ("session_move:\n  targets:\n    m: {ssh: {host: h, port: '22'}}\n", "must be a whole number"),
+    ],
+)
 def test_yaml_coercions_are_refused(tmp_path: Path, text: str, message: str) -> None:
     with pytest.raises(UsageError, match=message):
         _load(tmp_path, text).target("m")

@@ -3,17 +3,29 @@
 from __future__ import annotations
 
 import pytest
+from tests_support import sample_record
 
 from courier.render import list_lines, sort_results, status_text
 from courier.text import clip_bytes, sanitize
 from protocol.durations import BadDuration, format_duration_ms, parse_duration_ms
 from protocol.models import Result
-from tests_support import sample_record
 
 
-@pytest.mark.parametrize(("text", "ms"), [("0", 0), ("90s", 90_000), ("30m", 1_800_000), ("1h30m", 5_400_000),
-                                          ("500ms", 500), ("1.5s", 1500), ("-1s", -1000), ("168h", 604_800_000),
-                                          ("2h3m4s5ms", 7_384_005), ("1000us", 1)])
+@pytest.mark.parametrize(
+    ("text", "ms"),
+    [
+        ("0", 0),
+        ("90s", 90_000),
+        ("30m", 1_800_000),
+        ("1h30m", 5_400_000),
+        ("500ms", 500),
+        ("1.5s", 1500),
+        ("-1s", -1000),
+        ("168h", 604_800_000),
+        ("2h3m4s5ms", 7_384_005),
+        ("1000us", 1),
+    ],
+)
 def test_go_durations(text: str, ms: int) -> None:
     assert parse_duration_ms(text) == ms
 
@@ -42,8 +54,9 @@ def test_clip_bytes_never_splits_a_character() -> None:
 def _result(**overrides: object) -> Result:
     from courier.runs.store import render
 
-    return render(sample_record(**overrides)).model_copy(update={k: v for k, v in overrides.items()
-                                                                  if k in ("machine",)})
+    return render(sample_record(**overrides)).model_copy(
+        update={k: v for k, v in overrides.items() if k in ("machine",)}
+    )
 
 
 def test_status_text_pads_labels_and_sanitises_foreign_text() -> None:

@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from tests_support import sample_record
 
 from courier.runs.owner import Owner
 from courier.runs.store import Store
-from tests_support import sample_record
 
 
 def _owner(tmp_path: Path) -> tuple[Store, Owner, str]:
@@ -36,17 +36,21 @@ def test_a_stop_request_wins_over_a_timeout(tmp_path: Path) -> None:
     assert saved.state == "failed" and str(saved.failure).startswith("stopped on request at ")
 
 
-@pytest.mark.parametrize(("timed_out", "exit_code", "lines", "state", "failure"), [
-    (True, 143, [COMPLETED], "timeout", "timed out after 1m0s"),
-    (False, 1, [FAILED], "failed", "harness exited with code 1; harness reported a failed turn: boom"),
-    (False, 2, [], "failed", "harness exited with code 2"),
-    (False, 0, [FAILED], "failed", "harness reported a failed turn: boom"),
-    (False, 0, ['{"type":"turn.started"}'], "failed", "no terminal turn event"),
-    (False, 0, ["not json", COMPLETED, "{also not"], "completed", None),
-    (False, 0, ['{"type":"error","message":"Reconnecting... 1/2"}', COMPLETED], "completed", None),
-])
-def test_terminal_state_rules(tmp_path: Path, timed_out: bool, exit_code: int, lines: list[str], state: str,
-                              failure: str | None) -> None:
+@pytest.mark.parametrize(
+    ("timed_out", "exit_code", "lines", "state", "failure"),
+    [
+        (True, 143, [COMPLETED], "timeout", "timed out after 1m0s"),
+        (False, 1, [FAILED], "failed", "harness exited with code 1; harness reported a failed turn: boom"),
+        (False, 2, [], "failed", "harness exited with code 2"),
+        (False, 0, [FAILED], "failed", "harness reported a failed turn: boom"),
+        (False, 0, ['{"type":"turn.started"}'], "failed", "no terminal turn event"),
+        (False, 0, ["not json", COMPLETED, "{also not"], "completed", None),
+        (False, 0, ['{"type":"error","message":"Reconnecting... 1/2"}', COMPLETED], "completed", None),
+    ],
+)
+def test_terminal_state_rules(
+    tmp_path: Path, timed_out: bool, exit_code: int, lines: list[str], state: str, failure: str | None
+) -> None:
     store, owner, agent_id = _owner(tmp_path)
     owner.timed_out = timed_out
     _feed(owner, *lines)

@@ -26,8 +26,13 @@ def valid_requests(draw: st.DrawFn) -> RemoteRequest:
     fields: dict[str, Any] = {}
     if operation == "dispatch":
         mode = draw(st.sampled_from(["new", "existing"]))
-        fields.update(mode=mode, worktree=draw(names), profile=draw(names), task=draw(texts),
-                      timeout_ms=draw(st.integers(1, limits.TIMEOUT_MAX_MS)))
+        fields.update(
+            mode=mode,
+            worktree=draw(names),
+            profile=draw(names),
+            task=draw(texts),
+            timeout_ms=draw(st.integers(1, limits.TIMEOUT_MAX_MS)),
+        )
         if mode == "new" or draw(st.booleans()):
             fields["repository"] = f"{draw(names).replace('_', '-')}/{draw(names)}"
         if mode == "new" and draw(st.booleans()):
@@ -57,11 +62,29 @@ json_values = st.recursive(
     max_leaves=20,
 )
 request_like = st.fixed_dictionaries(
-    {"schema_version": st.one_of(st.just(1), json_values), "operation": st.one_of(
-        st.sampled_from(["dispatch", "status", "await", "list", "logs", "stop", "version"]), json_values)},
-    optional={key: json_values | names | run_ids for key in (
-        "mode", "worktree", "profile", "task", "repository", "branch", "base", "timeout_ms", "agent_id",
-        "wait_timeout_ms", "raw", "tail")},
+    {
+        "schema_version": st.one_of(st.just(1), json_values),
+        "operation": st.one_of(
+            st.sampled_from(["dispatch", "status", "await", "list", "logs", "stop", "version"]), json_values
+        ),
+    },
+    optional={
+        key: json_values | names | run_ids
+        for key in (
+            "mode",
+            "worktree",
+            "profile",
+            "task",
+            "repository",
+            "branch",
+            "base",
+            "timeout_ms",
+            "agent_id",
+            "wait_timeout_ms",
+            "raw",
+            "tail",
+        )
+    },
 )
 
 
@@ -84,8 +107,16 @@ def test_arbitrary_bytes_never_raise_anything_but_a_refusal(data: bytes) -> None
 
 
 def _dispatch(**overrides: Any) -> dict[str, Any]:
-    body = {"schema_version": 1, "operation": "dispatch", "mode": "new", "worktree": "w1", "profile": "fast",
-            "task": "do it", "repository": "acme/widget", "timeout_ms": 1000}
+    body = {
+        "schema_version": 1,
+        "operation": "dispatch",
+        "mode": "new",
+        "worktree": "w1",
+        "profile": "fast",
+        "task": "do it",
+        "repository": "acme/widget",
+        "timeout_ms": 1000,
+    }
     body.update(overrides)
     return {key: value for key, value in body.items() if value is not ...}
 
@@ -143,8 +174,22 @@ def test_oversize_request_is_refused_by_size() -> None:
         decode_request(b" " * (limits.REQUEST_MAX_BYTES + 1))
 
 
-@pytest.mark.parametrize("reference", ["", "agt-", "agt-123", "AGT-" + "0" * 32, ":" + RUN_ID, "m:", " : ",
-                                       "m:agt-xyz", "bad name:" + RUN_ID, "-m:" + RUN_ID, RUN_ID + " trailing"])
+@pytest.mark.parametrize(
+    "reference",
+    [
+        "",
+        "agt-",
+        "agt-123",
+        "AGT-" + "0" * 32,
+        ":" + RUN_ID,
+        "m:",
+        " : ",
+        "m:agt-xyz",
+        "bad name:" + RUN_ID,
+        "-m:" + RUN_ID,
+        RUN_ID + " trailing",
+    ],
+)
 def test_malformed_references_are_refused(reference: str) -> None:
     with pytest.raises(BadName):
         split_reference(reference)
@@ -184,9 +229,18 @@ GOLDEN_RESULT: dict[str, Any] = {
     "state": "completed",
     "terminal": True,
     "profile": "fast",
-    "resolved": {"profile": "fast", "harness": "codex", "provider": "deepseek", "model": "deepseek-flash",
-                 "reasoning": "high", "routing": {"base_url": "https://api.deepseek.com",
-                                                  "credential_env": "DEEPSEEK_API_KEY", "wire_api": "responses"}},
+    "resolved": {
+        "profile": "fast",
+        "harness": "codex",
+        "provider": "deepseek",
+        "model": "deepseek-flash",
+        "reasoning": "high",
+        "routing": {
+            "base_url": "https://api.deepseek.com",
+            "credential_env": "DEEPSEEK_API_KEY",
+            "wire_api": "responses",
+        },
+    },
     "repository": "acme/widget",
     "worktree_mode": "new",
     "worktree": "fix-login",
@@ -229,10 +283,17 @@ def test_golden_response_decodes_and_what_we_encode_decodes_back() -> None:
 
 
 def test_go_peer_shapes_decode_zero_values_as_absent() -> None:
-    go_result = {**GOLDEN_RESULT, "finished_at": "0001-01-01T00:00:00Z", "failure": "", "machine": "",
-                 "state": "running", "terminal": True}
-    response = RemoteResponse.model_validate({"schema_version": 1, "operation": "list", "results": None,
-                                              "result": None, "logs": "", "failure": ""})
+    go_result = {
+        **GOLDEN_RESULT,
+        "finished_at": "0001-01-01T00:00:00Z",
+        "failure": "",
+        "machine": "",
+        "state": "running",
+        "terminal": True,
+    }
+    response = RemoteResponse.model_validate(
+        {"schema_version": 1, "operation": "list", "results": None, "result": None, "logs": "", "failure": ""}
+    )
     assert response.results_of() == []
     result = Result.model_validate(go_result)
     assert result.finished_at is None and result.failure is None and result.machine is None
@@ -246,7 +307,8 @@ def test_list_reply_always_carries_results() -> None:
 
 def test_stop_reply_decodes_with_its_own_shape() -> None:
     response = RemoteResponse.model_validate(
-        {"schema_version": 1, "operation": "stop", "result": {"agent_id": RUN_ID, "worker_pid": 77, "state": "running"}})
+        {"schema_version": 1, "operation": "stop", "result": {"agent_id": RUN_ID, "worker_pid": 77, "state": "running"}}
+    )
     stopped = response.stop_result_of()
     assert (stopped.agent_id, stopped.worker_pid, stopped.state) == (RUN_ID, 77, "running")
 
