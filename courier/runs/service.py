@@ -15,7 +15,7 @@ from courier.runs.harness.codex import worker_actions
 from courier.runs.owner import finish
 from courier.runs.store import EVENTS, Store, render, within_admission_grace
 from protocol import limits
-from protocol.models import RemoteRequest, RemoteResponse, Result, StopResult
+from protocol.models import ListWarning, RemoteRequest, RemoteResponse, Result, StopResult
 
 NO_TRANSCRIPT = "(no worker transcript was captured)"
 
@@ -59,12 +59,12 @@ def await_run(store: Store, agent_id: str, wait_timeout_ms: int, client_gone: Ca
         time.sleep(max(pause, 0.001))
 
 
-def list_runs(store: Store) -> tuple[list[Result], list[object]]:
+def list_runs(store: Store) -> tuple[list[Result], list[ListWarning]]:
     records, warnings = store.list()
     results = [render(record, store) for record in records]
     results.sort(key=lambda r: r.agent_id)
     results.sort(key=lambda r: r.started_at, reverse=True)
-    return results, list(warnings)
+    return results, warnings
 
 
 def logs_text(store: Store, agent_id: str, tail: int, *, raw: bool) -> str:
