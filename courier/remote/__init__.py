@@ -1,0 +1,1 @@
+"""Asking another machine over SSH: the caller (client, ssh) and the receiver (serve)."""

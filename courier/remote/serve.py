@@ -1,0 +1,157 @@
+"""The receiver of `wb --wb-internal-agent-remote` (contract §5.4): stdin → validate → operation → stdout.
+
+Exactly one document is written and the exit status is 0 whatever happened. The hot path
+of every remote call: protocol, the store and one operation, nothing heavier.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+from collections.abc import Callable
+
+from protocol import limits
+from protocol.models import RemoteResponse
+
+_READ_CHUNK = 1 * limits.MIB
+_OPERATION_ECHO_MAX = 64
+
+
+def read_request(fd: int) -> tuple[bytes, bool]:
+    """At most REQUEST_MAX_BYTES of fd; beyond that, drain to EOF and report the overflow."""
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        chunk = os.read(fd, _READ_CHUNK)
+        if not chunk:
+            return b"".join(chunks), False
+        size += len(chunk)
+        if size > limits.REQUEST_MAX_BYTES:
+            break
+        chunks.append(chunk)
+    chunks.clear()
+    while os.read(fd, _READ_CHUNK):
+        pass
+    return b"", True
+
+
+def _refusal(message: str, operation: str = "") -> RemoteResponse:
+    from courier.operations import now_rfc3339
+
+    return RemoteResponse(
+        schema_version=limits.SCHEMA_VERSION,
+        operation=operation,
+        failure=message,
+        failure_kind="request",
+        now=now_rfc3339(),
+    )
+
+
+def _operation_of(data: bytes) -> str:
+    """The request's operation when it can be parsed at all, for the echo; else ""."""
+    try:
+        document = json.loads(data)
+    except (ValueError, RecursionError):
+        return ""
+    operation = document.get("operation") if isinstance(document, dict) else None
+    if isinstance(operation, str) and len(operation) <= _OPERATION_ECHO_MAX and operation.isprintable():
+        return operation
+    return ""
+
+
+def answer(data: bytes, oversize: bool, client_gone: Callable[[], bool]) -> RemoteResponse:
+    """The one reply to one request's bytes; every refusal is in-band."""
+    if oversize:
+        return _refusal(f"request exceeds {limits.REQUEST_MAX_BYTES} bytes")
+    from protocol.validate import RequestRefused, decode_request
+
+    try:
+        request = decode_request(data)
+    except RequestRefused as exc:
+        return _refusal(str(exc), _operation_of(data))
+    from courier.operations import perform
+
+    return perform(request, client_gone=client_gone)
+
+
+def _home_id() -> str | None:
+    try:
+        from courier.runs.store import home_id
+
+        return home_id()
+    except Exception:  # an unusable home is reported as null, never as a crash
+        return None
+
+
+def client_watch(reply_fd: int) -> Callable[[], bool]:
+    """True once the session's stdout is gone (reader closed) or the parent sshd session died."""
+    parent = os.getppid()
+    poller = select.poll()
+    poller.register(reply_fd, 0)  # POLLERR/POLLHUP/POLLNVAL are always reported
+
+    def gone() -> bool:
+        if os.getppid() != parent:
+            return True
+        return any(events & (select.POLLERR | select.POLLHUP | select.POLLNVAL) for _, events in poller.poll(0))
+
+    return gone
+
+
+def _detach_stdio() -> int:
+    """Keep a private copy of the session's stdout and point fds 0-2 at /dev/null.
+
+    A detached owner started by dispatch then never inherits the session's pipes, so the
+    SSH session ends when this process writes its reply and exits.
+    """
+    reply_fd = os.dup(1)
+    os.set_inheritable(reply_fd, False)
+    null = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(null, fd)
+    if null > 2:
+        os.close(null)
+    return reply_fd
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view)
+        view = view[written:]
+
+
+def serve(argv: list[str]) -> int:
+    """Answer one request from stdin on stdout; always exactly one document and exit 0."""
+    del argv  # the receiver takes no options: everything travels in the request
+    try:
+        data, oversize = read_request(0)
+        read_error = ""
+    except OSError as exc:
+        data, oversize = b"", False
+        read_error = f"cannot read the request: {exc.strerror or exc}"
+    reply_fd = _detach_stdio()
+    try:
+        response = _refusal(read_error) if read_error else answer(data, oversize, client_watch(reply_fd))
+        response.home_id = _home_id()
+        body = response.encode()
+    except Exception as exc:  # the contract wants one document, never a traceback
+        body = (
+            json.dumps(
+                {
+                    "schema_version": limits.SCHEMA_VERSION,
+                    "operation": "",
+                    "failure": f"internal: {type(exc).__name__}: {str(exc)[:512]}",
+                    "failure_kind": "failed",
+                    "home_id": None,
+                }
+            ).encode()
+            + b"\n"
+        )
+    try:
+        _write_all(reply_fd, body)
+    except OSError:
+        pass  # the caller is gone; nobody is left to tell
+    finally:
+        os.close(reply_fd)
+    return 0
