@@ -377,6 +377,16 @@ def machines(
     show_machines(_config(), check=check, as_json=_wants_json(fmt, json_flag))
 
 
+@app.command()
+def demo() -> None:
+    """Show the product working end to end in a throwaway sandbox (nothing of yours is touched)."""
+    from courier.demo.run import run_demo
+
+    code = run_demo()
+    if code:
+        raise typer.Exit(code)
+
+
 # -- entry ---------------------------------------------------------------------------------
 
 

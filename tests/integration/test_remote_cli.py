@@ -1,0 +1,324 @@
+"""The six commands against another machine: `--to MACHINE` and `machine:agt-…`, through a real sshd.
+
+The remote machine is this checkout's `wb` run by a loopback OpenSSH sshd with its own
+WB_HOME, projects root, wb.yaml and the fake Codex first on its PATH.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+import pytest
+
+from conftest import FAKES, CREDENTIAL_VALUE, git, wait_for
+from tests.integration.sshd import SshdFactory, SshdServer, sshd_unavailable_reason
+
+pytestmark = pytest.mark.skipif(sshd_unavailable_reason() is not None, reason=str(sshd_unavailable_reason()))
+
+REMOTE_CONFIG = """\
+agents:
+  providers:
+    mock:
+      base_url: http://127.0.0.1:9/v1
+      credential_file: {credential}
+  profiles:
+    fake: {{harness: codex, provider: mock, model: gpt-5.5}}
+"""
+
+
+def prepare_remote(server: SshdServer) -> None:
+    """A canonical clone, the fake Codex on PATH, a profile and a credential file on the remote machine."""
+    shutil.copy(FAKES / "codex", server.bin_dir / "codex")
+    clone = server.projects_root / "acme" / "widget"
+    clone.mkdir(parents=True)
+    git(clone, "init", "-q", "-b", "main")
+    (clone / "README.md").write_text("# widget\n")
+    git(clone, "add", "README.md")
+    git(clone, "commit", "-q", "-m", "initial")
+    credential = server.root / "credential"
+    credential.write_text(CREDENTIAL_VALUE)
+    credential.chmod(0o600)
+    config = server.root / "remote-wb.yaml"
+    config.write_text(REMOTE_CONFIG.format(credential=credential))
+    config.chmod(0o600)
+
+
+@dataclass
+class Caller:
+    """The machine a supervisor runs on: its own home and config naming the remote machines."""
+
+    env: dict[str, str]
+
+    def wb(
+        self, *args: str, timeout: float = 120, env: dict[str, str] | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "courier.main", *args],
+            capture_output=True,
+            text=True,
+            env={**self.env, **(env or {})},
+            timeout=timeout,
+            stdin=subprocess.DEVNULL,
+        )
+
+    def popen(self, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+        return subprocess.Popen(
+            [sys.executable, "-m", "courier.main", *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**self.env, **(env or {})},
+        )
+
+    def dispatch(self, task: str, worktree: str, *extra: str) -> str:
+        done = self.wb(
+            "agent",
+            "dispatch",
+            "--to",
+            "box",
+            "--new-worktree",
+            worktree,
+            "--profile",
+            "fake",
+            "--repo",
+            "acme/widget",
+            "--task",
+            task,
+            *extra,
+        )
+        assert done.returncode == 0, done.stderr
+        return done.stdout.split()[0]
+
+
+@pytest.fixture(scope="module")
+def sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshdFactory]:
+    factory = SshdFactory(tmp_path_factory.mktemp("sshd"))
+    try:
+        yield factory
+    finally:
+        factory.close()
+
+
+@pytest.fixture(scope="module")
+def box(sshd: SshdFactory) -> SshdServer:
+    server = sshd.start("127.0.0.2")
+    prepare_remote(server)
+    return server
+
+
+@pytest.fixture(scope="module")
+def caller(sshd: SshdFactory, box: SshdServer, tmp_path_factory: pytest.TempPathFactory) -> Caller:
+    home = tmp_path_factory.mktemp("caller")
+    noise = box.script(
+        "noisy-wb", f'echo "Welcome to box!"\necho "{{}}not json"\nexec {sys.executable} -m courier.main "$@"\n'
+    )
+    config = sshd.write_wb_config(
+        "caller",
+        {
+            "box": sshd.target(box),
+            "noisy": sshd.target(box, wb_path=str(noise)),
+            "broken": {"host": "bad host"},
+        },
+    )
+    env = {
+        "HOME": str(home),
+        "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin",
+        "WB_CONFIG": str(config),
+        "WB_HOME": str(home / "wbhome"),
+        "WB_PROJECTS_ROOT": str(home / "projects"),
+        "WB_SSH_CONFIG": str(sshd.client_config),
+        "LANG": "C.UTF-8",
+    }
+    return Caller(env)
+
+
+def test_a_remote_run_round_trip_with_qualified_references(caller: Caller, box: SshdServer) -> None:
+    """dispatch prints box:agt-…; every command accepts exactly that reference back."""
+    ref = caller.dispatch("scenario:complete the-remote-task-text-3c9d", "r1")
+    assert ref.startswith("box:agt-")
+    run_id = ref.split(":", 1)[1]
+    assert (box.wb_home / "agents" / run_id / "run.json").exists()
+    assert not (Path(caller.env["WB_HOME"]) / "agents" / run_id).exists()
+
+    awaited = caller.wb("agent", "await", ref, "--json")
+    assert awaited.returncode == 0, awaited.stderr
+    result = json.loads(awaited.stdout)
+    assert result["machine"] == "box" and result["state"] == "completed" and result["agent_id"] == run_id
+    assert (box.projects_root / ".wb-worktrees/acme/widget/r1/hello.txt").exists()
+
+    status = caller.wb("agent", "status", ref)
+    assert status.returncode == 0 and f"agent:    {ref}\n" in status.stdout and "state:    completed" in status.stdout
+    same = caller.wb("agent", "status", run_id, "--to", "box", "--json")
+    assert same.returncode == 0 and json.loads(same.stdout)["agent_id"] == run_id
+
+    logs = caller.wb("agent", "logs", ref)
+    assert logs.returncode == 0
+    assert logs.stdout.splitlines()[0] == str(box.wb_home / "agents" / run_id / "events.jsonl")
+    assert "  ran: /bin/bash -lc ls" in logs.stdout
+    raw = caller.wb("agent", "logs", ref, "--raw")
+    assert raw.returncode == 0 and '"type":"turn.completed"' in raw.stdout
+
+    listed = caller.wb("agent", "list", "--to", "box")
+    assert listed.returncode == 0 and listed.stdout.startswith(f"{ref}\tcompleted\tfake\tgpt-5.5\tr1\t")
+    listed_json = caller.wb("agent", "list", "--to", "box", "--json")
+    assert all(item["machine"] == "box" for item in json.loads(listed_json.stdout))
+    # The task travelled on stdin only: no process or log line on the remote side carries it.
+    assert "the-remote-task-text-3c9d" not in box.log()
+
+
+def test_stop_through_a_qualified_reference(caller: Caller) -> None:
+    ref = caller.dispatch("scenario:hang", "r2")
+    assert wait_for(lambda: json.loads(caller.wb("agent", "status", ref, "--json").stdout).get("worker_pid"), 30)
+    stopped = caller.wb("agent", "stop", ref)
+    assert stopped.returncode == 0 and stopped.stdout.startswith(f"stopping {ref} worker process ")
+    result = json.loads(caller.wb("agent", "await", ref, "--json").stdout)
+    assert result["state"] == "failed" and "stopped on request" in result["failure"]
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "message"),
+    [
+        (
+            ("status", "nowhere:agt-" + "0" * 32),
+            2,
+            'unknown machine "nowhere": configured machines: box, broken, noisy',
+        ),
+        (("status", "box:agt-" + "0" * 32, "--to", "noisy"), 2, "disagree"),
+        (("status", "box:agt-" + "0" * 32), 1, "box: unknown agent run agt-00000000000000000000000000000000"),
+        (("status", "broken:agt-" + "0" * 32), 2, "session_move.targets.broken.ssh.host"),
+        (
+            (
+                "dispatch",
+                "--to",
+                "box",
+                "--new-worktree",
+                "r9",
+                "--profile",
+                "ghost",
+                "--repo",
+                "acme/widget",
+                "--task",
+                "x",
+            ),
+            2,
+            'box: unknown profile "ghost"',
+        ),
+        (
+            (
+                "dispatch",
+                "--to",
+                "box",
+                "--new-worktree",
+                "r9",
+                "--profile",
+                "fake",
+                "--repo",
+                "acme/nothing",
+                "--task",
+                "x",
+            ),
+            1,
+            "box: no canonical clone at",
+        ),
+    ],
+)
+def test_remote_refusals_keep_their_exit_codes(caller: Caller, args: tuple[str, ...], code: int, message: str) -> None:
+    done = caller.wb("agent", *args)
+    assert done.returncode == code, done.stderr
+    assert message in done.stderr and done.stdout == ""
+
+
+def test_login_shell_noise_before_the_reply_is_tolerated(caller: Caller) -> None:
+    done = caller.wb("agent", "list", "--to", "noisy")
+    assert done.returncode == 0, done.stderr
+
+
+def test_a_transport_failure_after_sending_names_the_intended_reference(
+    caller: Caller, sshd: SshdFactory, box: SshdServer
+) -> None:
+    crash = box.script("crash-after-read", "cat >/dev/null\necho 'segfault' >&2\nexit 139\n")
+    config = sshd.write_wb_config("crashing", {"box": sshd.target(box, wb_path=str(crash))})
+    done = caller.wb(
+        "agent",
+        "dispatch",
+        "--to",
+        "box",
+        "--new-worktree",
+        "r8",
+        "--profile",
+        "fake",
+        "--repo",
+        "acme/widget",
+        "--task",
+        "x",
+        env={"WB_CONFIG": str(config)},
+    )
+    assert done.returncode == 255
+    assert "the run may have started; ask for it with: wb agent status box:agt-" in done.stderr
+
+
+def test_a_peer_without_failure_kind_maps_to_a_finding_with_a_note(
+    caller: Caller, sshd: SshdFactory, box: SshdServer
+) -> None:
+    go_reply = '{"schema_version":1,"operation":"status","failure":"agent run not found","results":null}'
+    old = box.script("go-wb", f"cat >/dev/null\necho '{go_reply}'\n")
+    config = sshd.write_wb_config("gopeer", {"box": sshd.target(box, wb_path=str(old))})
+    done = caller.wb("agent", "status", "box:agt-" + "0" * 32, env={"WB_CONFIG": str(config)})
+    assert done.returncode == 1
+    assert "box: agent run not found (the peer's wb predates failure_kind" in done.stderr
+
+
+def test_await_without_a_bound_outlasts_several_wire_chunks(caller: Caller) -> None:
+    ref = caller.dispatch("scenario:slow sleep:3", "r3")
+    started = time.monotonic()
+    done = caller.wb("agent", "await", ref, "--wait-timeout", "0", "--json", env={"WB_AWAIT_CHUNK_MS": "1000"})
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["state"] == "completed"
+    assert time.monotonic() - started >= 1.0
+
+
+def _remote_pollers(box: SshdServer) -> list[psutil.Process]:
+    return [p for p in box.session_processes() if "--wb-internal-agent-remote" in " ".join(_cmdline(p))]
+
+
+def _cmdline(process: psutil.Process) -> list[str]:
+    try:
+        return process.cmdline()
+    except psutil.Error:
+        return []
+
+
+def test_killing_the_session_sshd_during_await_is_a_transport_error_and_the_run_goes_on(
+    caller: Caller, box: SshdServer
+) -> None:
+    ref = caller.dispatch("scenario:slow sleep:4", "r4")
+    waiter = caller.popen("agent", "await", ref)
+    assert wait_for(lambda: _remote_pollers(box), 30)
+    for process in box.session_processes():
+        if process.name() == "sshd" and process.pid != box.process.pid:
+            process.send_signal(signal.SIGKILL)
+    _, err = waiter.communicate(timeout=60)
+    assert waiter.returncode == 255, err
+    assert "box" in err and "Traceback" not in err
+    again = caller.wb("agent", "await", ref, "--json")
+    assert again.returncode == 0 and json.loads(again.stdout)["state"] == "completed"
+
+
+def test_a_killed_client_leaves_no_remote_poller_beyond_one_chunk(caller: Caller, box: SshdServer) -> None:
+    ref = caller.dispatch("scenario:hang", "r5")
+    waiter = caller.popen("agent", "await", ref, env={"WB_AWAIT_CHUNK_MS": "3000"})
+    assert wait_for(lambda: _remote_pollers(box), 30)
+    waiter.kill()
+    waiter.communicate(timeout=10)
+    assert wait_for(lambda: not _remote_pollers(box), 3 + 5)
+    caller.wb("agent", "stop", ref)
