@@ -7,7 +7,6 @@ WB_HOME, projects root, wb.yaml and the fake Codex first on its PATH.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import signal
 import subprocess
@@ -19,8 +18,8 @@ from pathlib import Path
 
 import psutil
 import pytest
+from conftest import CREDENTIAL_VALUE, FAKES, git, wait_for
 
-from conftest import FAKES, CREDENTIAL_VALUE, git, wait_for
 from tests.integration.sshd import SshdFactory, SshdServer, sshd_unavailable_reason
 
 pytestmark = pytest.mark.skipif(sshd_unavailable_reason() is not None, reason=str(sshd_unavailable_reason()))
