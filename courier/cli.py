@@ -368,13 +368,19 @@ def stop(
 @app.command()
 def machines(
     check: Annotated[bool, typer.Option("--check", help="Probe each machine with the version operation.")] = False,
+    machine_timeout: Annotated[
+        str, typer.Option("--machine-timeout", metavar="DURATION", help="Per-machine deadline with --check.")
+    ] = "30s",
     fmt: FormatOpt = Format.text,
     json_flag: JsonOpt = False,
 ) -> None:
     """Show the configured machines (and, with --check, whether they answer)."""
     from courier.fleet import show_machines
 
-    show_machines(_config(), check=check, as_json=_wants_json(fmt, json_flag))
+    timeout_ms = _duration(machine_timeout, "--machine-timeout")
+    if timeout_ms <= 0:
+        raise UsageError("--machine-timeout must be more than 0")
+    show_machines(_config(), check=check, as_json=_wants_json(fmt, json_flag), machine_timeout_s=timeout_ms / 1000)
 
 
 @app.command()

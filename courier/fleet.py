@@ -12,7 +12,7 @@ import json
 import sys
 import time
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from courier.config import Config, Problem, Target
@@ -60,31 +60,40 @@ def _reason(exc: BaseException) -> str:
     return f"internal: {type(exc).__name__}: {exc}"
 
 
-async def _ask_all(
-    config: Config, operation: str, deadline: float, started: float
-) -> dict[str, tuple[RemoteResponse | None, BaseException | None, int]]:
+@dataclass
+class Answer:
+    """One machine's reply (or failure), with when it was asked and answered (wall clock)."""
+
+    response: RemoteResponse | None
+    error: BaseException | None
+    elapsed_ms: int = 0
+    sent_at: float = 0.0
+    received_at: float = 0.0
+
+
+async def _ask_all(config: Config, operation: str, deadline: float) -> dict[str, Answer]:
     """One call per well-configured machine, concurrently, each bounded by the shared deadline."""
     from courier.remote.client import call_async
 
     slots = asyncio.Semaphore(limits.FLEET_MAX_IN_FLIGHT)
-    out: dict[str, tuple[RemoteResponse | None, BaseException | None, int]] = {}
+    out: dict[str, Answer] = {}
 
     async def one(machine: str) -> None:
         async with slots:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                out[machine] = (
-                    None,
-                    TransportError(f"{machine}: not attempted before the deadline", cause="not attempted"),
-                    0,
-                )
+                error = TransportError(f"{machine}: not attempted before the deadline", cause="not attempted")
+                out[machine] = Answer(None, error)
                 return
-            began = time.monotonic()
+            began, sent_at = time.monotonic(), time.time()
+            response: RemoteResponse | None = None
+            failure: BaseException | None = None
             try:
                 response = await call_async(config, machine, _request(operation), timeout_s=remaining)
-                out[machine] = (response, None, int((time.monotonic() - began) * 1000))
-            except Exception as exc:
-                out[machine] = (None, exc, int((time.monotonic() - began) * 1000))
+            except Exception as exc:  # each machine's failure is a row, never the whole answer
+                failure = exc
+            elapsed = int((time.monotonic() - began) * 1000)
+            out[machine] = Answer(response, failure, elapsed, sent_at, time.time())
 
     machines = [name for name, entry in config.targets.items() if isinstance(entry, Target)]
     await asyncio.gather(*(one(name) for name in sorted(machines)))
@@ -115,7 +124,7 @@ def list_all(config: Config, machine_timeout_s: float, *, as_json: bool) -> None
     local_row.elapsed_ms = int((time.monotonic() - started) * 1000)
     own_home = home_id(Store(config.home))
 
-    answers = asyncio.run(_ask_all(config, "list", deadline, started)) if config.targets else {}
+    answers = asyncio.run(_ask_all(config, "list", deadline)) if config.targets else {}
     rows = [local_row]
     for machine in sorted(config.targets):
         entry = config.targets[machine]
@@ -124,8 +133,9 @@ def list_all(config: Config, machine_timeout_s: float, *, as_json: bool) -> None
         if isinstance(entry, Problem):
             row.error = entry.message
             continue
-        response, error, elapsed = answers[machine]
-        row.elapsed_ms = elapsed
+        answer = answers[machine]
+        response, error = answer.response, answer.error
+        row.elapsed_ms = answer.elapsed_ms
         if error is not None or response is None:
             row.error = _reason(error) if error else "no answer"
             continue
@@ -192,7 +202,7 @@ def _offset_ms(now: str | None, sent: float, received: float) -> int | None:
     return int((peer - (sent + received) / 2) * 1000)
 
 
-def show_machines(config: Config, *, check: bool, as_json: bool) -> None:
+def show_machines(config: Config, *, check: bool, as_json: bool, machine_timeout_s: float) -> None:
     rows: list[ProbeRow] = []
     for machine in sorted(config.targets):
         entry = config.targets[machine]
@@ -203,31 +213,11 @@ def show_machines(config: Config, *, check: bool, as_json: bool) -> None:
             ProbeRow(machine=machine, host=entry.host, user=entry.user, port=entry.port, wb_path=entry.wb_path, ok=True)
         )
     if check and rows:
-        started = time.monotonic()
-        wall_started = datetime.now(UTC).timestamp()
-        answers = asyncio.run(_ask_all(config, "version", started + limits.MACHINE_TIMEOUT_DEFAULT_MS / 1000, started))
+        deadline = time.monotonic() + machine_timeout_s
+        answers = asyncio.run(_ask_all(config, "version", deadline))
         for row in rows:
-            if row.machine not in answers:
-                continue
-            response, error, elapsed = answers[row.machine]
-            row.rtt_ms = elapsed
-            if error is not None or response is None:
-                row.ok = False
-                cause = getattr(error, "cause", "") or "error"
-                row.error = f"{cause}: {_reason(error)}" if error else "no answer"
-                continue
-            if response.failure:
-                row.ok = False
-                row.error = f"too old: the peer refuses the version operation ({sanitize(response.failure)[:200]})"
-                continue
-            row.wb_version = response.wb_version
-            row.schema_version = response.schema_version
-            received = wall_started + (time.monotonic() - started)
-            row.clock_offset_ms = _offset_ms(response.now, received - elapsed / 1000, received)
-            if row.clock_offset_ms is not None and abs(row.clock_offset_ms) > limits.CLOCK_OFFSET_WARN_MS:
-                sys.stderr.write(
-                    f"warning: {row.machine}: clock differs from this machine's by {row.clock_offset_ms / 1000:.1f}s\n"
-                )
+            if row.machine in answers:
+                _apply_probe(row, answers[row.machine])
     if as_json:
         sys.stdout.write(json.dumps([row.to_json() for row in rows], indent=2) + "\n")
     else:
@@ -235,6 +225,27 @@ def show_machines(config: Config, *, check: bool, as_json: bool) -> None:
     sys.stdout.flush()
     if not all(row.ok for row in rows):
         raise Finding(f"{sum(not row.ok for row in rows)} machine(s) not healthy (see the table)")
+
+
+def _apply_probe(row: ProbeRow, answer: Answer) -> None:
+    row.rtt_ms = answer.elapsed_ms
+    response, error = answer.response, answer.error
+    if error is not None or response is None:
+        row.ok = False
+        cause = getattr(error, "cause", "") or "error"
+        row.error = f"{cause}: {_reason(error)}" if error else "no answer"
+        return
+    if response.failure:
+        row.ok = False
+        row.error = f"too old: the peer refuses the version operation ({sanitize(response.failure)[:200]})"
+        return
+    row.wb_version = response.wb_version
+    row.schema_version = response.schema_version
+    row.clock_offset_ms = _offset_ms(response.now, answer.sent_at, answer.received_at)
+    if row.clock_offset_ms is not None and abs(row.clock_offset_ms) > limits.CLOCK_OFFSET_WARN_MS:
+        sys.stderr.write(
+            f"warning: {row.machine}: clock differs from this machine's by {row.clock_offset_ms / 1000:.1f}s\n"
+        )
 
 
 def _machines_table(rows: list[ProbeRow], check: bool) -> str:

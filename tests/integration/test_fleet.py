@@ -1,0 +1,181 @@
+"""The fleet view (contract §8) against a loopback fleet of real sshd machines, some of them broken."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from tests_support import sample_record
+
+from courier.runs.store import Store
+from tests.integration.sshd import SshdFactory, SshdServer, keygen, sshd_unavailable_reason
+
+pytestmark = pytest.mark.skipif(sshd_unavailable_reason() is not None, reason=str(sshd_unavailable_reason()))
+
+HEALTHY = 8
+MACHINE_TIMEOUT_S = 6
+
+
+def record_runs(home: Path, count: int, started: str) -> list[str]:
+    store = Store(home).ensure()
+    ids = []
+    for _ in range(count):
+        record = sample_record(state="completed", started_at=started, finished_at=started)
+        store.create(record, "task")
+        ids.append(record.agent_id)
+    return ids
+
+
+class Fleet:
+    def __init__(self, factory: SshdFactory, base: Path) -> None:
+        self.factory = factory
+        self.healthy: dict[str, SshdServer] = {}
+        self.runs: dict[str, list[str]] = {}
+        for index in range(HEALTHY):
+            name = f"node{index}"
+            server = factory.start(f"127.0.0.{index + 2}")
+            self.healthy[name] = server
+            self.runs[name] = record_runs(server.wb_home, 2, f"2026-11-0{index + 1}T10:00:00.000Z")
+        self.down = factory.start("127.0.0.20")
+        self.down.stop()
+        self.slow = factory.start("127.0.0.21")
+        sleeper = self.slow.script("slow-wb", "cat >/dev/null\nexec sleep 60\n")
+        self.changed = factory.start("127.0.0.22")
+        keygen(self.changed.root / "other_key")
+        # The known_hosts entry now names a key the server does not have: a changed host key.
+        lines = factory.known_hosts.read_text().replace(
+            self.changed.host_public_key, " ".join((self.changed.root / "other_key.pub").read_text().split()[:2])
+        )
+        factory.known_hosts.write_text(lines)
+        targets = {name: factory.target(server) for name, server in self.healthy.items()}
+        targets["down"] = factory.target(self.down)
+        targets["slow"] = factory.target(self.slow, wb_path=str(sleeper))
+        targets["rekeyed"] = factory.target(self.changed)
+        targets["typo"] = {"host": "-oProxyCommand=x"}
+        self.config = factory.write_wb_config("fleet", targets)
+        self.home = base / "caller-home"
+        self.local_runs = record_runs(self.home, 1, "2026-11-20T10:00:00.000Z")
+        self.env = {
+            "HOME": str(base),
+            "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin",
+            "WB_CONFIG": str(self.config),
+            "WB_HOME": str(self.home),
+            "WB_SSH_CONFIG": str(factory.client_config),
+            "LANG": "C.UTF-8",
+        }
+
+    def wb(self, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "courier.main", *args],
+            capture_output=True,
+            text=True,
+            env=self.env,
+            timeout=120,
+            stdin=subprocess.DEVNULL,
+        )
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
+    factory = SshdFactory(tmp_path_factory.mktemp("fleet-sshd"))
+    try:
+        yield Fleet(factory, tmp_path_factory.mktemp("fleet"))
+    finally:
+        factory.close()
+
+
+def test_list_all_answers_with_the_healthy_machines_and_names_each_failure(fleet: Fleet) -> None:
+    started = time.monotonic()
+    done = fleet.wb("agent", "list", "--all", "--machine-timeout", f"{MACHINE_TIMEOUT_S}s", "--json")
+    elapsed = time.monotonic() - started
+    assert done.returncode == 1, done.stderr
+    assert elapsed < MACHINE_TIMEOUT_S + 5
+    document = json.loads(done.stdout)
+    refs = [(r.get("machine", ""), r["agent_id"]) for r in document["results"]]
+    expected = {("", run) for run in fleet.local_runs} | {
+        (name, run) for name, runs in fleet.runs.items() for run in runs
+    }
+    assert set(refs) == expected
+    # Newest first: the local run (Nov 20) leads, then node7 (Nov 8) … node0 (Nov 1).
+    assert refs[0] == ("", fleet.local_runs[0]) and refs[1][0] == "node7" and refs[-1][0] == "node0"
+    rows = {row["machine"]: row for row in document["machines"]}
+    order = [row["machine"] for row in document["machines"]]
+    assert order == ["", *sorted(rows.keys() - {""})]
+    for name in fleet.healthy:
+        assert rows[name]["ok"] is True and rows[name]["runs"] == 2 and rows[name]["error"] is None
+    for name, cause in (
+        ("down", "connection refused"),
+        ("slow", "did not answer"),
+        ("rekeyed", "host key"),
+        ("typo", "session_move.targets.typo.ssh.host"),
+    ):
+        assert rows[name]["ok"] is False and rows[name]["runs"] == 0, name
+        assert cause in rows[name]["error"], (name, rows[name]["error"])
+    for name in ("down", "slow", "rekeyed", "typo"):
+        assert f"warning: {name}: " in done.stderr
+
+
+def test_list_all_text_is_the_combined_list_then_one_warning_per_failed_machine(fleet: Fleet) -> None:
+    done = fleet.wb("agent", "list", "--all", "--machine-timeout", "3s")
+    assert done.returncode == 1
+    lines = done.stdout.splitlines()
+    assert len(lines) == 1 + 2 * HEALTHY
+    assert lines[0].startswith(fleet.local_runs[0] + "\t") and lines[1].startswith("node7:agt-")
+    warned = sorted(line.split(": ")[1] for line in done.stderr.splitlines() if line.startswith("warning: "))
+    assert warned == ["down", "rekeyed", "slow", "typo"]
+
+
+def test_a_machine_sharing_this_wb_home_is_skipped_as_a_duplicate(fleet: Fleet, tmp_path: Path) -> None:
+    server = fleet.healthy["node0"]
+    env = {**fleet.env, "WB_HOME": str(server.wb_home)}
+    config = fleet.factory.write_wb_config("dup", {"self": fleet.factory.target(server)})
+    done = subprocess.run(
+        [sys.executable, "-m", "courier.main", "agent", "list", "--all", "--json"],
+        capture_output=True,
+        text=True,
+        env={**env, "WB_CONFIG": str(config)},
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    document = json.loads(done.stdout)
+    row = next(r for r in document["machines"] if r["machine"] == "self")
+    assert row == {
+        "machine": "self",
+        "ok": True,
+        "runs": 0,
+        "error": None,
+        "elapsed_ms": row["elapsed_ms"],
+        "skipped": "same WB_HOME as this machine",
+    }
+    assert len(document["results"]) == 2
+
+
+def test_machines_check_reports_each_cause_distinctly(fleet: Fleet) -> None:
+    done = fleet.wb("machines", "--check", "--json", "--machine-timeout", f"{MACHINE_TIMEOUT_S}s")
+    assert done.returncode == 1
+    rows = {row["machine"]: row for row in json.loads(done.stdout)}
+    for name, server in fleet.healthy.items():
+        row = rows[name]
+        assert row["ok"] is True and row["wb_version"] and row["schema_version"] == 1, row
+        assert row["host"] == server.host and row["port"] == server.port and row["user"] == "root"
+        assert row["rtt_ms"] >= 0 and abs(row["clock_offset_ms"]) < 5000
+    causes = {name: rows[name]["error"] for name in ("down", "slow", "rekeyed", "typo")}
+    assert causes["down"].startswith("refused") or causes["down"].startswith("unreachable"), causes["down"]
+    assert causes["rekeyed"].startswith("changed host key"), causes["rekeyed"]
+    assert causes["slow"].startswith("timeout"), causes["slow"]
+    assert "session_move.targets.typo.ssh.host" in causes["typo"] and rows["typo"]["host"] is None
+    assert len(set(causes.values())) == 4
+
+
+def test_machines_without_check_lists_the_configuration(fleet: Fleet) -> None:
+    done = fleet.wb("machines")
+    assert done.returncode == 1  # the typo row is not healthy
+    lines = done.stdout.splitlines()
+    assert lines[0].split() == ["MACHINE", "HOST", "USER", "PORT", "WB_PATH", "OK", "ERROR"]
+    assert any(line.startswith("node0 ") and " yes" in line for line in lines)
+    assert any(line.startswith("typo ") and " no " in line for line in lines)
