@@ -7,6 +7,7 @@ WB_HOME, projects root, wb.yaml and the fake Codex first on its PATH.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import signal
 import subprocess
@@ -320,4 +321,20 @@ def test_a_killed_client_leaves_no_remote_poller_beyond_one_chunk(caller: Caller
     waiter.kill()
     waiter.communicate(timeout=10)
     assert wait_for(lambda: not _remote_pollers(box), 3 + 5)
+    caller.wb("agent", "stop", ref)
+
+
+def test_processes_started_for_a_remote_dispatch_never_hold_the_session_stdio(caller: Caller) -> None:
+    ref = caller.dispatch("scenario:hang", "r6")
+    assert wait_for(lambda: json.loads(caller.wb("agent", "status", ref, "--json").stdout).get("worker_pid"), 30)
+    status = json.loads(caller.wb("agent", "status", ref, "--json").stdout)
+    for fd in (0, 1, 2):
+        assert os.readlink(f"/proc/{status['owner_pid']}/fd/{fd}") == "/dev/null"
+    # The worker's stdout and stderr are the owner's own pipe, not anything of the SSH session.
+    owner_fds = {
+        os.readlink(f"/proc/{status['owner_pid']}/fd/{fd}") for fd in os.listdir(f"/proc/{status['owner_pid']}/fd")
+    }
+    for fd in (1, 2):
+        link = os.readlink(f"/proc/{status['worker_pid']}/fd/{fd}")
+        assert link.startswith("pipe:") and link in owner_fds
     caller.wb("agent", "stop", ref)
