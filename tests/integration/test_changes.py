@@ -119,8 +119,7 @@ def test_a_non_hex_base_is_never_given_to_git(repo: tuple[Path, str]) -> None:
 def test_non_git_and_missing_directories_degrade_to_none(tmp_path: Path) -> None:
     plain = tmp_path / "plain"
     plain.mkdir()
-    if run_git(["rev-parse", "--git-dir"], cwd=plain).returncode == 0:
-        pytest.skip("the temporary directory is inside a git repository")
+    assert run_git(["rev-parse", "--git-dir"], cwd=plain).returncode != 0, "precondition: tmp_path is not in a repo"
     assert summarize_changes(str(plain), None, None) is None
     assert summarize_changes(str(tmp_path / "missing"), "a" * 40, 2) is None
     with pytest.raises(GitFailed, match="git status failed"):
