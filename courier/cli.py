@@ -13,7 +13,17 @@ from typer._click import exceptions as click_exceptions  # typer vendors its own
 
 from courier import __version__
 from courier.config import Config, load_config
-from courier.errors import Finding, Interrupted, UsageError, WbError
+from courier.errors import (
+    AuthFailed,
+    ConnectFailed,
+    Finding,
+    HostKeyChanged,
+    HostKeyConfigRefused,
+    HostKeyUnknown,
+    Interrupted,
+    UsageError,
+    WbError,
+)
 from courier.render import dispatch_line, list_lines, sort_results, status_text, to_json
 from courier.route import ask, await_result, is_transport
 from protocol import limits
@@ -212,7 +222,9 @@ def dispatch(
     try:
         result = ask(config, machine, request).result_of()
     except WbError as exc:
-        if machine and is_transport(exc) and getattr(exc, "maybe_sent", True):
+        # Before authentication nothing was sent; after it, the run may exist.
+        never_sent = (ConnectFailed, AuthFailed, HostKeyUnknown, HostKeyChanged, HostKeyConfigRefused)
+        if machine and is_transport(exc) and not isinstance(exc, never_sent):
             exc.message += (
                 f"\nthe run may have started; ask for it with: wb agent status {format_reference(machine, agent_id)}"
             )
