@@ -1,0 +1,550 @@
+"""`wb demo`: the real product, end to end, in a throwaway sandbox, in a few seconds.
+
+What it sets up, all inside one temporary directory that is removed at the end (also on
+Ctrl-C and errors):
+
+* a *local* side: its own WB_HOME, a wb.yaml (0600 in a 0700 dir) naming one machine,
+  `demo`, and an OpenSSH-style client config (`WB_SSH_CONFIG`) whose IdentityFile is an
+  ephemeral client key and whose UserKnownHostsFile holds only the embedded server's key;
+* a *demo machine*: its own WB_HOME, projects root with a canonical clone `demo/hello`
+  (real git), a wb.yaml with the `demo` profile pointing at the scripted model server;
+* an embedded SSH server (`courier.demo.sshd`) on 127.0.0.1 that runs the real receiver
+  as that machine, and the scripted model server (`courier.demo.model_server`);
+* the harness: the real `codex` when it is on PATH, else the bundled stand-in
+  (`courier.demo.standin_codex`) installed as `codex` in the machine's bin dir.
+
+Then it runs the real CLI as subprocesses with the local side's environment: `dispatch
+--to demo`, `await` (with a live progress line on a terminal's stderr), `status`, `logs`
+and `list --all`. Nothing outside the temporary directory is written: the user's HOME,
+~/.ssh, ~/.config/wb and ~/.wb are never read for configuration or written.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import getpass
+import json
+import os
+import secrets
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import FrameType
+from typing import Any, Protocol, TextIO
+
+import psutil
+
+import courier
+from courier.demo.model_server import ModelServer
+from courier.demo.sshd import EmbeddedSshd, new_key, private_openssh
+
+MACHINE = "demo"
+REPOSITORY = "demo/hello"
+WORKTREE = "hello"
+PROFILE = "demo"
+PROVIDER = "demo"
+MODEL = "gpt-5.5"  # in Codex's bundled catalogue: the real Codex offers its full tool set
+CREDENTIAL_ENV = "DEMO_API_KEY"
+WB_PATH = "wb"  # what the local config asks the machine to run; the embedded server runs the receiver
+TASK = "Create hello.txt with a friendly greeting, then say what you did."
+AWAIT_BOUND = "60s"
+CLI_TIMEOUT_S = 90.0
+POLL_INTERVAL_S = 0.5
+STRAGGLER_GRACE_S = 5.0  # an owner finishing its record after await returned
+INTERRUPTED_GRACE_S = 0.5
+_SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
+_ASCII_SPINNER = "|/-\\"
+_PASSED_THROUGH = ("LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR", "USER", "LOGNAME", "SHELL", "TERM")
+
+
+class DemoFailed(Exception):
+    """A step of the demo did not work; the message says which and why."""
+
+
+@dataclass
+class Harness:
+    real: bool
+    description: str
+    bin_dir: Path | None = None  # the stand-in's `codex`, first on the machine's PATH
+
+
+class _Stoppable(Protocol):
+    def stop(self) -> None: ...
+
+
+@dataclass
+class Sandbox:
+    root: Path
+    servers: list[_Stoppable] = field(default_factory=list)
+
+    @property
+    def local(self) -> Path:
+        return self.root / "local"
+
+    @property
+    def machine(self) -> Path:
+        return self.root / "machine"
+
+
+# --------------------------------------------------------------------------- entry
+
+
+def run_demo() -> int:
+    """Run the demo; 0 when the dispatched run completed, 1 when it did not, 130 on Ctrl-C."""
+    started = time.monotonic()
+    with _terminate_as_interrupt():
+        try:
+            with _sandbox() as sandbox:
+                code = _demo(sandbox, started)
+        except KeyboardInterrupt:
+            sys.stderr.write("\ninterrupted; the demo sandbox was removed\n")
+            return 130
+        except DemoFailed as exc:
+            sys.stderr.write(f"error: wb demo: {exc}\n")
+            return 1
+    return code
+
+
+@contextlib.contextmanager
+def _terminate_as_interrupt() -> Iterator[None]:
+    """SIGTERM cleans up like Ctrl-C does (only possible from the main thread)."""
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        raise KeyboardInterrupt
+
+    try:
+        previous = signal.signal(signal.SIGTERM, handler)
+    except ValueError:
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+@contextlib.contextmanager
+def _sandbox() -> Iterator[Sandbox]:
+    root = Path(tempfile.mkdtemp(prefix="wb-demo-")).resolve()
+    root.chmod(0o700)
+    sandbox = Sandbox(root)
+    grace = STRAGGLER_GRACE_S
+    try:
+        yield sandbox
+    except BaseException:
+        grace = INTERRUPTED_GRACE_S  # a run still going is ended, not waited for
+        raise
+    finally:
+        # Cleanup must not be cut short by a second Ctrl-C.
+        with _signals_deferred():
+            for server in reversed(sandbox.servers):
+                with contextlib.suppress(Exception):
+                    server.stop()
+            _end_stragglers(root, grace)
+            shutil.rmtree(root, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def _signals_deferred() -> Iterator[None]:
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _end_stragglers(root: Path, grace: float) -> None:
+    """Owners and workers of the demo run (cwd or argv under the sandbox): let them finish, then end them."""
+    marker = str(root)
+
+    def leftovers() -> list[psutil.Process]:
+        found = []
+        for proc in psutil.process_iter(["pid", "cmdline", "cwd"]):
+            try:
+                cmdline = " ".join(proc.info["cmdline"] or [])
+                cwd = proc.info["cwd"] or ""
+            except (psutil.Error, OSError):
+                continue
+            if proc.pid != os.getpid() and (marker in cmdline or cwd == marker or cwd.startswith(marker + os.sep)):
+                with contextlib.suppress(psutil.Error):
+                    if proc.status() != psutil.STATUS_ZOMBIE:
+                        found.append(proc)
+        return found
+
+    deadline = time.monotonic() + grace
+    while (procs := leftovers()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        if not procs:
+            return
+        for proc in procs:
+            with contextlib.suppress(psutil.Error):
+                proc.send_signal(sig)
+        psutil.wait_procs(procs, timeout=3)
+        procs = leftovers()
+
+
+# --------------------------------------------------------------------------- the demo
+
+
+def _demo(sandbox: Sandbox, started: float) -> int:
+    out = sys.stdout
+    harness = _find_harness(sandbox)
+    user = getpass.getuser()
+    client_key = new_key()
+
+    model = ModelServer(scenario="write-file")
+    model.start()
+    sandbox.servers.append(model)
+
+    machine_env = _make_machine(sandbox, model, harness)
+    sshd = EmbeddedSshd(user=user, client_key=client_key, wb_path=WB_PATH, env=machine_env, cwd=str(sandbox.machine))
+    sshd.start()
+    sandbox.servers.append(sshd)
+    local_env = _make_local(sandbox, sshd, user, private_openssh(client_key))
+
+    _say(out, f"wb demo: a throwaway sandbox in {sandbox.root} (removed at the end; nothing of yours is touched)")
+    _say(
+        out,
+        f"  machine  {MACHINE} at {sshd.host}:{sshd.port} (embedded SSH server, host key {sshd.host_key_fingerprint})",
+    )
+    _say(out, f"  repo     {REPOSITORY} (a canonical clone on {MACHINE}, branch main)")
+    _say(out, f"  model    scripted model server at {model.base_url} (profile {PROFILE}: {PROVIDER}/{MODEL})")
+    _say(out, f"  harness  {harness.description}")
+    _say(out, "")
+
+    dispatched = _wb(
+        out, local_env, sandbox,
+        "agent", "dispatch", "--to", MACHINE, "--new-worktree", WORKTREE, "--repo", REPOSITORY,
+        "--profile", PROFILE, "--task", TASK,
+    )  # fmt: skip
+    words = dispatched.split()
+    ref = words[0] if words else ""
+    if not ref.startswith(f"{MACHINE}:agt-"):
+        raise DemoFailed(f"dispatch printed no reference: {dispatched.strip()!r}")
+
+    # await prints the run's status (the facts `wb agent status` prints, plus what changed and the result).
+    awaited = _wb(
+        out,
+        local_env,
+        sandbox,
+        "agent",
+        "await",
+        ref,
+        "--wait-timeout",
+        AWAIT_BOUND,
+        progress=(ref, words[1] if len(words) > 1 else "dispatched"),
+    )
+    _wb(out, local_env, sandbox, "agent", "logs", ref)
+    _wb(out, local_env, sandbox, "agent", "list", "--all")
+
+    facts = _facts(awaited)
+    state = facts.get("state")
+    elapsed = time.monotonic() - started
+    if state == "completed":
+        _say(out, f"done in {elapsed:.1f}s: {ref} completed on {MACHINE}; cleaning up the sandbox")
+        return 0
+    failure = facts.get("failure")
+    sys.stderr.write(
+        f"error: wb demo: the run {ref} ended {state or 'in an unknown state'}"
+        + (f": {failure}" if failure else "")
+        + "\n"
+    )
+    return 1
+
+
+def _facts(text: str) -> dict[str, str]:
+    """`label: value` lines of a status text (contract §3.2) as a mapping."""
+    facts: dict[str, str] = {}
+    for line in text.splitlines():
+        label, colon, value = line.partition(":")
+        if colon and label.isidentifier() and label not in facts:
+            facts[label] = value.strip()
+    return facts
+
+
+def _say(out: TextIO, line: str) -> None:
+    out.write(line + "\n")
+    out.flush()
+
+
+# --------------------------------------------------------------------------- setup
+
+
+def _find_harness(sandbox: Sandbox) -> Harness:
+    codex = shutil.which("codex")
+    if codex is not None:
+        version = ""
+        # Even `codex --version` writes helper binaries into CODEX_HOME (default ~/.codex): keep it in the sandbox.
+        probe_env = {**os.environ, "CODEX_HOME": str(_private_dir(sandbox.root / "codex-probe"))}
+        with contextlib.suppress(OSError, subprocess.SubprocessError):
+            done = subprocess.run(
+                [codex, "--version"],
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
+                text=True,
+                timeout=30,
+                env=probe_env,
+            )
+            version = done.stdout.strip()
+        shown = version.removeprefix("codex-cli ").strip() or "unknown version"
+        return Harness(real=True, description=f"real Codex {shown} ({codex})")
+    bin_dir = sandbox.machine / "bin"
+    bin_dir.mkdir(parents=True, mode=0o700)
+    wrapper = bin_dir / "codex"
+    package_parent = str(Path(courier.__file__).resolve().parents[1])
+    wrapper.write_text(
+        "#!/bin/sh\n"
+        "# wb demo: the bundled stand-in for the Codex CLI\n"
+        f"PYTHONPATH={shlex.quote(package_parent)}; export PYTHONPATH\n"
+        f'exec {shlex.quote(sys.executable)} -m courier.demo.standin_codex "$@"\n'
+    )
+    wrapper.chmod(0o700)
+    return Harness(
+        real=False,
+        description="codex not found on PATH: using the bundled stand-in (same event stream, no sandbox)",
+        bin_dir=bin_dir,
+    )
+
+
+def _base_env() -> dict[str, str]:
+    """What both sides inherit: locale and identity, PATH, and where this package is; no WB_* nor agent socket."""
+    env = {name: os.environ[name] for name in _PASSED_THROUGH if name in os.environ}
+    env.setdefault("LANG", "C.UTF-8")
+    env["HOME"] = os.environ.get("HOME", str(Path.home()))
+    env["PATH"] = os.environ.get("PATH", os.defpath)
+    package_parent = str(Path(courier.__file__).resolve().parents[1])
+    inherited = os.environ.get("PYTHONPATH")
+    env["PYTHONPATH"] = package_parent + (os.pathsep + inherited if inherited else "")
+    return env
+
+
+def _private_dir(path: Path) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    path.chmod(0o700)
+    return path
+
+
+def _private_file(path: Path, data: str | bytes) -> Path:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as handle:
+        handle.write(data.encode() if isinstance(data, str) else data)
+    path.chmod(0o600)
+    return path
+
+
+def _git(cwd: Path, *args: str) -> None:
+    env = {
+        **_base_env(),
+        "GIT_CONFIG_GLOBAL": os.devnull,
+        "GIT_CONFIG_NOSYSTEM": "1",
+        "GIT_TERMINAL_PROMPT": "0",
+        "GIT_AUTHOR_NAME": "wb demo",
+        "GIT_AUTHOR_EMAIL": "wb-demo@example.invalid",
+        "GIT_COMMITTER_NAME": "wb demo",
+        "GIT_COMMITTER_EMAIL": "wb-demo@example.invalid",
+    }
+    try:
+        done = subprocess.run(
+            ["git", *args], cwd=cwd, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60
+        )
+    except FileNotFoundError:
+        raise DemoFailed("git is not installed (wb needs it to make worktrees)") from None
+    if done.returncode != 0:
+        raise DemoFailed(f"git {' '.join(args)} failed: {done.stderr.strip()}")
+
+
+def _make_machine(sandbox: Sandbox, model: ModelServer, harness: Harness) -> dict[str, str]:
+    """The demo machine's home, projects root, canonical clone and wb.yaml; returns its environment."""
+    root = _private_dir(sandbox.machine)
+    home = _private_dir(root / "wbhome")
+    projects = _private_dir(root / "projects")
+    clone = projects / REPOSITORY
+    clone.mkdir(parents=True)
+    _git(clone, "init", "-q")
+    _git(clone, "symbolic-ref", "HEAD", "refs/heads/main")
+    (clone / "README.md").write_text("# hello\n\nA repository for the wb demo.\n")
+    _git(clone, "add", "README.md")
+    _git(clone, "commit", "-q", "-m", "Initial commit")
+    _git(clone, "remote", "add", "origin", f"git@example.invalid:{REPOSITORY}.git")
+
+    config = _private_file(
+        _private_dir(root / "config") / "wb.yaml",
+        "agents:\n"
+        "  providers:\n"
+        f"    {PROVIDER}:\n"
+        f"      base_url: {model.base_url}\n"
+        f"      credential_env: {CREDENTIAL_ENV}\n"
+        "      wire_api: responses\n"
+        "      request_max_retries: 0\n"
+        "      stream_max_retries: 0\n"
+        "  profiles:\n"
+        f"    {PROFILE}:\n"
+        "      harness: codex\n"
+        f"      provider: {PROVIDER}\n"
+        f"      model: {MODEL}\n"
+        "      reasoning: high\n",
+    )
+    env = _base_env()
+    if harness.bin_dir is not None:
+        env["PATH"] = str(harness.bin_dir) + os.pathsep + env["PATH"]
+    env.update(
+        {
+            "WB_HOME": str(home),
+            "WB_PROJECTS_ROOT": str(projects),
+            "WB_CONFIG": str(config),
+            # Codex warns when its home is under the temporary directory; the machine gets its own.
+            "TMPDIR": str(_private_dir(root / "tmp")),
+            CREDENTIAL_ENV: "demo-" + secrets.token_hex(16),
+        }
+    )
+    return env
+
+
+def _make_local(sandbox: Sandbox, sshd: EmbeddedSshd, user: str, client_private_key: bytes) -> dict[str, str]:
+    """The local side: its home, wb.yaml naming `demo`, the client key, known_hosts and ssh config."""
+    root = _private_dir(sandbox.local)
+    home = _private_dir(root / "wbhome")
+    ssh_dir = _private_dir(root / "ssh")
+    key = _private_file(ssh_dir / "id_ed25519", client_private_key)
+    known_hosts = _private_file(ssh_dir / "known_hosts", sshd.host_key_line + "\n")
+    ssh_config = _private_file(
+        ssh_dir / "config",
+        f"Host {sshd.host}\n"
+        f"  IdentityFile {key}\n"
+        "  IdentitiesOnly yes\n"
+        f"  UserKnownHostsFile {known_hosts}\n"
+        f"  GlobalKnownHostsFile {known_hosts}\n"
+        "  PasswordAuthentication no\n"
+        "  KbdInteractiveAuthentication no\n"
+        "  GSSAPIAuthentication no\n",
+    )
+    wb_path = f"        wb_path: {WB_PATH}\n" if WB_PATH.startswith("/") else ""
+    config = _private_file(
+        _private_dir(root / "config") / "wb.yaml",
+        "session_move:\n"
+        "  targets:\n"
+        f"    {MACHINE}:\n"
+        "      ssh:\n"
+        f"        host: {sshd.host}\n"
+        f"        port: {sshd.port}\n"
+        f"        user: {json.dumps(user)}\n" + wb_path,
+    )
+    env = _base_env()
+    env.update(
+        {
+            "WB_HOME": str(home),
+            "WB_CONFIG": str(config),
+            "WB_PROJECTS_ROOT": str(_private_dir(root / "projects")),
+            "WB_SSH_CONFIG": str(ssh_config),
+        }
+    )
+    return env
+
+
+# --------------------------------------------------------------------------- running the CLI
+
+
+def _argv(*args: str) -> list[str]:
+    return [sys.executable, "-m", "courier.main", *args]
+
+
+def _wb(out: TextIO, env: dict[str, str], sandbox: Sandbox, *args: str, progress: tuple[str, str] | None = None) -> str:
+    """Run one real `wb` command, echo it and its output; a non-zero exit is a DemoFailed."""
+    _say(out, "$ wb " + shlex.join(args))
+    process = subprocess.Popen(
+        _argv(*args),
+        cwd=sandbox.local,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        if progress is not None and sys.stderr.isatty():
+            _progress(process, env, sandbox, *progress)
+        stdout, stderr = process.communicate(timeout=CLI_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.communicate()
+        raise DemoFailed(
+            f"wb {args[0]} {args[1] if len(args) > 1 else ''} did not finish in {CLI_TIMEOUT_S:g}s"
+        ) from None
+    except BaseException:
+        process.kill()
+        process.communicate()
+        raise
+    for line in stdout.splitlines():
+        _say(out, "  " + line)
+    _say(out, "")
+    if process.returncode != 0:
+        detail = stderr.strip() or f"exit status {process.returncode}"
+        raise DemoFailed(f"`wb {shlex.join(args)}` failed: {detail}")
+    return stdout
+
+
+def _status_json(env: dict[str, str], sandbox: Sandbox, ref: str) -> dict[str, Any] | None:
+    try:
+        done = subprocess.run(
+            _argv("agent", "status", ref, "--json"),
+            cwd=sandbox.local,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=CLI_TIMEOUT_S,
+        )
+        value = json.loads(done.stdout) if done.returncode == 0 else None
+    except (OSError, subprocess.SubprocessError, ValueError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def _progress(process: subprocess.Popen[str], env: dict[str, str], sandbox: Sandbox, ref: str, state: str) -> None:
+    """While `process` (the await) runs: one line on stderr, redrawn in place, with the run's state."""
+    utf8 = (sys.stderr.encoding or "").lower().replace("-", "") == "utf8"
+    spinner = _SPINNER if utf8 else _ASCII_SPINNER
+    started = time.monotonic()
+    poller: threading.Thread | None = None
+    lock = threading.Lock()
+
+    def poll() -> None:
+        nonlocal state
+        result = _status_json(env, sandbox, ref)
+        if result is not None and isinstance(result.get("state"), str):
+            with lock:
+                state = result["state"]
+
+    frame = 0
+    polled = 0.0
+    try:
+        while process.poll() is None:
+            if (poller is None or not poller.is_alive()) and time.monotonic() - polled >= POLL_INTERVAL_S:
+                polled = time.monotonic()
+                poller = threading.Thread(target=poll, daemon=True)
+                poller.start()
+            with lock:
+                shown = state
+            elapsed = time.monotonic() - started
+            sys.stderr.write(f"\r\x1b[K{spinner[frame % len(spinner)]} {ref}  {shown}  {elapsed:4.1f}s")
+            sys.stderr.flush()
+            frame += 1
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                process.wait(timeout=POLL_INTERVAL_S / 4)
+    finally:
+        sys.stderr.write("\r\x1b[K")
+        sys.stderr.flush()
+        if poller is not None:
+            poller.join(timeout=CLI_TIMEOUT_S)
