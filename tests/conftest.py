@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.integration.sshd import SshdFactory
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 FAKES = REPO_ROOT / "tests" / "fakes"
 CREDENTIAL_ENV = "TEST_PROVIDER_KEY"
@@ -85,12 +87,7 @@ class Machine:
 
     def clone(self, repository: str = "acme/widget") -> Path:
         """A real canonical clone at <projects>/<owner>/<repo> with one commit and an origin."""
-        path = self.projects / repository
-        path.mkdir(parents=True)
-        git(path, "init", "-q", "-b", "main")
-        (path / "README.md").write_text("# widget\n")
-        git(path, "add", "README.md")
-        git(path, "commit", "-q", "-m", "initial")
+        path = make_clone(self.projects / repository)
         git(path, "remote", "add", "origin", f"git@github.com:{repository}.git")
         return path
 
@@ -115,6 +112,26 @@ def git(cwd: Path, *args: str) -> str:
         "GIT_CONFIG_NOSYSTEM": "1",
     }
     return subprocess.run(["git", *args], cwd=cwd, env=env, check=True, capture_output=True, text=True).stdout
+
+
+def make_clone(path: Path) -> Path:
+    """A real git repository at `path` with one commit on main."""
+    path.mkdir(parents=True)
+    git(path, "init", "-q", "-b", "main")
+    (path / "README.md").write_text("# widget\n")
+    git(path, "add", "README.md")
+    git(path, "commit", "-q", "-m", "initial")
+    return path
+
+
+@pytest.fixture(scope="module")
+def sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshdFactory]:
+    """Real OpenSSH sshd machines on loopback, shared by one test module and stopped after it."""
+    factory = SshdFactory(tmp_path_factory.mktemp("sshd"))
+    try:
+        yield factory
+    finally:
+        factory.close()
 
 
 def make_machine(root: Path) -> Machine:

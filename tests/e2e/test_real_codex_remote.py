@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import CREDENTIAL_VALUE, git
+from conftest import CREDENTIAL_VALUE, make_clone
 
 from courier.demo.model_server import HELLO_CONTENT, HELLO_PATH, WRITE_FILE_MESSAGE, ModelServer
 from tests.integration.sshd import SshdFactory, sshd_unavailable_reason
@@ -55,12 +55,7 @@ def caller_env(tmp_path_factory: pytest.TempPathFactory, model: ModelServer) -> 
     factory = SshdFactory(tmp_path_factory.mktemp("sshd-e2e"))
     try:
         box = factory.start("127.0.0.3")
-        clone = box.projects_root / "acme" / "widget"
-        clone.mkdir(parents=True)
-        git(clone, "init", "-q", "-b", "main")
-        (clone / "README.md").write_text("# widget\n")
-        git(clone, "add", "README.md")
-        git(clone, "commit", "-q", "-m", "initial")
+        make_clone(box.projects_root / "acme" / "widget")
         credential = box.root / "credential"
         credential.write_text(CREDENTIAL_VALUE)
         credential.chmod(0o600)

@@ -6,6 +6,7 @@ WB_HOME, projects root, wb.yaml and the fake Codex first on its PATH.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -19,7 +20,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from conftest import CREDENTIAL_VALUE, FAKES, git, wait_for
+from conftest import CREDENTIAL_VALUE, FAKES, make_clone, wait_for
 
 from tests.integration.sshd import SshdFactory, SshdServer, sshd_unavailable_reason
 
@@ -39,12 +40,7 @@ agents:
 def prepare_remote(server: SshdServer) -> None:
     """A canonical clone, the fake Codex on PATH, a profile and a credential file on the remote machine."""
     shutil.copy(FAKES / "codex", server.bin_dir / "codex")
-    clone = server.projects_root / "acme" / "widget"
-    clone.mkdir(parents=True)
-    git(clone, "init", "-q", "-b", "main")
-    (clone / "README.md").write_text("# widget\n")
-    git(clone, "add", "README.md")
-    git(clone, "commit", "-q", "-m", "initial")
+    make_clone(server.projects_root / "acme" / "widget")
     credential = server.root / "credential"
     credential.write_text(CREDENTIAL_VALUE)
     credential.chmod(0o600)
@@ -71,14 +67,22 @@ class Caller:
             stdin=subprocess.DEVNULL,
         )
 
-    def popen(self, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
-        return subprocess.Popen(
+    @contextlib.contextmanager
+    def popen(self, *args: str, env: dict[str, str] | None = None) -> Iterator[subprocess.Popen[str]]:
+        """A wb process in the background; killed and reaped however the test ends."""
+        process = subprocess.Popen(
             [sys.executable, "-m", "courier.main", *args],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
             env={**self.env, **(env or {})},
         )
+        try:
+            yield process
+        finally:
+            if process.poll() is None:
+                process.kill()
+            process.communicate(timeout=30)
 
     def dispatch(self, task: str, worktree: str, *extra: str) -> str:
         done = self.wb(
@@ -98,15 +102,6 @@ class Caller:
         )
         assert done.returncode == 0, done.stderr
         return done.stdout.split()[0]
-
-
-@pytest.fixture(scope="module")
-def sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshdFactory]:
-    factory = SshdFactory(tmp_path_factory.mktemp("sshd"))
-    try:
-        yield factory
-    finally:
-        factory.close()
 
 
 @pytest.fixture(scope="module")
@@ -302,7 +297,13 @@ def test_killing_the_session_sshd_during_await_is_a_transport_error_and_the_run_
     caller: Caller, box: SshdServer
 ) -> None:
     ref = caller.dispatch("scenario:slow sleep:4", "r4")
-    waiter = caller.popen("agent", "await", ref)
+    with caller.popen("agent", "await", ref) as waiter:
+        _await_killed_session(box, waiter)
+    again = caller.wb("agent", "await", ref, "--json")
+    assert again.returncode == 0 and json.loads(again.stdout)["state"] == "completed"
+
+
+def _await_killed_session(box: SshdServer, waiter: subprocess.Popen[str]) -> None:
     assert wait_for(lambda: _remote_pollers(box), 30)
     for process in box.session_processes():
         if process.name() == "sshd" and process.pid != box.process.pid:
@@ -310,16 +311,14 @@ def test_killing_the_session_sshd_during_await_is_a_transport_error_and_the_run_
     _, err = waiter.communicate(timeout=60)
     assert waiter.returncode == 255, err
     assert "box" in err and "Traceback" not in err
-    again = caller.wb("agent", "await", ref, "--json")
-    assert again.returncode == 0 and json.loads(again.stdout)["state"] == "completed"
 
 
 def test_a_killed_client_leaves_no_remote_poller_beyond_one_chunk(caller: Caller, box: SshdServer) -> None:
     ref = caller.dispatch("scenario:hang", "r5")
-    waiter = caller.popen("agent", "await", ref, env={"WB_AWAIT_CHUNK_MS": "3000"})
-    assert wait_for(lambda: _remote_pollers(box), 30)
-    waiter.kill()
-    waiter.communicate(timeout=10)
+    with caller.popen("agent", "await", ref, env={"WB_AWAIT_CHUNK_MS": "3000"}) as waiter:
+        assert wait_for(lambda: _remote_pollers(box), 30)
+        waiter.kill()
+        waiter.communicate(timeout=10)
     assert wait_for(lambda: not _remote_pollers(box), 3 + 5)
     caller.wb("agent", "stop", ref)
 

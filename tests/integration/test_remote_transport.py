@@ -16,7 +16,7 @@ import shlex
 import signal
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -49,15 +49,6 @@ RUN_ID = "agt-" + "5e" * 16
 VERSION = RemoteRequest(schema_version=1, operation="version")
 LIST = RemoteRequest(schema_version=1, operation="list")
 REAL_WB = Path(sys.executable).parent / "wb"
-
-
-@pytest.fixture(scope="module")
-def sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshdFactory]:
-    factory = SshdFactory(tmp_path_factory.mktemp("sshd"))
-    try:
-        yield factory
-    finally:
-        factory.close()
 
 
 @pytest.fixture(scope="module")
