@@ -7,20 +7,25 @@ as a `Problem` and reported by the commands that use it. Problems with the file 
 
 from __future__ import annotations
 
-import ipaddress
 import os
 import re
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
-from urllib.parse import urlsplit
+from typing import TYPE_CHECKING, Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, model_validator
 
 from courier.errors import UsageError
+from courier.paths import HOME_ENV, config_path
 from protocol.refs import BadName, check_machine_name
+
+if TYPE_CHECKING:
+    import yaml
+
+# yaml is imported when a wb.yaml is read, not with this module: a machine without one
+# (and the receiver's path, see courier.paths) never pays for it. config_path lives in
+# courier.paths and is re-exported here.
 
 ALLOWLISTED_ENV = (
     "PATH", "HOME", "TMPDIR", "TMP", "TEMP", "LANG", "LC_ALL", "LC_CTYPE", "TZ",
@@ -62,6 +67,8 @@ def check_identifier(value: str, what: str) -> str:
 def check_base_url(url: str) -> str:
     if not url.isascii() or len(url.encode()) > 2048:
         raise ValueError("base_url must be ASCII and at most 2048 bytes")
+    from urllib.parse import urlsplit
+
     parts = urlsplit(url)
     if parts.username is not None or parts.password is not None or "@" in parts.netloc:
         raise ValueError("base_url must not carry userinfo (put the credential in credential_env/credential_file)")
@@ -77,6 +84,8 @@ def check_base_url(url: str) -> str:
 
 
 def _is_loopback_literal(hostname: str, netloc: str) -> bool:
+    import ipaddress
+
     if hostname == "localhost":
         return True
     if hostname == "::1":
@@ -256,11 +265,26 @@ class Config:
         return entry
 
 
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """SafeLoader that refuses duplicate mapping keys instead of keeping the last one."""
+_loader_class: type | None = None
 
 
-def _construct_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+def _unique_key_loader() -> type[yaml.SafeLoader]:
+    """SafeLoader that refuses duplicate mapping keys instead of keeping the last one (built on first use)."""
+    global _loader_class
+    if _loader_class is None:
+        import yaml
+
+        class _UniqueKeyLoader(yaml.SafeLoader):
+            pass
+
+        _UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+        _loader_class = _UniqueKeyLoader
+    return _loader_class
+
+
+def _construct_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+    import yaml
+
     seen: set[Any] = set()
     for key_node, _ in node.value:
         key = loader.construct_object(key_node, deep=deep)
@@ -269,18 +293,6 @@ def _construct_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, deep: b
         seen.add(key)
     loader.flatten_mapping(node)
     return dict(loader.construct_pairs(node, deep=deep))
-
-
-_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
-
-
-def config_path() -> Path:
-    explicit = os.environ.get("WB_CONFIG")
-    if explicit:
-        return Path(explicit)
-    xdg = os.environ.get("XDG_CONFIG_HOME")
-    base = Path(xdg) if xdg else Path.home() / ".config"
-    return base / "wb" / "wb.yaml"
 
 
 def _check_file_permissions(path: Path) -> None:
@@ -297,10 +309,12 @@ def load_config(path: Path | None = None) -> Config:
     path = path or config_path()
     document: Any = {}
     if path.exists():
+        import yaml
+
         _check_file_permissions(path)
         try:
             with open(path, "rb") as handle:
-                document = yaml.load(handle, Loader=_UniqueKeyLoader) or {}
+                document = yaml.load(handle, Loader=_unique_key_loader()) or {}
         except yaml.YAMLError as exc:
             raise UsageError(f"{path}: invalid YAML: {exc}") from None
         except OSError as exc:
@@ -309,7 +323,7 @@ def load_config(path: Path | None = None) -> Config:
             raise UsageError(f"{path}: the top level must be a mapping")
     agents = _section(document, "agents", path)
     session_move = _section(document, "session_move", path)
-    home = _path_setting(agents, "home", "WB_HOME", Path.home() / ".wb", path)
+    home = _path_setting(agents, "home", HOME_ENV, Path.home() / ".wb", path)
     projects_root = _path_setting(agents, "projects_root", "WB_PROJECTS_ROOT", Path.home() / "projects", path)
     config = Config(path=path, home=home, projects_root=projects_root)
     config.providers = _providers(_section(agents, "providers", path, "agents."), path)

@@ -10,12 +10,37 @@ import json
 import os
 import select
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from protocol import limits
-from protocol.models import RemoteResponse
+
+if TYPE_CHECKING:
+    from protocol.models import RemoteResponse
 
 _READ_CHUNK = 1 * limits.MIB
 _OPERATION_ECHO_MAX = 64
+_PLUGINS_ENV = "PYDANTIC_DISABLE_PLUGINS"
+
+
+def _import_models() -> None:
+    """Define the receiver's pydantic models without pydantic's plugin discovery.
+
+    Creating the first model makes pydantic scan every installed distribution's entry
+    points for plugins (a few ms per call, more on a crowded interpreter). wb has no
+    pydantic plugin and the receiver lives for one request, so the scan is skipped for
+    the models it validates with; the variable is removed again before any child
+    (a dispatched owner) can inherit it. A value the user set is left alone.
+    """
+    prior = os.environ.get(_PLUGINS_ENV)
+    if prior is None:
+        os.environ[_PLUGINS_ENV] = "__all__"
+    try:
+        import courier.runs.store  # noqa: F401
+        import protocol.models
+        import protocol.validate  # noqa: F401
+    finally:
+        if prior is None:
+            os.environ.pop(_PLUGINS_ENV, None)
 
 
 def read_request(fd: int) -> tuple[bytes, bool]:
@@ -38,6 +63,7 @@ def read_request(fd: int) -> tuple[bytes, bool]:
 
 def _refusal(message: str, operation: str = "") -> RemoteResponse:
     from courier.operations import now_rfc3339
+    from protocol.models import RemoteResponse
 
     return RemoteResponse(
         schema_version=limits.SCHEMA_VERSION,
@@ -124,6 +150,7 @@ def _write_all(fd: int, data: bytes) -> None:
 def serve(argv: list[str]) -> int:
     """Answer one request from stdin on stdout; always exactly one document and exit 0."""
     del argv  # the receiver takes no options: everything travels in the request
+    _import_models()
     try:
         data, oversize = read_request(0)
         read_error = ""

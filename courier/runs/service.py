@@ -7,25 +7,27 @@ import signal
 import time
 from collections.abc import Callable
 
-from courier.config import load_config
 from courier.errors import Finding, WbError
 from courier.runs import process
-from courier.runs.dispatch import dispatch
-from courier.runs.harness.codex import worker_actions
-from courier.runs.owner import finish
 from courier.runs.store import EVENTS, Store, render, within_admission_grace
 from protocol import limits
-from protocol.models import ListWarning, RemoteRequest, RemoteResponse, Result, StopResult
+from protocol.models import ListWarning, RemoteRequest, RemoteResponse, Result, StopResult, collector_paused
 
 NO_TRANSCRIPT = "(no worker transcript was captured)"
 
 
 def handle(request: RemoteRequest, response: RemoteResponse, client_gone: Callable[[], bool]) -> None:
-    config = load_config()
+    # Only dispatch needs the whole configuration (and the harness modules); the other
+    # operations need the home, which costs no yaml when there is no wb.yaml.
     if request.operation == "dispatch":
-        response.result = dispatch(config, request).to_wire()
+        from courier.config import load_config
+        from courier.runs.dispatch import dispatch
+
+        response.result = dispatch(load_config(), request).to_wire()
         return
-    store = Store(config.home).ensure()
+    from courier.paths import configured_home
+
+    store = Store(configured_home()).ensure()
     operation = request.operation
     if operation == "status":
         response.result = status(store, request.agent_id).to_wire()
@@ -33,7 +35,8 @@ def handle(request: RemoteRequest, response: RemoteResponse, client_gone: Callab
         response.result = await_run(store, request.agent_id, request.wait_timeout_ms, client_gone).to_wire()
     elif operation == "list":
         results, warnings = list_runs(store)
-        response.results = [result.to_wire() for result in results]
+        with collector_paused():
+            response.results = [result.to_wire() for result in results]
         response.warnings = warnings or None
     elif operation == "logs":
         response.logs = logs_text(store, request.agent_id, request.tail or limits.LOGS_TAIL_DEFAULT, raw=request.raw)
@@ -60,8 +63,9 @@ def await_run(store: Store, agent_id: str, wait_timeout_ms: int, client_gone: Ca
 
 
 def list_runs(store: Store) -> tuple[list[Result], list[ListWarning]]:
-    records, warnings = store.list()
-    results = [render(record, store) for record in records]
+    with collector_paused():
+        records, warnings = store.list()
+        results = [render(record, store) for record in records]
     results.sort(key=lambda r: r.agent_id)
     results.sort(key=lambda r: r.started_at, reverse=True)
     return results, warnings
@@ -82,6 +86,8 @@ def logs_text(store: Store, agent_id: str, tail: int, *, raw: bool) -> str:
             )
         with open(path, "rb") as handle:
             return f"{path}\n" + handle.read().decode("utf-8", "replace")
+    from courier.runs.harness.codex import worker_actions
+
     actions = worker_actions(path, tail)
     return f"{path}\n" + "".join(f"  {action}\n" for action in actions)
 
@@ -112,5 +118,7 @@ def stop(store: Store, agent_id: str, requester: str) -> StopResult:
         except WbError:
             current = record
         if current.state == "running":
+            from courier.runs.owner import finish
+
             finish(store, current, "failed", f"stopped on request at {store.stop_requested_at(agent_id)}")
     return StopResult(agent_id=agent_id, worker_pid=delivered_pid, state=record.state)

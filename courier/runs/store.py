@@ -309,9 +309,9 @@ def home_id(store: Store | None = None) -> str | None:
     """This machine's WB_HOME identity, created on first use; None when the home is unusable."""
     try:
         if store is None:
-            from courier.config import load_config
+            from courier.paths import configured_home
 
-            store = Store(load_config().home)
+            store = Store(configured_home())
         store.ensure()
         path = store.home / HOME_ID
         try:
