@@ -24,7 +24,7 @@ from courier.errors import (
     UsageError,
     WbError,
 )
-from courier.render import dispatch_line, list_lines, sort_results, status_text, to_json
+from courier.render import dispatch_line, list_lines, results_json, sort_results, status_text, to_json
 from courier.route import ask, await_result, is_transport
 from protocol import limits
 from protocol.durations import BadDuration, parse_duration_ms
@@ -297,7 +297,7 @@ def list_(
     response = ask(config, machine, _request("list"))
     results = sort_results(response.results_of())
     if as_json:
-        _out(to_json([r.to_wire() for r in results]))
+        _out(results_json(results))
     else:
         _out_lines(list_lines(results).splitlines(keepends=True))
     if response.warnings:

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-import json
 from datetime import datetime
 from typing import Any
+
+import pydantic_core
 
 from courier.text import sanitize
 from protocol.durations import format_duration_ms
@@ -17,7 +18,13 @@ def ref_of(result: Result) -> str:
 
 
 def to_json(document: Any) -> str:
-    return json.dumps(document, indent=2, ensure_ascii=False) + "\n"
+    """2-space indented JSON with a trailing newline; pydantic-core's encoder, fast on 10,000 results."""
+    return pydantic_core.to_json(document, indent=2).decode() + "\n"
+
+
+def results_json(results: list[Result]) -> str:
+    """A list of results as JSON, absent fields omitted, without a dict per result in between."""
+    return pydantic_core.to_json(results, indent=2, exclude_none=True).decode() + "\n"
 
 
 def _s(text: object) -> str:
@@ -26,13 +33,12 @@ def _s(text: object) -> str:
 
 def sort_results(results: list[Result]) -> list[Result]:
     """Newest first; ties by machine (local first) then run ID (contract §3.3)."""
-    ordered = sorted(results, key=lambda r: (r.machine or "", r.agent_id))
-    return sorted(ordered, key=lambda r: _started_key(r.started_at), reverse=True)
+    return sorted(results, key=lambda r: (-_started_key(r.started_at), r.machine or "", r.agent_id))
 
 
 def _started_key(text: str) -> float:
     try:
-        return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+        return datetime.fromisoformat(text).timestamp()
     except ValueError:
         return 0.0
 

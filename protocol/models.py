@@ -10,11 +10,10 @@ from __future__ import annotations
 import contextlib
 import gc
 import json
-import re
 from collections.abc import Iterator
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, StringConstraints, field_validator, model_validator
 
 from protocol import limits
 
@@ -24,9 +23,9 @@ OPERATIONS = ("dispatch", "status", "await", "list", "logs", "stop", "version")
 FAILURE_KINDS = ("request", "not_found", "failed")
 WORKTREE_MODES = ("new", "existing")
 
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u200b-\u200f\u202a-\u202e\u2066-\u2069\ufeff]")
-_RFC3339 = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{1,9})?(Z|[+-]\d\d:\d\d)")
+_RFC3339 = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{1,9})?(Z|[+-]\d\d:\d\d)"
 _GO_ZERO_TIME = "0001-01-01T00:00:00Z"
+_GO_EMPTY_STRINGS = ("machine", "worktree_dir", "branch", "base", "base_sha", "failure", "result", "log_path")
 
 
 def is_terminal(state: str) -> bool:
@@ -51,12 +50,12 @@ def collector_paused() -> Iterator[None]:
         gc.enable()
 
 
-def _plain(value: str, field: str, max_len: int = 4096) -> str:
-    if _CONTROL.search(value):
-        raise ValueError(f"{field} contains control characters")
-    if len(value.encode()) > max_len:
-        raise ValueError(f"{field} is longer than {max_len} bytes")
-    return value
+# Checked by pydantic-core's own regex engine: a list of 10,000 records pays no Python call per field.
+_PLAIN_PATTERN = "^[^\x00-\x1f\x7f-\x9f\u200b-\u200f\u202a-\u202e\u2066-\u2069\ufeff]*$"
+Identifier = Annotated[str, StringConstraints(pattern=_PLAIN_PATTERN, max_length=256)]
+PathText = Annotated[str, StringConstraints(pattern=_PLAIN_PATTERN, max_length=4096)]
+RoutingText = Annotated[str, StringConstraints(pattern=_PLAIN_PATTERN, max_length=2048)]
+Timestamp = Annotated[str, StringConstraints(pattern=f"^(?:{_RFC3339})$")]
 
 
 class WireModel(BaseModel):
@@ -76,29 +75,19 @@ class WireModel(BaseModel):
 
 
 class Routing(WireModel):
-    base_url: str
-    credential_env: str | None = None
-    credential_file: str | None = None
+    base_url: RoutingText
+    credential_env: RoutingText | None = None
+    credential_file: RoutingText | None = None
     wire_api: Literal["responses", "chat"]
-
-    @field_validator("base_url", "credential_env", "credential_file")
-    @classmethod
-    def _no_control(cls, value: str | None) -> str | None:
-        return None if value is None else _plain(value, "routing field", 2048)
 
 
 class Resolved(WireModel):
-    profile: str
-    harness: str
-    provider: str
-    model: str
-    reasoning: str | None = None
+    profile: Identifier
+    harness: Identifier
+    provider: Identifier
+    model: Identifier
+    reasoning: Identifier | None = None
     routing: Routing
-
-    @field_validator("profile", "harness", "provider", "model", "reasoning")
-    @classmethod
-    def _no_control(cls, value: str | None) -> str | None:
-        return None if value is None else _plain(value, "resolved field", 256)
 
 
 class Usage(WireModel):
@@ -124,19 +113,19 @@ class Result(WireModel):
 
     agent_id: str
     machine: str | None = None
-    state: str
+    state: Identifier
     terminal: bool = False
-    profile: str
+    profile: Identifier
     resolved: Resolved
-    repository: str
+    repository: Identifier
     worktree_mode: Literal["new", "existing"]
     worktree: str
-    worktree_dir: str | None = None
-    branch: str | None = None
-    base: str | None = None
-    base_sha: str | None = None
-    started_at: str
-    finished_at: str | None = None
+    worktree_dir: PathText | None = None
+    branch: Identifier | None = None
+    base: Identifier | None = None
+    base_sha: Identifier | None = None
+    started_at: Timestamp
+    finished_at: Timestamp | None = None
     duration_ms: int | None = Field(default=None, ge=0)
     owner_pid: int | None = Field(default=None, ge=0)
     worker_pid: int | None = Field(default=None, ge=0)
@@ -149,7 +138,7 @@ class Result(WireModel):
     usage: Usage | None = None
     changes: ChangeSummary | None = None
     harness_diagnostics: list[str] | None = Field(default=None, max_length=1000)
-    log_path: str | None = None
+    log_path: PathText | None = None
 
     @field_validator("agent_id")
     @classmethod
@@ -172,35 +161,16 @@ class Result(WireModel):
 
         return check_worktree_name(value)
 
-    @field_validator("state", "profile", "repository", "branch", "base", "base_sha")
-    @classmethod
-    def _identifier(cls, value: str | None) -> str | None:
-        return None if value is None else _plain(value, "identifier", 256)
-
-    @field_validator("worktree_dir", "log_path")
-    @classmethod
-    def _path(cls, value: str | None) -> str | None:
-        return None if value is None else _plain(value, "path", 4096)
-
-    @field_validator("started_at", "finished_at", mode="before")
-    @classmethod
-    def _timestamp(cls, value: Any) -> Any:
-        if isinstance(value, str) and value and not _RFC3339.fullmatch(value):
-            raise ValueError(f"timestamp {value[:40]!r} is not RFC 3339")
-        return value
-
     @model_validator(mode="before")
     @classmethod
     def _go_zero_values(cls, data: Any) -> Any:
         # A Go peer writes an unset time as its zero value and empty strings as "".
-        if isinstance(data, dict):
-            data = dict(data)
-            if data.get("finished_at") == _GO_ZERO_TIME:
-                data.pop("finished_at")
-            for key in ("machine", "worktree_dir", "branch", "base", "base_sha", "failure", "result", "log_path"):
-                if data.get(key) == "":
-                    data.pop(key)
-        return data
+        if not isinstance(data, dict):
+            return data
+        zero = [key for key in _GO_EMPTY_STRINGS if data.get(key) == ""]
+        if data.get("finished_at") == _GO_ZERO_TIME:
+            zero.append("finished_at")
+        return {key: value for key, value in data.items() if key not in zero} if zero else data
 
     @model_validator(mode="after")
     def _derive_terminal(self) -> Result:
@@ -213,7 +183,7 @@ class StopResult(WireModel):
 
     agent_id: str
     worker_pid: int = Field(default=0, ge=0)
-    state: str
+    state: Annotated[str, StringConstraints(pattern=_PLAIN_PATTERN, max_length=64)]
 
     @field_validator("agent_id")
     @classmethod
@@ -222,10 +192,6 @@ class StopResult(WireModel):
 
         return check_run_id(value)
 
-    @field_validator("state")
-    @classmethod
-    def _state(cls, value: str) -> str:
-        return _plain(value, "state", 64)
 
 
 class ListWarning(WireModel):
@@ -272,13 +238,23 @@ class RemoteResponse(WireModel):
     now: str | None = None
     warnings: list[ListWarning] | None = None
     home_id: str | None = None
+    # Results made on this machine, kept typed so a local caller never re-validates them.
+    _typed_results: list[Result] | None = PrivateAttr(default=None)
+
+    def set_results(self, results: list[Result]) -> None:
+        self._typed_results = results
+        self.results = None
 
     def encode(self) -> bytes:
         body: dict[str, Any] = {"schema_version": self.schema_version, "operation": self.operation}
         if self.result is not None:
             body["result"] = self.result
         if self.operation == "list":
-            body["results"] = self.results or []
+            if self._typed_results is not None:
+                with collector_paused():
+                    body["results"] = [result.to_wire() for result in self._typed_results]
+            else:
+                body["results"] = self.results or []
         for key in ("logs", "failure", "failure_kind", "wb_version", "now"):
             value = getattr(self, key)
             if value:
@@ -296,5 +272,7 @@ class RemoteResponse(WireModel):
         return StopResult.model_validate(self.result or {})
 
     def results_of(self) -> list[Result]:
+        if self._typed_results is not None:
+            return list(self._typed_results)
         with collector_paused():
             return [Result.model_validate(item) for item in (self.results or [])]

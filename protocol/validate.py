@@ -20,7 +20,11 @@ def describe_validation_error(error: ValidationError) -> str:
     parts = []
     for item in error.errors(include_url=False, include_context=False, include_input=False):
         where = ".".join(str(p) for p in item["loc"]) or "document"
-        parts.append(f"{where}: {item['msg']}")
+        # The plain-text pattern itself is made of control characters: name the rule instead.
+        message = (
+            "contains control characters or is malformed" if item["type"] == "string_pattern_mismatch" else item["msg"]
+        )
+        parts.append(f"{where}: {message}")
     return "; ".join(parts[:5])
 
 

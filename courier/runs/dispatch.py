@@ -155,7 +155,7 @@ def dispatch(config: Config, request: RemoteRequest) -> Result:
             profile=request.profile,
             resolved=resolved,
             repository=repository,
-            worktree_mode=request.mode,
+            worktree_mode="new" if request.mode == "new" else "existing",
             worktree=request.worktree,
             worktree_dir=str(path),
             branch=branch if request.mode == "new" else None,

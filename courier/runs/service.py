@@ -35,8 +35,7 @@ def handle(request: RemoteRequest, response: RemoteResponse, client_gone: Callab
         response.result = await_run(store, request.agent_id, request.wait_timeout_ms, client_gone).to_wire()
     elif operation == "list":
         results, warnings = list_runs(store)
-        with collector_paused():
-            response.results = [result.to_wire() for result in results]
+        response.set_results(results)
         response.warnings = warnings or None
     elif operation == "logs":
         response.logs = logs_text(store, request.agent_id, request.tail or limits.LOGS_TAIL_DEFAULT, raw=request.raw)
@@ -66,8 +65,6 @@ def list_runs(store: Store) -> tuple[list[Result], list[ListWarning]]:
     with collector_paused():
         records, warnings = store.list()
         results = [render(record, store) for record in records]
-    results.sort(key=lambda r: r.agent_id)
-    results.sort(key=lambda r: r.started_at, reverse=True)
     return results, warnings
 
 

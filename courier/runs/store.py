@@ -11,13 +11,14 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-from pydantic import Field, ValidationError
+from pydantic import ValidationError
 
 from courier.errors import NotFound, UsageError, WbError
 from courier.runs import process
 from protocol import limits
-from protocol.models import ChangeSummary, ListWarning, Resolved, Result, Usage, WireModel
+from protocol.models import ListWarning, Result, is_terminal
 from protocol.refs import is_run_id
+from protocol.validate import describe_validation_error
 
 RECORD = "run.json"
 TASK = "task"
@@ -33,40 +34,21 @@ PRIVATE_FIELDS = (
 )  # fmt: skip
 
 
-class Record(WireModel):
-    """What the store keeps about one run. The task lives beside it, in its own file."""
+class Record(Result):
+    """What the store keeps about one run: the Result's facts, validated by the same rules,
+    plus what only the owner needs. The task lives beside it, in its own file."""
 
     schema_version: int = limits.SCHEMA_VERSION
-    agent_id: str
-    state: str
-    profile: str
-    resolved: Resolved
-    repository: str
-    worktree_mode: str
-    worktree: str
-    worktree_dir: str | None = None
-    branch: str | None = None
-    base: str | None = None
-    base_sha: str | None = None
     preexisting_changes: int | None = None
     timeout_ms: int
     network: bool = False
     provider_options: dict[str, int] | None = None
-    started_at: str
-    finished_at: str | None = None
-    duration_ms: int | None = None
-    owner_pid: int | None = None
     owner_token: str | None = None
-    worker_pid: int | None = None
     worker_token: str | None = None
-    exit_code: int | None = None
-    failure: str | None = None
-    result: str | None = None
-    tool_calls: int | None = None
-    usage: Usage | None = None
-    changes: ChangeSummary | None = None
-    harness_diagnostics: list[str] | None = Field(default=None)
-    log_path: str | None = None
+
+
+# Derived when a record is rendered, never stored.
+_DERIVED = frozenset({"machine", "terminal", "owner_alive", "worker_alive"})
 
 
 class RecordUnreadable(WbError):
@@ -136,7 +118,8 @@ class Store:
         return run_dir
 
     def save(self, record: Record) -> None:
-        data = json.dumps(record.to_wire(), ensure_ascii=False, indent=2).encode() + b"\n"
+        body = record.model_dump(mode="json", exclude_none=True, exclude=set(_DERIVED))
+        data = json.dumps(body, ensure_ascii=False, indent=2).encode() + b"\n"
         write_private(self.run_dir(record.agent_id) / RECORD, data)
 
     def load(self, agent_id: str) -> Record:
@@ -211,9 +194,7 @@ def read_record(path: Path) -> Record:
     try:
         return Record.model_validate_json(raw)
     except ValidationError as exc:
-        first = exc.errors(include_url=False)[0]
-        where = ".".join(str(p) for p in first["loc"]) or "document"
-        raise RecordUnreadable(f"{path} is corrupt ({where}: {first['msg']})") from None
+        raise RecordUnreadable(f"{path} is corrupt ({describe_validation_error(exc)})") from None
 
 
 def read_private(path: Path, limit: int) -> bytes:
@@ -285,13 +266,16 @@ def render(record: Record, store: Store | None = None) -> Result:
         state = "abandoned"
         if store is not None and failure is None:
             failure = store.owner_error(record.agent_id)
-    body = record.to_wire()
-    for private in PRIVATE_FIELDS:
-        body.pop(private, None)
-    body.update(state=state, owner_alive=owner_alive, worker_alive=worker_alive)
+    # Field by field, so nothing stored privately (the task, tokens) can reach a Result; the
+    # record was validated when read, so the projection is not validated a second time.
+    fields = {name: getattr(record, name) for name in _PROJECTED}
+    fields.update(state=state, terminal=is_terminal(state), owner_alive=owner_alive, worker_alive=worker_alive)
     if failure is not None:
-        body["failure"] = failure
-    return Result.model_validate(body)
+        fields["failure"] = failure
+    return Result.model_construct(**fields)
+
+
+_PROJECTED = tuple(name for name in Result.model_fields if name not in _DERIVED)
 
 
 def within_admission_grace(record: Record) -> bool:

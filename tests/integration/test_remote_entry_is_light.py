@@ -1,0 +1,61 @@
+"""The remote entry is a hot path: it must never pay for asyncssh, typer, rich or yaml (without a wb.yaml)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+HEAVY = ("asyncssh", "typer", "rich", "click", "yaml", "cryptography")
+
+
+def _imported(
+    tmp_path: Path, request: dict[str, object], config: str | None = None
+) -> tuple[set[str], dict[str, object]]:
+    """Run the receiver as sshd would, and list every top-level package it had loaded when it exited.
+
+    (`-X importtime` cannot see it all: the receiver points its stderr at /dev/null after reading.)
+    """
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "HOME": str(tmp_path),
+        "WB_HOME": str(tmp_path / "home"),
+        "WB_CONFIG": str(tmp_path / "wb.yaml"),
+    }
+    if config is not None:
+        (tmp_path / "wb.yaml").write_text(config)
+        (tmp_path / "wb.yaml").chmod(0o600)
+    record = tmp_path / "modules.txt"
+    program = (
+        "import atexit, sys\n"
+        f"atexit.register(lambda: open({str(record)!r}, 'w').write('\\n'.join(sys.modules)))\n"
+        "sys.argv = ['wb', '--wb-internal-agent-remote']\n"
+        "from courier.main import main\n"
+        "main()\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", program], input=json.dumps(request).encode(), capture_output=True, env=env, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    modules = {name.split(".")[0] for name in record.read_text().split()}
+    assert "courier" in modules and "protocol" in modules
+    return modules, json.loads(done.stdout)
+
+
+@pytest.mark.parametrize("operation", ["status", "list", "version", "await", "logs", "stop"])
+def test_the_receiver_imports_nothing_heavy(tmp_path: Path, operation: str) -> None:
+    request: dict[str, object] = {"schema_version": 1, "operation": operation}
+    if operation in ("status", "await", "logs", "stop"):
+        request["agent_id"] = "agt-" + "0" * 32
+    modules, reply = _imported(tmp_path, request)
+    assert reply["operation"] == operation
+    assert not modules & set(HEAVY), modules & set(HEAVY)
+
+
+def test_with_a_wb_yaml_only_yaml_is_added(tmp_path: Path) -> None:
+    modules, reply = _imported(tmp_path, {"schema_version": 1, "operation": "list"}, config="agents: {}\n")
+    assert reply["results"] == []
+    assert "yaml" in modules and not modules & {"asyncssh", "typer", "rich", "click", "cryptography"}
