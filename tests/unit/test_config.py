@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -132,3 +133,10 @@ def test_unknown_machine_lists_the_configured_ones_sorted(tmp_path: Path) -> Non
 
 def test_unknown_top_level_sections_are_ignored(tmp_path: Path) -> None:
     assert _load(tmp_path, "editor: vim\nagents: {}\n").profiles == {}
+
+
+@pytest.mark.parametrize("host", ["-oProxyCommand=x", "a b", "a;b", "$(x)", "`x`", "a\nb", ""])
+def test_hosts_a_shell_or_ssh_could_reinterpret_are_refused_before_any_connection(tmp_path: Path, host: str) -> None:
+    config = _load(tmp_path, "session_move:\n  targets:\n    m:\n      ssh:\n        host: " + json.dumps(host) + "\n")
+    with pytest.raises(UsageError, match="host must match"):
+        config.target("m")
