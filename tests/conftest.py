@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -13,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.sshd import SshdFactory
+from tests.integration.sshd import SshdFactory, SshdServer
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 FAKES = REPO_ROOT / "tests" / "fakes"
@@ -132,6 +133,29 @@ def sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshdFactory]:
         yield factory
     finally:
         factory.close()
+
+
+REMOTE_CONFIG = """\
+agents:
+  providers:
+    mock:
+      base_url: http://127.0.0.1:9/v1
+      credential_file: {credential}
+  profiles:
+    fake: {{harness: codex, provider: mock, model: gpt-5.5}}
+"""
+
+
+def prepare_remote(server: SshdServer) -> None:
+    """A canonical clone, the fake Codex on PATH, a profile and a credential file on the remote machine."""
+    shutil.copy(FAKES / "codex", server.bin_dir / "codex")
+    make_clone(server.projects_root / "acme" / "widget")
+    credential = server.root / "credential"
+    credential.write_text(CREDENTIAL_VALUE)
+    credential.chmod(0o600)
+    config = server.root / "remote-wb.yaml"
+    config.write_text(REMOTE_CONFIG.format(credential=credential))
+    config.chmod(0o600)
 
 
 def make_machine(root: Path) -> Machine:

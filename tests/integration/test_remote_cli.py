@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -20,34 +19,11 @@ from pathlib import Path
 
 import psutil
 import pytest
-from conftest import CREDENTIAL_VALUE, FAKES, make_clone, wait_for
+from conftest import prepare_remote, wait_for
 
 from tests.integration.sshd import SshdFactory, SshdServer, sshd_unavailable_reason
 
 pytestmark = pytest.mark.skipif(sshd_unavailable_reason() is not None, reason=str(sshd_unavailable_reason()))
-
-REMOTE_CONFIG = """\
-agents:
-  providers:
-    mock:
-      base_url: http://127.0.0.1:9/v1
-      credential_file: {credential}
-  profiles:
-    fake: {{harness: codex, provider: mock, model: gpt-5.5}}
-"""
-
-
-def prepare_remote(server: SshdServer) -> None:
-    """A canonical clone, the fake Codex on PATH, a profile and a credential file on the remote machine."""
-    shutil.copy(FAKES / "codex", server.bin_dir / "codex")
-    make_clone(server.projects_root / "acme" / "widget")
-    credential = server.root / "credential"
-    credential.write_text(CREDENTIAL_VALUE)
-    credential.chmod(0o600)
-    config = server.root / "remote-wb.yaml"
-    config.write_text(REMOTE_CONFIG.format(credential=credential))
-    config.chmod(0o600)
-
 
 @dataclass
 class Caller:

@@ -1,0 +1,55 @@
+"""The README's supervisor pattern, run as written against three loopback sshd machines."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import REPO_ROOT, SshdFactory, prepare_remote
+
+from tests.integration.sshd import sshd_unavailable_reason
+
+pytestmark = pytest.mark.skipif(sshd_unavailable_reason() is not None, reason=str(sshd_unavailable_reason()))
+
+README_MACHINES = ("gpu-box", "build-1", "build-2")
+
+
+def supervisor_script() -> str:
+    readme = (REPO_ROOT / "README.md").read_text()
+    section = readme[readme.index("## The supervisor pattern") :]
+    match = re.search(r"```sh\n(#!/usr/bin/env bash\n.*?)```", section, re.S)
+    assert match, "the README's supervisor script is missing"
+    return match.group(1)
+
+
+def test_the_readme_supervisor_script_runs_as_written(sshd: SshdFactory, tmp_path: Path) -> None:
+    targets = {}
+    for index, name in enumerate(README_MACHINES):
+        server = sshd.start(f"127.0.0.{30 + index}")
+        prepare_remote(server)
+        with open(server.root / "remote-wb.yaml", "a") as config:  # the README's profile name
+            config.write("    fast: {harness: codex, provider: mock, model: gpt-5.5}\n")
+        targets[name] = sshd.target(server)
+    workdir = tmp_path / "supervisor"
+    workdir.mkdir()
+    (workdir / "task.md").write_text("scenario:complete\n")
+    (workdir / "supervise.sh").write_text(supervisor_script())
+    env = {
+        "HOME": str(tmp_path),
+        "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin",
+        "WB_CONFIG": str(sshd.write_wb_config("supervisor", targets)),
+        "WB_HOME": str(tmp_path / "wbhome"),
+        "WB_SSH_CONFIG": str(sshd.client_config),
+        "LANG": "C.UTF-8",
+    }
+    done = subprocess.run(["bash", "supervise.sh"], cwd=workdir, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert "(here) ok" in lines
+    for name in README_MACHINES:
+        assert f"{name} ok" in lines
+        assert any(re.fullmatch(rf"{name} agt-[0-9a-f]{{32}} completed 1", line) for line in lines), lines
+    assert len(list(workdir.glob("result-*.json"))) == 3
