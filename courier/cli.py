@@ -28,7 +28,7 @@ from courier.render import dispatch_line, list_lines, results_json, sort_results
 from courier.route import ask, await_result, is_transport
 from protocol import limits
 from protocol.durations import BadDuration, parse_duration_ms
-from protocol.models import RemoteRequest
+from protocol.models import RemoteRequest, collector_paused
 from protocol.refs import BadName, check_machine_name, format_reference, new_run_id, split_reference
 
 app = typer.Typer(
@@ -294,12 +294,14 @@ def list_(
         list_all(config, timeout_ms / 1000, as_json=as_json)
         return
     machine, _ = _target(None, to)
-    response = ask(config, machine, _request("list"))
-    results = sort_results(response.results_of())
-    if as_json:
-        _out(results_json(results))
-    else:
-        _out_lines(list_lines(results).splitlines(keepends=True))
+    # Thousands of short-lived, acyclic objects: the cyclic collector would only re-walk them.
+    with collector_paused():
+        response = ask(config, machine, _request("list"))
+        results = sort_results(response.results_of())
+        if as_json:
+            _out(results_json(results))
+        else:
+            _out_lines(list_lines(results).splitlines(keepends=True))
     if response.warnings:
         for warning in response.warnings:
             _warn(f"{format_reference(machine, warning.agent_id)}: {warning.error}")

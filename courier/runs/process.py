@@ -24,8 +24,10 @@ def _boot_id() -> str:
 
 
 def _linux_stat(pid: int) -> list[str] | None:
+    # A plain open: `list` checks two processes per record, thousands of times.
     try:
-        raw = Path(f"/proc/{pid}/stat").read_bytes()
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            raw = handle.read()
     except OSError:
         return None
     # The command name may contain spaces and parentheses: split after the last ")".

@@ -148,7 +148,7 @@ class Store:
                     warnings.append(ListWarning(agent_id=entry.name, error="symlinked run directory skipped"))
                     continue
                 try:
-                    records.append(read_record(Path(entry.path) / RECORD))
+                    records.append(read_record(os.path.join(entry.path, RECORD)))
                 except WbError as exc:
                     warnings.append(ListWarning(agent_id=entry.name, error=exc.message))
         return records, warnings
@@ -183,7 +183,7 @@ class Store:
             return None
 
 
-def read_record(path: Path) -> Record:
+def read_record(path: str | Path) -> Record:
     try:
         raw = read_private(path, 16 * limits.MIB)
     except FileNotFoundError:
@@ -197,7 +197,7 @@ def read_record(path: Path) -> Record:
         raise RecordUnreadable(f"{path} is corrupt ({describe_validation_error(exc)})") from None
 
 
-def read_private(path: Path, limit: int) -> bytes:
+def read_private(path: str | Path, limit: int) -> bytes:
     fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
