@@ -25,6 +25,7 @@ from tests.integration.sshd import SshdFactory, SshdServer, sshd_unavailable_rea
 
 pytestmark = pytest.mark.skipif(sshd_unavailable_reason() is not None, reason=str(sshd_unavailable_reason()))
 
+
 @dataclass
 class Caller:
     """The machine a supervisor runs on: its own home and config naming the remote machines."""
@@ -313,3 +314,30 @@ def test_processes_started_for_a_remote_dispatch_never_hold_the_session_stdio(ca
         link = os.readlink(f"/proc/{status['worker_pid']}/fd/{fd}")
         assert link.startswith("pipe:") and link in owner_fds
     caller.wb("agent", "stop", ref)
+
+
+def test_the_users_ssh_config_supplies_alias_port_key_and_known_hosts(
+    caller: Caller, sshd: SshdFactory, box: SshdServer, tmp_path: Path
+) -> None:
+    """Without WB_SSH_CONFIG, ~/.ssh/config is read: an alias resolves through HostName, Port, IdentityFile."""
+    home = tmp_path / "home"
+    (home / ".ssh").mkdir(parents=True, mode=0o700)
+    (home / ".ssh" / "config").write_text(
+        "Host box-alias\n"
+        f"  HostName {box.host}\n"
+        f"  Port {box.port}\n"
+        "  User root\n"
+        f"  IdentityFile {sshd.client_key}\n"
+        f"  UserKnownHostsFile {sshd.known_hosts}\n"
+    )
+    config = sshd.write_wb_config("aliased", {"box": {"host": "box-alias"}})
+    env = {key: value for key, value in caller.env.items() if key != "WB_SSH_CONFIG"}
+    done = subprocess.run(
+        [sys.executable, "-m", "courier.main", "agent", "list", "--to", "box"],
+        capture_output=True,
+        text=True,
+        env={**env, "HOME": str(home), "WB_CONFIG": str(config)},
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
+    assert done.returncode == 0, done.stderr
