@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import codecs
 import os
 import sys
 from enum import StrEnum
@@ -26,6 +27,7 @@ from courier.errors import (
 )
 from courier.render import dispatch_line, list_lines, results_json, sort_results, status_text, to_json
 from courier.route import ask, await_result, is_transport
+from courier.text import escape_controls, sanitize
 from protocol import limits
 from protocol.durations import BadDuration, parse_duration_ms
 from protocol.models import RemoteRequest, collector_paused
@@ -327,10 +329,8 @@ def logs(
         return
     response = ask(config, machine, _request("logs", agent_id=run_id, tail=tail, raw=raw))
     text = response.logs
-    from courier.text import sanitize
-
     if raw:
-        _out(text if not sys.stdout.isatty() else sanitize(text, keep_newlines=True))
+        _out(text if not sys.stdout.isatty() else escape_controls(text))
     else:
         _out(sanitize(text, keep_newlines=True))
 
@@ -347,12 +347,11 @@ def _local_raw_logs(config: Config, run_id: str) -> None:
         return
     _out(f"{path}\n")
     terminal = sys.stdout.isatty()
+    decoder = codecs.getincrementaldecoder("utf-8")("replace")  # a character may span two chunks
     with open(path, "rb") as handle:
         while chunk := handle.read(1 << 20):
             if terminal:
-                from courier.text import sanitize
-
-                sys.stdout.write(sanitize(chunk.decode("utf-8", "replace"), keep_newlines=True))
+                sys.stdout.write(escape_controls(decoder.decode(chunk)))
             else:
                 try:
                     sys.stdout.buffer.write(chunk)

@@ -14,6 +14,11 @@ def sanitize(text: str, *, keep_newlines: bool = False) -> str:
     return (_UNSAFE if keep_newlines else _UNSAFE_OR_NEWLINE).sub(" ", text)
 
 
+def escape_controls(text: str) -> str:
+    """Show control, bidi and zero-width characters as escapes (`\\x1b`, `\\u202e`); newlines stay."""
+    return _UNSAFE.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
+
+
 def clip_bytes(text: str, limit: int, marker: str = "…") -> str:
     """Cut text to at most `limit` UTF-8 bytes including the marker, on a character boundary."""
     raw = text.encode()

@@ -204,6 +204,17 @@ def test_a_huge_transcript_is_capped_and_the_run_still_completes(machine: Machin
     assert 100 * 2**20 < stored <= 128 * 2**20
 
 
+def test_an_event_line_over_8_mib_is_skipped_with_a_diagnostic(machine: Machine) -> None:
+    machine.clone()
+    ref = machine.dispatch(task="scenario:giant-line")
+    result = _await(machine, ref)
+    assert result["state"] == "completed" and result["result"] == "Said too much once."
+    diagnostics = result["harness_diagnostics"]
+    assert any("over the 8388608-byte line limit" in d for d in diagnostics)  # type: ignore[union-attr]
+    stored = (machine.home / "agents" / ref / "events.jsonl").read_bytes()
+    assert len(stored) < 1024 * 1024 and b'"type":"turn.completed"' in stored
+
+
 def test_escape_sequences_are_sanitised_in_text_and_intact_in_json(machine: Machine) -> None:
     machine.clone()
     ref = machine.dispatch(task="scenario:escape")
@@ -289,3 +300,37 @@ def test_ctrl_c_during_await_exits_130_and_says_the_run_continues(machine: Machi
     assert f"interrupted; the run continues; resume with wb agent await {ref}" in err
     assert _status(machine, ref)["state"] == "running"
     machine.wb("agent", "stop", ref)
+
+
+def test_raw_logs_on_a_terminal_escape_control_characters(machine: Machine) -> None:
+    import pty
+
+    machine.clone()
+    ref = machine.dispatch(task="scenario:garbage")
+    _await(machine, ref)
+    assert b"\x1b" in (machine.home / "agents" / ref / "events.jsonl").read_bytes()
+    leader, follower = pty.openpty()
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "courier.main", "agent", "logs", ref, "--raw"],
+            env=machine.env,
+            stdin=subprocess.DEVNULL,
+            stdout=follower,
+            stderr=subprocess.PIPE,
+            timeout=60,
+        )
+        os.close(follower)
+        chunks = []
+        while True:
+            try:
+                chunk = os.read(leader, 65536)
+            except OSError:  # EIO once the writer is gone
+                break
+            if not chunk:
+                break
+            chunks.append(chunk)
+    finally:
+        os.close(leader)
+    assert done.returncode == 0, done.stderr
+    shown = b"".join(chunks)
+    assert b"\x1b" not in shown and b"\\x1b" in shown
