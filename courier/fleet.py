@@ -110,7 +110,7 @@ def list_all(config: Config, machine_timeout_s: float, *, as_json: bool) -> None
     local_row = MachineRow(machine="")
     local_warnings: list[str] = []
     try:
-        local = perform(_request("list"))
+        local = perform(_request("list"), config=config)
         raise_failure("", local)
         local_row.results = local.results_of()
         local_row.ok = not local.warnings

@@ -8,11 +8,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
 from courier import __version__
 from courier.errors import WbError
 from protocol import limits
 from protocol.models import RemoteRequest, RemoteResponse
+
+if TYPE_CHECKING:  # the receiver does not import the configuration unless it dispatches
+    from courier.config import Config
 
 
 def now_rfc3339() -> str:
@@ -27,11 +31,16 @@ def perform(
     request: RemoteRequest,
     *,
     client_gone: Callable[[], bool] = never_gone,
+    config: Config | None = None,
 ) -> RemoteResponse:
-    """Run one validated request on this machine; every refusal is in-band, never raised."""
+    """Run one validated request on this machine; every refusal is in-band, never raised.
+
+    `config` is the caller's already-loaded configuration (the CLI); the receiver passes none
+    and only dispatch then reads wb.yaml.
+    """
     response = RemoteResponse(schema_version=limits.SCHEMA_VERSION, operation=request.operation)
     try:
-        _perform(request, response, client_gone)
+        _perform(request, response, client_gone, config)
     except WbError as exc:
         response.result = None
         response.results = None
@@ -46,11 +55,13 @@ def perform(
     return response
 
 
-def _perform(request: RemoteRequest, response: RemoteResponse, client_gone: Callable[[], bool]) -> None:
+def _perform(
+    request: RemoteRequest, response: RemoteResponse, client_gone: Callable[[], bool], config: Config | None
+) -> None:
     operation = request.operation
     if operation == "version":
         response.wb_version = __version__
         return
     from courier.runs import service
 
-    service.handle(request, response, client_gone)
+    service.handle(request, response, client_gone, config)

@@ -34,7 +34,7 @@ def ask(config: Config, machine: str, request: RemoteRequest) -> RemoteResponse:
     else:
         from courier.operations import perform
 
-        response = perform(request)
+        response = perform(request, config=config)
     raise_failure(machine, response)
     return response
 

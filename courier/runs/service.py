@@ -6,6 +6,7 @@ import os
 import signal
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from courier.errors import Finding, WbError
 from courier.runs import process
@@ -13,21 +14,26 @@ from courier.runs.store import EVENTS, Store, render, within_admission_grace
 from protocol import limits
 from protocol.models import ListWarning, RemoteRequest, RemoteResponse, Result, StopResult, collector_paused
 
+if TYPE_CHECKING:
+    from courier.config import Config
+
 NO_TRANSCRIPT = "(no worker transcript was captured)"
 
 
-def handle(request: RemoteRequest, response: RemoteResponse, client_gone: Callable[[], bool]) -> None:
+def handle(
+    request: RemoteRequest, response: RemoteResponse, client_gone: Callable[[], bool], config: Config | None = None
+) -> None:
     # Only dispatch needs the whole configuration (and the harness modules); the other
     # operations need the home, which costs no yaml when there is no wb.yaml.
     if request.operation == "dispatch":
         from courier.config import load_config
         from courier.runs.dispatch import dispatch
 
-        response.result = dispatch(load_config(), request).to_wire()
+        response.result = dispatch(config or load_config(), request).to_wire()
         return
     from courier.paths import configured_home
 
-    store = Store(configured_home()).ensure()
+    store = Store(config.home if config else configured_home()).ensure()
     operation = request.operation
     if operation == "status":
         response.result = status(store, request.agent_id).to_wire()
