@@ -341,3 +341,20 @@ def test_the_users_ssh_config_supplies_alias_port_key_and_known_hosts(
         stdin=subprocess.DEVNULL,
     )
     assert done.returncode == 0, done.stderr
+
+
+def test_a_remote_transcript_over_2_mib_is_refused_not_truncated(caller: Caller, box: SshdServer) -> None:
+    from tests_support import sample_record
+
+    from courier.runs.store import Store
+
+    record = sample_record(state="completed")
+    Store(box.wb_home).create(record, "task")
+    events = box.wb_home / "agents" / record.agent_id / "events.jsonl"
+    events.write_bytes(b'{"type":"turn.started"}\n' * (3 * 2**20 // 24))
+    done = caller.wb("agent", "logs", f"box:{record.agent_id}", "--raw")
+    assert done.returncode == 1 and done.stdout == ""
+    assert f"box: transcript for {record.agent_id} is {events.stat().st_size} bytes; " in done.stderr
+    assert f"fetch it on that machine with wb agent logs {record.agent_id} --raw" in done.stderr
+    tail = caller.wb("agent", "logs", f"box:{record.agent_id}", "--tail", "2")
+    assert tail.returncode == 0 and tail.stdout.splitlines()[0] == str(events)
