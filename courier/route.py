@@ -26,15 +26,14 @@ def validated(request: RemoteRequest) -> RemoteRequest:
 
 def ask(config: Config, machine: str, request: RemoteRequest) -> RemoteResponse:
     """Send one request and return its reply; an in-band failure is raised as its error class."""
-    validated(request)
     if machine:
         from courier.remote.client import call
 
-        response = call(config, machine, request)
+        response = call(config, machine, request)  # validates before connecting
     else:
         from courier.operations import perform
 
-        response = perform(request, config=config)
+        response = perform(validated(request), config=config)
     raise_failure(machine, response)
     return response
 

@@ -18,9 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, StringConstraint
 from protocol import limits
 
 TERMINAL_STATES = frozenset({"completed", "failed", "timeout", "abandoned"})
-STATES = frozenset({"running"}) | TERMINAL_STATES
 OPERATIONS = ("dispatch", "status", "await", "list", "logs", "stop", "version")
-FAILURE_KINDS = ("request", "not_found", "failed")
 WORKTREE_MODES = ("new", "existing")
 
 _RFC3339 = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{1,9})?(Z|[+-]\d\d:\d\d)"
@@ -235,7 +233,7 @@ class RemoteResponse(WireModel):
     failure: str = ""
     failure_kind: str | None = None
     wb_version: str | None = None
-    now: str | None = None
+    now: Timestamp | None = None
     warnings: list[ListWarning] | None = None
     home_id: str | None = None
     # Results made on this machine, kept typed so a local caller never re-validates them.

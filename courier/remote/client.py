@@ -10,7 +10,6 @@ is a TransportError (exit 255) whose `cause` classifies it for fleet views.
 from __future__ import annotations
 
 import asyncio
-import re
 import shlex
 from typing import Any
 
@@ -34,7 +33,6 @@ from protocol.durations import format_duration_ms
 from protocol.models import RemoteRequest, RemoteResponse, Result, StopResult
 from protocol.validate import RequestRefused, describe_validation_error, validate_request
 
-_RFC3339 = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{1,9})?(Z|[+-]\d\d:\d\d)")
 _RESULT_OPERATIONS = ("dispatch", "status", "await")
 _SHORT_TEXT_MAX = 256
 
@@ -199,8 +197,6 @@ def decode_response(machine: str, request: RemoteRequest, document: dict[str, An
 
 
 def _check_envelope(machine: str, response: RemoteResponse) -> None:
-    if response.now is not None and not _RFC3339.fullmatch(response.now):
-        raise ReplyUntrusted(f"{machine}: the reply's now is not an RFC 3339 time")
     for name in ("home_id", "wb_version", "failure_kind"):
         value = getattr(response, name)
         if value is not None and (len(value) > _SHORT_TEXT_MAX or not value.isprintable()):

@@ -140,13 +140,6 @@ def _detach_stdio() -> int:
     return reply_fd
 
 
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        written = os.write(fd, view)
-        view = view[written:]
-
-
 def serve(argv: list[str]) -> int:
     """Answer one request from stdin on stdout; always exactly one document and exit 0."""
     del argv  # the receiver takes no options: everything travels in the request
@@ -176,7 +169,9 @@ def serve(argv: list[str]) -> int:
             + b"\n"
         )
     try:
-        _write_all(reply_fd, body)
+        from courier.runs.store import write_all  # already loaded by _import_models
+
+        write_all(reply_fd, body)
     except OSError:
         pass  # the caller is gone; nobody is left to tell
     finally:
