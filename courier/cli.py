@@ -41,6 +41,8 @@ app = typer.Typer(
 )
 agent_app = typer.Typer(no_args_is_help=True, help="Dispatch, watch and stop agent runs.")
 app.add_typer(agent_app, name="agent")
+courier_app = typer.Typer(no_args_is_help=True, help="The courier that keeps wb and its SSH connections warm.")
+app.add_typer(courier_app, name="courier")
 
 
 class Format(StrEnum):
@@ -404,6 +406,49 @@ def demo() -> None:
     code = run_demo()
     if code:
         raise typer.Exit(code)
+
+
+# -- courier (contract §16) -----------------------------------------------------------------
+
+
+@courier_app.command(name="status")
+def courier_status(fmt: FormatOpt = Format.text, json_flag: JsonOpt = False) -> None:
+    """Show the running courier: pid, uptime, machines with connection age and calls served."""
+    from courier.warm import control
+
+    found = control.status()
+    if _wants_json(fmt, json_flag):
+        _out(to_json(found if found is not None else {"running": False, "socket": control.where()}))
+        return
+    if found is None:
+        _out(f"no courier is running (socket {control.where() or 'unavailable: no WB_HOME yet'})\n")
+        return
+    from protocol.durations import format_duration_ms
+
+    lines = [
+        f"courier:  pid {found['pid']}, up {format_duration_ms(int(found['uptime_s'] * 1000))}, "
+        f"{found['commands']} command(s), {found['running']} running\n",
+        f"socket:   {found['socket']}\n",
+    ]
+    machines = found.get("machines") or []
+    if not machines:
+        lines.append("machines: none connected\n")
+    for row in machines:
+        age = row.get("connection_age_s")
+        shown = format_duration_ms(int(age * 1000)) if isinstance(age, (int, float)) else "closed"
+        lines.append(
+            f"machine:  {sanitize(str(row['machine']))}\tconnected {shown}\t{row['calls']} call(s)\t{row['mode']}\n"
+        )
+    _out("".join(lines))
+
+
+@courier_app.command(name="stop")
+def courier_stop() -> None:
+    """Stop the courier (commands it is running finish first); the next command starts a new one."""
+    from courier.warm import control
+
+    pid = control.stop()
+    _out(f"stopped courier {pid}\n" if pid is not None else "no courier is running\n")
 
 
 # -- entry ---------------------------------------------------------------------------------

@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, mo
 
 from courier.errors import UsageError
 from courier.paths import HOME_ENV, config_path
+from protocol import limits
 from protocol.refs import BadName, check_machine_name
 
 if TYPE_CHECKING:
@@ -229,6 +230,8 @@ class Config:
     providers: dict[str, Provider | Problem] = field(default_factory=dict)
     profiles: dict[str, Profile | Problem] = field(default_factory=dict)
     targets: dict[str, Target | Problem] = field(default_factory=dict)
+    courier_idle_ms: int = limits.COURIER_IDLE_DEFAULT_MS
+    courier_max_sessions: int = limits.COURIER_MAX_SESSIONS_DEFAULT
 
     def target(self, machine: str) -> Target:
         entry = self.targets.get(machine)
@@ -329,7 +332,31 @@ def load_config(path: Path | None = None) -> Config:
     config.providers = _providers(_section(agents, "providers", path, "agents."), path)
     config.profiles = _entries(_section(agents, "profiles", path, "agents."), path, "agents.profiles", Profile)
     config.targets = _targets(_section(session_move, "targets", path, "session_move."), path)
+    _courier_settings(config, _section(document, "courier", path), path)
     return config
+
+
+def _courier_settings(config: Config, section: dict[str, Any], path: Path) -> None:
+    """`courier.idle` (a duration > 0) and `courier.max_sessions_per_machine` (contract §16)."""
+    idle = section.get("idle")
+    if idle is not None:
+        from protocol.durations import BadDuration, parse_duration_ms
+
+        try:
+            config.courier_idle_ms = parse_duration_ms(idle) if isinstance(idle, str) else -1
+        except BadDuration as exc:
+            raise UsageError(f"{path}: courier.idle: {exc}") from None
+        if config.courier_idle_ms <= 0:
+            raise UsageError(f'{path}: courier.idle: must be a duration string above 0, such as "10m"')
+    sessions = section.get("max_sessions_per_machine")
+    if sessions is not None:
+        if isinstance(sessions, bool) or not isinstance(sessions, int):
+            raise UsageError(f"{path}: courier.max_sessions_per_machine: must be an integer")
+        if not 1 <= sessions <= limits.COURIER_MAX_SESSIONS_MAX:
+            raise UsageError(
+                f"{path}: courier.max_sessions_per_machine: must be from 1 to {limits.COURIER_MAX_SESSIONS_MAX}"
+            )
+        config.courier_max_sessions = sessions
 
 
 def _section(parent: dict[str, Any], key: str, path: Path, prefix: str = "") -> dict[str, Any]:

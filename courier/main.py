@@ -1,11 +1,15 @@
-"""Console entry: routes the private argv[1] values before typer is imported."""
+"""Console entry: routes the private argv[1] values, then the courier, before typer is imported."""
 
 from __future__ import annotations
 
 import sys
 
 REMOTE_ARGUMENT = "--wb-internal-agent-remote"
+SERVE_ARGUMENT = "--wb-internal-agent-serve"
 OWNER_ARGUMENT = "--wb-internal-agent-run"
+# Commands that always run in this process: the courier's own controls, the demo (which
+# runs servers of its own), and any private entry.
+COLD_COMMANDS = ("courier", "demo", "mcp")
 
 
 def main() -> None:
@@ -18,10 +22,25 @@ def main() -> None:
         from courier.remote.serve import serve
 
         sys.exit(serve(sys.argv[2:]))
+    if argv1 == SERVE_ARGUMENT:
+        # The remote session mode (contract §16): as light as the one-call receiver.
+        from courier.remote.session import serve_session
+
+        sys.exit(serve_session(sys.argv[2:]))
     if argv1 == OWNER_ARGUMENT:
         from courier.runs.owner import owner_main
 
         sys.exit(owner_main(sys.argv[2:]))
+    if argv1 not in COLD_COMMANDS and not argv1.startswith("--wb-internal-") and sys.platform.startswith("linux"):
+        # The warm path (contract §16): a few ms here, the command itself in the courier.
+        from courier.warm.client import run as run_warm
+
+        try:
+            code = run_warm(sys.argv[1:])
+        except Exception:  # the courier may make wb faster, never make it fail
+            code = None
+        if code is not None:
+            sys.exit(code)
     from courier.cli import run
 
     sys.exit(run(sys.argv[1:]))

@@ -236,6 +236,7 @@ class RemoteResponse(WireModel):
     now: Timestamp | None = None
     warnings: list[ListWarning] | None = None
     home_id: str | None = None
+    capabilities: list[str] | None = None  # version only: what this receiver can do (protocol/capabilities.py)
     # Results made on this machine, kept typed so a local caller never re-validates them.
     _typed_results: list[Result] | None = PrivateAttr(default=None)
 
@@ -259,6 +260,8 @@ class RemoteResponse(WireModel):
                 body[key] = value
         if self.warnings:
             body["warnings"] = [w.to_wire() for w in self.warnings]
+        if self.capabilities is not None:
+            body["capabilities"] = self.capabilities
         # home_id is on every reply, null when the receiver could not use its home.
         body["home_id"] = self.home_id
         return json.dumps(body, ensure_ascii=False, indent=None, separators=(",", ":")).encode() + b"\n"

@@ -16,6 +16,20 @@ import pytest
 
 from tests.integration.sshd import SshdFactory, SshdServer
 
+# The suite runs in both courier modes (contract §16, .ci/run): WB_COURIER as the runner set it
+# reaches every process a test starts, also those given an environment of their own.
+_COURIER_MODE = os.environ.get("WB_COURIER")
+if _COURIER_MODE is not None:
+    _popen_init = subprocess.Popen.__init__
+
+    def _popen_with_courier_mode(self: subprocess.Popen[bytes], *args: object, **kwargs: object) -> None:
+        env = kwargs.get("env")
+        if isinstance(env, dict) and "WB_COURIER" not in env:
+            kwargs["env"] = {**env, "WB_COURIER": _COURIER_MODE}
+        _popen_init(self, *args, **kwargs)  # type: ignore[arg-type]
+
+    subprocess.Popen.__init__ = _popen_with_courier_mode  # type: ignore[assignment,method-assign]
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 FAKES = REPO_ROOT / "tests" / "fakes"
 CREDENTIAL_ENV = "TEST_PROVIDER_KEY"
@@ -183,6 +197,51 @@ def make_machine(root: Path) -> Machine:
 def machine(tmp_path: Path) -> Iterator[Machine]:
     yield make_machine(tmp_path / "m")
     _kill_leftovers(tmp_path)
+
+
+COURIER_MODULE = "courier.warm.server"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _stop_couriers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """No courier a test started outlives the test session (each serves one test's WB_HOME)."""
+    yield
+    import psutil
+
+    marker = str(tmp_path_factory.getbasetemp())
+    for proc in psutil.process_iter(["pid", "cmdline"]):
+        try:
+            cmdline = proc.info["cmdline"] or []
+        except (psutil.Error, OSError):
+            continue
+        if COURIER_MODULE in cmdline and any(marker in part for part in cmdline):
+            with contextlib.suppress(psutil.Error):
+                proc.kill()
+
+
+def command_process(pid: int) -> int | None:
+    """The process that runs wb's command: `pid` itself (cold), or its child in the courier (warm).
+
+    A thin client (contract §16) passes its stdio to the courier, whose forked child then holds
+    the same stdout; that child is the one doing the work.
+    """
+    import psutil
+
+    try:
+        stdout = os.readlink(f"/proc/{pid}/fd/1")
+        maps = Path(f"/proc/{pid}/maps").read_text()
+    except OSError:
+        return None
+    if "pydantic_core" in maps:
+        return pid
+    for proc in psutil.process_iter(["cmdline"]):
+        if COURIER_MODULE not in (proc.info["cmdline"] or []):
+            continue
+        with contextlib.suppress(psutil.Error, OSError):
+            for child in proc.children():
+                if os.readlink(f"/proc/{child.pid}/fd/1") == stdout:
+                    return child.pid
+    return None
 
 
 def _kill_leftovers(tmp_path: Path) -> None:

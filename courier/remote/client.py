@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import shlex
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from pydantic import ValidationError
@@ -34,6 +35,12 @@ from protocol.models import RemoteRequest, RemoteResponse, Result, StopResult
 from protocol.validate import RequestRefused, describe_validation_error, validate_request
 
 _RESULT_OPERATIONS = ("dispatch", "status", "await")
+
+# The warm path (contract §16). In a command the courier runs, this carries the call over
+# the courier's pooled, re-verified connection instead of a new one; everything before
+# (validation) and after (bounds, decoding, classification) is the same code as cold.
+RemoteRunner = Callable[[Config, ssh.Endpoint, str, bytes, str], Awaitable[ssh.Outcome]]
+remote_runner: RemoteRunner | None = None
 _SHORT_TEXT_MAX = 256
 
 
@@ -100,6 +107,8 @@ async def call_async(
         async with asyncio.timeout(bound_s):
             if connection is not None:
                 outcome = await connection.run(command, payload)
+            elif remote_runner is not None:
+                outcome = await remote_runner(config, endpoint_of(machine, target), command, payload, request.operation)
             else:
                 async with await ssh.connect(endpoint_of(machine, target)) as opened:
                     outcome = await opened.run(command, payload)

@@ -238,6 +238,42 @@ class Connection:
     def where(self) -> str:
         return f"{self.endpoint.machine} ({self._settings.address})"
 
+    # -- the warm path (contract §16): a pooled connection is re-verified before each call --
+
+    @property
+    def closed(self) -> bool:
+        return self._conn.is_closed()
+
+    def host_key_still_trusted(self, settings: _Settings) -> bool:
+        """Whether the key this server presented is trusted by the known-hosts files as they are now.
+
+        Read afresh on every call, so a key removed or changed in known_hosts takes effect at
+        once on an already-open connection (stricter than OpenSSH's ControlMaster).
+        """
+        key = self._conn.get_server_host_key()
+        if key is None:
+            return False
+        try:
+            known = asyncssh.import_known_hosts("".join(_read_text(path) for path in settings.known_hosts_files))
+        except (ValueError, asyncssh.Error):
+            return False
+        peer = self._conn.get_extra_info("peername")
+        addr = str(peer[0]) if peer else ""
+        port = None if settings.port == DEFAULT_PORT else settings.port
+        matched = asyncssh.match_known_hosts(known, settings.host_key_alias or settings.hostname, addr, port)
+        trusted, revoked = matched[0], matched[2]
+        return key not in revoked and key in trusted
+
+    async def start(self, command: str) -> Stream:
+        """A long-lived remote command (no PTY, no forwarding) whose stdio the caller drives."""
+        try:
+            process = await self._conn.create_process(
+                command, encoding=None, request_pty=False, term_type=None, x11_forwarding=False
+            )
+        except (asyncssh.Error, OSError) as exc:
+            raise self._lost(exc) from None
+        return Stream(self, process)
+
     async def __aenter__(self) -> Connection:
         return self
 
@@ -348,6 +384,56 @@ class Connection:
                 cause="connection lost",
             )
         return ConnectionLost(f"{self.where}: the connection was lost: {reason}")
+
+
+class Stream:
+    """The stdio of one long-lived remote command (the serve mode); failures are ConnectionLost."""
+
+    def __init__(self, connection: Connection, process: asyncssh.SSHClientProcess[bytes]) -> None:
+        self._connection = connection
+        self._process = process
+
+    async def write(self, data: bytes) -> None:
+        try:
+            self._process.stdin.write(data)
+            await self._process.stdin.drain()
+        except (asyncssh.Error, OSError) as exc:
+            raise self._connection._lost(exc) from None
+
+    async def read(self, size: int) -> bytes:
+        """Up to `size` bytes of stdout; b"" at its end."""
+        try:
+            return await self._process.stdout.read(size)
+        except (asyncssh.Error, OSError) as exc:
+            raise self._connection._lost(exc) from None
+
+    async def read_stderr(self, size: int) -> bytes:
+        try:
+            return await self._process.stderr.read(size)
+        except (asyncssh.Error, OSError):
+            return b""
+
+    def close(self) -> None:
+        self._process.close()
+
+
+def resolve(endpoint: Endpoint) -> _Settings:
+    """The ssh config as it applies to `endpoint` now (the courier keys its pool on it)."""
+    return _resolve(endpoint)
+
+
+def settings_key(settings: _Settings) -> tuple[object, ...]:
+    return (
+        tuple(settings.config_paths),
+        settings.hostname,
+        settings.port,
+        settings.user,
+        tuple(settings.known_hosts_files),
+        settings.connect_timeout_s,
+        settings.keepalive_interval_s,
+        settings.keepalive_count_max,
+        settings.host_key_alias,
+    )
 
 
 def _describe(exc: BaseException) -> str:

@@ -11,7 +11,7 @@ import sys
 import time
 from pathlib import Path
 
-from conftest import Machine, pid_alive, wait_for
+from conftest import Machine, command_process, pid_alive, wait_for
 
 
 def _await(machine: Machine, ref: str, bound: str = "60s") -> dict[str, object]:
@@ -275,7 +275,8 @@ def _cpu_ticks(pid: int) -> int:
 
 
 def _settled(pid: int) -> bool:
-    if "pydantic_core" not in Path(f"/proc/{pid}/maps").read_text():
+    pid = command_process(pid) or 0
+    if not pid or "pydantic_core" not in Path(f"/proc/{pid}/maps").read_text():
         return False
     before = _cpu_ticks(pid)
     time.sleep(0.3)

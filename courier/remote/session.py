@@ -1,0 +1,136 @@
+"""The remote session mode, `wb --wb-internal-agent-serve` (contract §16): JSON lines, many requests.
+
+Each stdin line is one request document (contract §5.2) carrying a `request_id`; each is
+answered on its own thread, so a long await never holds up the others, and its reply
+(contract §5.3) is written as one stdout line that starts with the same `request_id`.
+The process ends when stdin closes, and when the wb it runs was upgraded on disk
+(checked between requests and every few seconds): in-flight requests then stop early
+(an await returns its last observation, which the caller simply asks again) and are
+answered before it exits. As light as the one-call receiver: no asyncssh, typer or yaml.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import select
+import threading
+
+from courier.remote.serve import _detach_stdio, _home_id, _import_models, _refusal, answer, client_watch
+from courier.warm.stamp import program_stamp
+from protocol import limits
+
+_READ_CHUNK = 1 * limits.MIB
+_UPGRADE_CHECK_S = 2.0
+_REQUEST_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+
+
+class _Session:
+    def __init__(self, reply_fd: int) -> None:
+        self.reply_fd = reply_fd
+        self.write_lock = threading.Lock()
+        self.ending = threading.Event()
+        self.threads: list[threading.Thread] = []
+        self.watch = client_watch(reply_fd)
+
+    def gone(self) -> bool:
+        return self.ending.is_set() or self.watch()
+
+    def handle(self, line: bytes) -> None:
+        request_id = _request_id(line)
+        try:
+            response = answer(line, False, self.gone)
+            response.home_id = _home_id()
+            body = response.encode()
+        except Exception as exc:  # one line, never a traceback
+            body = (
+                json.dumps(
+                    {
+                        "schema_version": limits.SCHEMA_VERSION,
+                        "operation": "",
+                        "failure": f"internal: {type(exc).__name__}: {str(exc)[:512]}",
+                        "failure_kind": "failed",
+                        "home_id": None,
+                    }
+                ).encode()
+                + b"\n"
+            )
+        self.reply(request_id, body)
+
+    def reply(self, request_id: str, body: bytes) -> None:
+        body = body.strip()
+        line = b'{"request_id":' + json.dumps(request_id).encode() + (b"," if body != b"{}" else b"") + body[1:] + b"\n"
+        from courier.runs.store import write_all  # loaded by _import_models
+
+        with self.write_lock:
+            try:
+                write_all(self.reply_fd, line)
+            except OSError:
+                self.ending.set()
+
+    def start(self, line: bytes) -> None:
+        thread = threading.Thread(target=self.handle, args=(line,), daemon=True)
+        self.threads = [item for item in self.threads if item.is_alive()]
+        self.threads.append(thread)
+        thread.start()
+
+    def oversize(self) -> None:
+        self.reply("", _refusal(f"request exceeds {limits.REQUEST_MAX_BYTES} bytes").encode())
+
+    def finish(self) -> None:
+        self.ending.set()
+        for thread in self.threads:
+            thread.join()
+
+
+def _request_id(line: bytes) -> str:
+    try:
+        document = json.loads(line)
+    except (ValueError, RecursionError):
+        return ""
+    value = document.get("request_id") if isinstance(document, dict) else None
+    return value if isinstance(value, str) and _REQUEST_ID.match(value) else ""
+
+
+def serve_session(argv: list[str]) -> int:
+    """Answer request lines until stdin closes or wb is upgraded; exit 0."""
+    del argv
+    stamp = program_stamp()
+    _import_models()
+    request_fd = os.dup(0)
+    os.set_inheritable(request_fd, False)
+    session = _Session(_detach_stdio())
+    buffer = bytearray()
+    skipping = False  # inside an oversize line: drop bytes up to its newline
+    try:
+        while True:
+            ready, _, _ = select.select([request_fd], [], [], _UPGRADE_CHECK_S)
+            if program_stamp() != stamp:
+                break
+            if not ready:
+                continue
+            chunk = os.read(request_fd, _READ_CHUNK)
+            if not chunk:
+                break
+            buffer += chunk
+            while (end := buffer.find(b"\n")) >= 0:
+                line = bytes(buffer[:end])
+                del buffer[: end + 1]
+                if skipping:
+                    skipping = False
+                    continue
+                if line.strip():
+                    session.start(line)
+            if len(buffer) > limits.REQUEST_MAX_BYTES:
+                buffer.clear()
+                if not skipping:
+                    skipping = True
+                    session.oversize()
+    except OSError:
+        pass
+    finally:
+        session.finish()
+        os.close(request_fd)
+        os.close(session.reply_fd)
+    return 0

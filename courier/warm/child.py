@@ -1,0 +1,275 @@
+"""One command in a child forked by the courier: the caller's stdio, environment, directory, umask.
+
+After the fork the child becomes, as far as the command can tell, the process the thin
+client would have been: fds 0-2 are the caller's (so isatty, `--task-file -` and a
+closed stdout behave as cold), os.environ is the caller's, and so are the current
+directory and the umask. Its remote calls go back to the courier (one pooled connection
+per machine) through `courier.remote.client.remote_runner`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import io
+import json
+import locale
+import os
+import signal
+import socket
+import struct
+import sys
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import NoReturn
+
+from courier import errors
+from courier.config import Config
+from courier.remote import ssh
+from courier.warm import frames, place
+
+_PR_SET_PDEATHSIG = 1
+_C_LOCALES = ("C", "POSIX", "")
+
+
+@dataclass
+class Command:
+    """What the thin client sent: everything the cold process would have had."""
+
+    cwd: str
+    umask: int
+    stdio: list[int]  # which of 0, 1, 2 were passed (an fd the caller had closed stays closed)
+    argv0: str
+    argv: list[str]
+    env: dict[str, str]
+
+    @classmethod
+    def parse(cls, fields: list[bytes]) -> Command:
+        if len(fields) < 7 or fields[0] != b"run" or fields[1] != b"1":
+            raise ValueError("not a run request of protocol 1")
+        count = int(fields[6])
+        argv_end = 7 + count
+        if count < 0 or argv_end > len(fields):
+            raise ValueError("argv count out of range")
+        env: dict[str, str] = {}
+        for item in fields[argv_end:]:
+            key, sep, value = item.partition(b"=")
+            if sep:
+                env[os.fsdecode(key)] = os.fsdecode(value)
+        return cls(
+            cwd=os.fsdecode(fields[2]),
+            umask=int(fields[3]) & 0o777,
+            stdio=[int(chr(c)) for c in fields[4] if chr(c) in "012"],
+            argv0=os.fsdecode(fields[5]),
+            argv=[os.fsdecode(arg) for arg in fields[7:argv_end]],
+            env=env,
+        )
+
+
+def run_child(command: Command, passed: list[int], close: Iterable[socket.socket], socket_path: str) -> NoReturn:
+    """Become the command and run it; never returns."""
+    code = 1
+    try:
+        parent = os.getppid()
+        _reset_signals()
+        _die_with(parent)
+        for sock in close:
+            with contextlib.suppress(OSError):
+                sock.close()
+        _install_stdio(command.stdio, passed)
+        os.environ.clear()
+        os.environ.update(command.env)
+        os.umask(command.umask)
+        try:
+            os.chdir(command.cwd)
+        except OSError as exc:
+            sys.stderr.write(f"error: cannot enter the current directory {command.cwd}: {exc.strerror}\n")
+            os._exit(1)
+        sys.argv = [command.argv0, *command.argv]
+        _reset_stdio_objects(command.env)
+        from courier.remote import client
+
+        client.remote_runner = CourierRunner(socket_path)
+        from courier.cli import run
+
+        code = run(command.argv)
+        _flush()
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 1
+        _flush()
+    except KeyboardInterrupt:
+        code = 130
+    except BaseException as exc:  # never a traceback (contract §3)
+        with contextlib.suppress(Exception):
+            sys.stderr.write(f"error: internal: {type(exc).__name__}: {exc}\n")
+            sys.stderr.flush()
+        code = 1
+    finally:
+        os._exit(code)
+
+
+def _flush() -> None:
+    for stream in (sys.stdout, sys.stderr):
+        if stream is None:
+            continue
+        try:
+            stream.flush()
+        except BrokenPipeError:
+            null = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(null, stream.fileno())
+            os._exit(141)
+        except (OSError, ValueError):
+            pass
+
+
+def _reset_signals() -> None:
+    """The signal dispositions of a freshly started wb, not the courier's."""
+    signal.set_wakeup_fd(-1)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    for signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGCHLD, signal.SIGUSR1, signal.SIGUSR2):
+        signal.signal(signum, signal.SIG_DFL)
+    signal.signal(signal.SIGPIPE, signal.SIG_IGN)  # as Python itself sets it at start-up
+    signal.pthread_sigmask(signal.SIG_SETMASK, [])
+
+
+def _die_with(parent: int) -> None:
+    """End with the courier: a command must never outlive the process that reports its exit."""
+    with contextlib.suppress(OSError, AttributeError):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != parent:
+        os._exit(1)
+
+
+def _install_stdio(stdio: list[int], passed: list[int]) -> None:
+    mapping = dict(zip(stdio, passed, strict=False))
+    for target in (0, 1, 2):
+        source = mapping.get(target)
+        if source is None:
+            with contextlib.suppress(OSError):
+                os.close(target)
+        else:
+            os.dup2(source, target)
+    for source in passed:
+        if source > 2:
+            with contextlib.suppress(OSError):
+                os.close(source)
+
+
+def _io_encoding(env: dict[str, str]) -> tuple[str, str]:
+    """The encoding and error handler Python would pick for stdin/stdout at start-up in `env`."""
+    requested, _, handler = env.get("PYTHONIOENCODING", "").partition(":")
+    locale_name = env.get("LC_ALL") or env.get("LC_CTYPE") or env.get("LANG") or ""
+    c_locale = locale_name in _C_LOCALES
+    utf8_mode = env.get("PYTHONUTF8") == "1" or (env.get("PYTHONUTF8") != "0" and c_locale)
+    encoding = requested
+    if not encoding:
+        if utf8_mode:
+            encoding = "utf-8"
+        else:
+            with contextlib.suppress(locale.Error):
+                locale.setlocale(locale.LC_CTYPE, "")
+            encoding = locale.getpreferredencoding(False) or "utf-8"
+    return encoding, handler or ("surrogateescape" if utf8_mode or c_locale else "strict")
+
+
+def _stream(fd: int, write: bool, encoding: str, errors_: str, line_buffering: bool) -> io.TextIOWrapper | None:
+    try:
+        os.fstat(fd)
+    except OSError:
+        return None
+    raw = open(fd, "wb" if write else "rb", closefd=False)  # noqa: SIM115 - stdio lives as long as the process
+    return io.TextIOWrapper(raw, encoding=encoding, errors=errors_, newline="\n", line_buffering=line_buffering)
+
+
+def _reset_stdio_objects(env: dict[str, str]) -> None:
+    encoding, handler = _io_encoding(env)
+    stdin = _stream(0, False, encoding, handler, False)
+    stdout = _stream(1, True, encoding, handler, os.isatty(1) if _open(1) else False)
+    stderr = _stream(2, True, encoding, "backslashreplace", True)
+    sys.stdin = sys.__stdin__ = stdin  # type: ignore[misc]
+    sys.stdout = sys.__stdout__ = stdout  # type: ignore[misc]
+    sys.stderr = sys.__stderr__ = stderr  # type: ignore[misc]
+
+
+def _open(fd: int) -> bool:
+    try:
+        os.fstat(fd)
+    except OSError:
+        return False
+    return True
+
+
+class CourierRunner:
+    """`remote_runner` for a command in the courier: the call travels over the courier's connection."""
+
+    def __init__(self, socket_path: str) -> None:
+        self.socket_path = socket_path
+
+    async def __call__(
+        self, config: Config, endpoint: ssh.Endpoint, command: str, payload: bytes, operation: str
+    ) -> ssh.Outcome:
+        sock = self._connect()
+        if sock is None:  # the courier is going away: this call is made the cold way
+            async with await ssh.connect(endpoint) as connection:
+                return await connection.run(command, payload)
+        header = {
+            "machine": endpoint.machine,
+            "host": endpoint.host,
+            "user": endpoint.user,
+            "port": endpoint.port,
+            "command": command,
+            "operation": operation,
+            "max_sessions": config.courier_max_sessions,
+        }
+        reader, writer = await asyncio.open_unix_connection(sock=sock)
+        try:
+            writer.write(frames.pack([b"remote", json.dumps(header).encode(), payload]))
+            await writer.drain()
+            try:
+                (size,) = struct.unpack("!I", await reader.readexactly(4))
+                fields = frames.unpack(await reader.readexactly(size))
+            except (asyncio.IncompleteReadError, frames.FrameError, OSError):
+                raise errors.ConnectionLost(
+                    f"{endpoint.machine}: the wb courier ended during the {operation} call"
+                ) from None
+        finally:
+            writer.close()
+        return _outcome(fields)
+
+    def _connect(self) -> socket.socket | None:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        address, dir_fd = place.sun_path(self.socket_path)
+        try:
+            sock.connect(address)
+        except OSError:
+            sock.close()
+            return None
+        finally:
+            if dir_fd is not None:
+                os.close(dir_fd)
+        return sock
+
+
+def _outcome(fields: list[bytes]) -> ssh.Outcome:
+    kind = fields[0] if fields else b""
+    if kind == b"outcome" and len(fields) == 4:
+        meta = json.loads(fields[1])
+        return ssh.Outcome(
+            stdout=fields[2],
+            stderr=fields[3],
+            exit_status=meta.get("exit_status"),
+            exit_signal=meta.get("exit_signal"),
+            overflow=meta.get("overflow"),
+        )
+    if kind == b"error" and len(fields) == 2:
+        meta = json.loads(fields[1])
+        found = getattr(errors, str(meta.get("class", "")), None)
+        message = str(meta.get("message", "the courier failed this call"))
+        if isinstance(found, type) and issubclass(found, errors.TransportError):
+            raise found(message, cause=meta.get("cause"))
+        if isinstance(found, type) and issubclass(found, errors.WbError):
+            raise found(message)
+        raise errors.TransportError(message, cause=meta.get("cause"))
+    raise errors.ReplyUntrusted("the wb courier answered a remote call with something else")

@@ -1,0 +1,247 @@
+"""The thin client: hand this command to the courier, or return None to run it in-process (cold).
+
+Imported by `courier.main` before anything heavy, so it uses only os, sys, socket,
+struct, signal, select and zlib. The command's stdin, stdout and stderr themselves are
+passed to the courier (SCM_RIGHTS), with argv, the environment, the current directory
+and the umask, so the forked child that runs it sees what this process would have seen.
+Whatever goes wrong before the courier has started the command falls back to the cold
+path: the courier can make wb faster, never make it fail.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import signal
+import socket
+import sys
+import time
+
+from courier.warm import frames, place
+
+MODE_ENV = "WB_COURIER"
+OFF_VALUES = ("off", "0", "no", "false")
+PROTOCOL = b"1"
+START_WAIT_S = 10.0  # the courier imports the whole program once; a loaded machine takes a while
+RACE_WAIT_S = 3.0
+FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
+LOST_EXIT = 255
+# Commands the client may re-run cold when the courier dies under them: they only read, and
+# print only at their end (await), so running again is what the user would do by hand.
+_RERUNNABLE = (("agent", "await"),)
+
+
+def enabled(env: os._Environ[str] | dict[str, str]) -> bool:
+    return env.get(MODE_ENV, "").strip().lower() not in OFF_VALUES
+
+
+def run(argv: list[str]) -> int | None:
+    """The command's exit code when the courier ran it; None to run it cold here."""
+    if not enabled(os.environ):
+        return None
+    path = place.socket_path(os.environ)
+    if path is None:
+        return None
+    try:
+        cwd = os.getcwd()
+    except OSError:
+        return None
+    for _ in range(2):  # a second round after an upgraded courier stepped aside
+        sock = _connect(path)
+        if sock is None:
+            if not _start(path):
+                return None
+            sock = _connect_soon(path)
+            if sock is None:
+                return None
+        outcome = _session(sock, argv, cwd)
+        if outcome == "restart":
+            continue
+        if outcome == "lost":
+            return _lost(argv)
+        return outcome if isinstance(outcome, int) else None
+    return None
+
+
+def _connect(path: str) -> socket.socket | None:
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    address, dir_fd = place.sun_path(path)
+    try:
+        sock.connect(address)
+        return sock
+    except OSError:
+        sock.close()
+        return None
+    finally:
+        if dir_fd is not None:
+            os.close(dir_fd)
+
+
+def _connect_soon(path: str) -> socket.socket | None:
+    deadline = time.monotonic() + RACE_WAIT_S
+    while True:
+        sock = _connect(path)
+        if sock is not None or time.monotonic() > deadline:
+            return sock
+        time.sleep(0.01)
+
+
+def _start(path: str) -> bool:
+    """Start a courier for this environment, detached, and wait until it listens (or gave up)."""
+    if not place.ensure_private_dir(os.path.dirname(path)):
+        return False
+    package_parent = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    ready_read, ready_write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - runs in the forked child
+        try:
+            os.close(ready_read)
+            os.setsid()
+            if os.fork():
+                os._exit(0)
+            null = os.open(os.devnull, os.O_RDWR)
+            log = os.open(place.log_path(path), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            os.dup2(null, 0)
+            os.dup2(null, 1)
+            os.dup2(log, 2)
+            os.set_inheritable(ready_write, True)
+            os.chdir(package_parent)
+            os.execv(
+                sys.executable,
+                [sys.executable, "-m", "courier.warm.server", path, str(ready_write)],
+            )
+        finally:
+            os._exit(1)
+    os.close(ready_write)
+    try:
+        os.waitpid(pid, 0)
+        # EOF when the courier listens, gave up (another one won the race) or died.
+        select.select([ready_read], [], [], START_WAIT_S)
+    except OSError:
+        return False
+    finally:
+        os.close(ready_read)
+    return True
+
+
+class _Forwarder:
+    """Signals that arrive while the courier runs the command are sent on to that command."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.started = False
+        self.sending = False
+        self.pending: list[int] = []
+        self.previous: dict[int, object] = {}
+
+    def install(self) -> None:
+        for signum in FORWARDED_SIGNALS:
+            try:
+                self.previous[signum] = signal.signal(signum, self._handle)
+            except (OSError, ValueError):
+                continue
+
+    def restore(self) -> None:
+        for signum, handler in self.previous.items():
+            try:
+                signal.signal(signum, handler)  # type: ignore[arg-type]
+            except (OSError, ValueError, TypeError):
+                signal.signal(signum, signal.SIG_DFL)
+
+    def _handle(self, signum: int, frame: object) -> None:
+        if not self.started or self.sending:
+            self.pending.append(signum)
+            return
+        self._send(signum)
+
+    def _send(self, signum: int) -> None:
+        try:  # noqa: SIM105 - no contextlib on the thin client's path
+            frames.send_frame(self.sock, [b"signal", str(signum).encode()])
+        except OSError:
+            pass
+
+    def flush(self) -> None:
+        while self.pending:
+            self._send(self.pending.pop(0))
+
+
+def _usable_fds() -> list[int]:
+    out = []
+    for fd in (0, 1, 2):
+        try:
+            os.fstat(fd)
+        except OSError:
+            continue
+        out.append(fd)
+    return out
+
+
+def _session(sock: socket.socket, argv: list[str], cwd: str) -> int | str | None:
+    """Run one command through the courier: an exit code, "restart", "lost", or None (run it cold)."""
+    umask = os.umask(0o22)
+    os.umask(umask)
+    fds = _usable_fds()
+    fields = [
+        b"run",
+        PROTOCOL,
+        os.fsencode(cwd),
+        str(umask).encode(),
+        b"".join(str(fd).encode() for fd in fds),
+        os.fsencode(sys.argv[0] if sys.argv else "wb"),
+        str(len(argv)).encode(),
+        *(os.fsencode(arg) for arg in argv),
+        *(key + b"=" + value for key, value in os.environb.items()),
+    ]
+    forwarder = _Forwarder(sock)
+    forwarder.install()
+    try:
+        try:
+            forwarder.sending = True
+            frames.send_frame(sock, fields, fds)
+            forwarder.sending = False
+            reply = frames.recv_frame(sock)
+        except (OSError, frames.FrameError):
+            return None  # nothing was started: the cold path is safe
+        if reply[:1] == [b"restart"]:
+            return "restart"
+        if reply[:1] != [b"started"]:
+            return None
+        forwarder.started = True
+        forwarder.flush()
+        while True:
+            try:
+                reply = frames.recv_frame(sock)
+            except (OSError, frames.FrameError):
+                return "lost"
+            if reply[:1] == [b"exit"] and len(reply) == 2:
+                return int(reply[1])
+            if reply[:1] == [b"signal"] and len(reply) == 2:
+                return _die_like(int(reply[1]), forwarder)
+    finally:
+        forwarder.restore()
+        sock.close()
+
+
+def _die_like(signum: int, forwarder: _Forwarder) -> int:
+    """The command was killed by a signal: end this process the same way, as the cold path would end."""
+    forwarder.restore()
+    sys.stdout.flush()
+    try:
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+    except (OSError, ValueError):
+        pass
+    return 128 + signum
+
+
+def _lost(argv: list[str]) -> int | None:
+    """The courier ended while it ran the command; report it, and re-run an await cold."""
+    if tuple(argv[:2]) in _RERUNNABLE:
+        sys.stderr.write("warning: the wb courier ended during this command; waiting without it\n")
+        sys.stderr.flush()
+        return None
+    sys.stderr.write(
+        "error: the wb courier ended before this command finished; its outcome is unknown: "
+        "check with wb agent status or wb agent list, or set WB_COURIER=off to run without the courier\n"
+    )
+    return LOST_EXIT

@@ -1,0 +1,118 @@
+"""Where this user's courier listens (light: os, sys and zlib only).
+
+The socket lives in a 0700 directory owned by the user: `$XDG_RUNTIME_DIR/wb/` when that
+is a private directory of the user's, else `<WB_HOME or ~/.wb>/run/`. Its name carries a
+key of the environment the courier's SSH connections depend on (HOME, the ssh config
+wb reads, the agent socket, WB_HOME, the interpreter and the program's location), so one
+courier serves one user's one setup, and a different setup (a test's own HOME, another
+checkout of wb) gets its own courier instead of borrowing connections made for another.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import sys
+import zlib
+
+RUN_DIR_NAME = "run"
+XDG_SUBDIR = "wb"
+# The environment a courier's own SSH connections depend on (contract §16: the caller's
+# environment must behave identically, so callers that differ here get their own courier).
+KEY_VARIABLES = (
+    "HOME",
+    "USER",
+    "LOGNAME",
+    "WB_HOME",
+    "WB_SSH_CONFIG",
+    "WB_SSH_KEEPALIVE_S",
+    "SSH_AUTH_SOCK",
+    "XDG_RUNTIME_DIR",
+)
+# sockaddr_un holds 108 bytes; a longer path is reached through /proc/self/fd/<dir fd>/.
+SUN_PATH_MAX = 100
+
+
+def _private_dir(path: str) -> bool:
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return False
+    return stat.S_ISDIR(info.st_mode) and info.st_uid == os.getuid() and not info.st_mode & 0o077
+
+
+def run_dir(env: dict[str, str] | os._Environ[str]) -> str | None:
+    """The courier's directory for this environment, or None when there is none yet to use.
+
+    Nothing is created in a WB_HOME that does not exist yet: the first command runs cold
+    and creates it with its own checks (contract §4), the next one finds the courier.
+    """
+    xdg = env.get("XDG_RUNTIME_DIR", "")
+    if xdg and os.path.isabs(xdg) and _private_dir(xdg):
+        return os.path.join(xdg, XDG_SUBDIR)
+    home = env.get("WB_HOME", "")
+    if home:
+        home = _expand(home, env)
+    else:
+        user_home = env.get("HOME", "")
+        if not user_home:
+            return None
+        home = os.path.join(user_home, ".wb")
+    if not os.path.isabs(home) or not _private_dir(home):
+        return None
+    return os.path.join(home, RUN_DIR_NAME)
+
+
+def _expand(path: str, env: dict[str, str] | os._Environ[str]) -> str:
+    user_home = env.get("HOME", "")
+    if path == "~" or path.startswith("~/"):
+        return user_home + path[1:] if user_home else path
+    return os.path.expanduser(path)
+
+
+def ensure_private_dir(path: str) -> bool:
+    """Create `path` 0700 when missing; True only when it is then a private directory of ours."""
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        pass
+    except OSError:
+        return False
+    return _private_dir(path)
+
+
+def environment_key(env: dict[str, str] | os._Environ[str]) -> str:
+    text = "\0".join(f"{name}={env.get(name, '')}" for name in KEY_VARIABLES)
+    text += f"\0{sys.executable}\0{os.path.dirname(os.path.dirname(os.path.abspath(__file__)))}\0{os.getuid()}"
+    data = text.encode("utf-8", "surrogateescape")
+    return f"{zlib.crc32(data):08x}{zlib.adler32(data[::-1]):08x}"
+
+
+def socket_path(env: dict[str, str] | os._Environ[str]) -> str | None:
+    directory = run_dir(env)
+    if directory is None:
+        return None
+    return os.path.join(directory, f"courier-{environment_key(env)}.sock")
+
+
+def lock_path(socket: str) -> str:
+    return socket[: -len(".sock")] + ".lock"
+
+
+def log_path(socket: str) -> str:
+    return socket[: -len(".sock")] + ".log"
+
+
+def sun_path(path: str) -> tuple[str, int | None]:
+    """An address for bind/connect: the path itself, or /proc/self/fd/<dirfd>/name for a long one.
+
+    The caller closes the returned directory fd (when not None) after bind/connect.
+    """
+    if len(os.fsencode(path)) <= SUN_PATH_MAX:
+        return path, None
+    directory, name = os.path.split(path)
+    try:
+        fd = os.open(directory, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return path, None  # the directory is missing: connecting fails as it should
+    return f"/proc/self/fd/{fd}/{name}", fd
