@@ -219,6 +219,13 @@ def _stop_couriers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
                 proc.kill()
 
 
+def courier_on() -> bool:
+    """Whether the wb processes this suite starts go through the courier (contract §16)."""
+    from courier.warm.client import enabled
+
+    return sys.platform.startswith("linux") and enabled(os.environ)
+
+
 def command_process(pid: int) -> int | None:
     """The process that runs wb's command: `pid` itself (cold), or its child in the courier (warm).
 

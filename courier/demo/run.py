@@ -324,6 +324,7 @@ def _base_env() -> dict[str, str]:
     env.setdefault("LANG", "C.UTF-8")
     env["HOME"] = os.environ.get("HOME", str(Path.home()))
     env["PATH"] = os.environ.get("PATH", os.defpath)
+    env["WB_COURIER"] = "off"  # the sandbox is removed at the end: no courier may outlive it
     package_parent = str(Path(courier.__file__).resolve().parents[1])
     inherited = os.environ.get("PYTHONPATH")
     env["PYTHONPATH"] = package_parent + (os.pathsep + inherited if inherited else "")

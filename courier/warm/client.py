@@ -88,7 +88,7 @@ def _connect_soon(path: str) -> socket.socket | None:
 
 def _start(path: str) -> bool:
     """Start a courier for this environment, detached, and wait until it listens (or gave up)."""
-    if not place.ensure_private_dir(os.path.dirname(path)):
+    if not place.ensure_run_dir(path):
         return False
     package_parent = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     ready_read, ready_write = os.pipe()

@@ -278,7 +278,11 @@ class Courier:
             with contextlib.suppress(BaseException):
                 await call
             return
+        # Finish the cancelled wait before the socket can close: its reader must leave the
+        # selector while the fd is still this socket's (a reused number would inherit it).
         gone.cancel()
+        with contextlib.suppress(BaseException):
+            await gone
         try:
             outcome = call.result()
         except WbError as exc:
@@ -315,11 +319,12 @@ def _resolve(future: asyncio.Future[None]) -> None:
 async def _readable(sock: socket.socket) -> None:
     loop = asyncio.get_running_loop()
     future = loop.create_future()
-    loop.add_reader(sock.fileno(), _resolve, future)
+    fd = sock.fileno()  # the socket may be closed by the time a cancelled wait cleans up
+    loop.add_reader(fd, _resolve, future)
     try:
         await future
     finally:
-        loop.remove_reader(sock.fileno())
+        loop.remove_reader(fd)
 
 
 async def _recv_some(sock: socket.socket, size: int, fds: list[int] | None) -> bytes:

@@ -42,10 +42,11 @@ def _private_dir(path: str) -> bool:
 
 
 def run_dir(env: dict[str, str] | os._Environ[str]) -> str | None:
-    """The courier's directory for this environment, or None when there is none yet to use.
+    """The courier's directory for this environment, or None when it cannot be used.
 
-    Nothing is created in a WB_HOME that does not exist yet: the first command runs cold
-    and creates it with its own checks (contract §4), the next one finds the courier.
+    A WB_HOME that exists but is not a private directory of the user's is not used (the
+    command then runs cold and reports it, contract §4); a missing one is created 0700 by
+    `ensure_run_dir`, as any wb command creates it.
     """
     xdg = env.get("XDG_RUNTIME_DIR", "")
     if xdg and os.path.isabs(xdg) and _private_dir(xdg):
@@ -58,9 +59,18 @@ def run_dir(env: dict[str, str] | os._Environ[str]) -> str | None:
         if not user_home:
             return None
         home = os.path.join(user_home, ".wb")
-    if not os.path.isabs(home) or not _private_dir(home):
+    if not os.path.isabs(home) or (os.path.lexists(home) and not _private_dir(home)):
         return None
     return os.path.join(home, RUN_DIR_NAME)
+
+
+def ensure_run_dir(socket: str) -> bool:
+    """Create the socket's directory (and a missing WB_HOME above it) 0700; True when both are private."""
+    directory = os.path.dirname(socket)
+    parent = os.path.dirname(directory)
+    if os.path.basename(directory) == RUN_DIR_NAME and not ensure_private_dir(parent):
+        return False
+    return ensure_private_dir(directory)
 
 
 def _expand(path: str, env: dict[str, str] | os._Environ[str]) -> str:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
+import sys
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -154,26 +155,23 @@ class Peer:
         return "session"
 
     async def call(self, settings: Any, spec: CallSpec) -> ssh.Outcome:
+        """One call; a connection (or serve session) lost under it is re-established once (§16)."""
         self.calls += 1
         for attempt in (1, 2):
-            connection, fresh = await self._connection(settings)
+            connection, _ = await self._connection(settings)
             try:
-                if self.serve is not None and not self.serve.closed:
-                    try:
-                        return await self.serve.ask(spec.payload)
-                    except ServeEnded:
-                        if attempt == 2:
-                            raise
-                        self.serve = None
-                        self._after_call(connection)  # a new serve process, from the wb now on disk
-                        continue
+                serve = self.serve
+                if serve is not None and not serve.closed:
+                    return await serve.ask(spec.payload)
                 async with self._channel():
                     outcome = await connection.run(spec.command, spec.payload)
                 self._after_call(connection)
                 return outcome
-            except ConnectionLost:
-                if fresh or attempt == 2 or not connection.closed:
+            except ConnectionLost as exc:
+                _log(f"{self.endpoint.machine}: attempt {attempt} of the {spec.operation} call: {exc.message}")
+                if attempt == 2:
                     raise
+                # Dropped connection, or a serve process that ended (upgraded, crashed): start afresh.
                 self.reconnects += 1
                 await self._drop(connection)
         raise AssertionError("unreachable")
@@ -259,6 +257,13 @@ class Peer:
             "peak_channels": self.peak,
             "max_sessions": self.max_sessions,
         }
+
+
+def _log(message: str) -> None:
+    """One line in the courier's log (its stderr): reconnects are worth knowing about afterwards."""
+    with contextlib.suppress(OSError, ValueError):
+        sys.stderr.write(f"{time.strftime('%Y-%m-%dT%H:%M:%S')} courier: {message}\n")
+        sys.stderr.flush()
 
 
 def _capabilities(outcome: ssh.Outcome) -> list[str]:

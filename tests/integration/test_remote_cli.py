@@ -19,7 +19,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from conftest import prepare_remote, wait_for
+from conftest import courier_on, prepare_remote, wait_for
 
 from tests.integration.sshd import SshdFactory, SshdServer, sshd_unavailable_reason
 
@@ -260,7 +260,15 @@ def test_await_without_a_bound_outlasts_several_wire_chunks(caller: Caller) -> N
 
 
 def _remote_pollers(box: SshdServer) -> list[psutil.Process]:
-    return [p for p in box.session_processes() if "--wb-internal-agent-remote" in " ".join(_cmdline(p))]
+    """One-call receivers, and serve-mode processes (§16) with a request in flight (one thread per request)."""
+    return [p for p in box.session_processes() if "--wb-internal-agent-remote" in _cmdline(p) or _serving(p)]
+
+
+def _serving(process: psutil.Process) -> bool:
+    try:
+        return "--wb-internal-agent-serve" in process.cmdline() and process.num_threads() > 1
+    except psutil.Error:
+        return False
 
 
 def _cmdline(process: psutil.Process) -> list[str]:
@@ -275,17 +283,23 @@ def test_killing_the_session_sshd_during_await_is_a_transport_error_and_the_run_
 ) -> None:
     ref = caller.dispatch("scenario:slow sleep:4", "r4")
     with caller.popen("agent", "await", ref) as waiter:
-        _await_killed_session(box, waiter)
+        _await_killed_session(box, waiter, reconnects=courier_on())
     again = caller.wb("agent", "await", ref, "--json")
     assert again.returncode == 0 and json.loads(again.stdout)["state"] == "completed"
 
 
-def _await_killed_session(box: SshdServer, waiter: subprocess.Popen[str]) -> None:
+def _await_killed_session(box: SshdServer, waiter: subprocess.Popen[str], *, reconnects: bool = False) -> None:
+    """Kill the sshd serving the await: cold, a transport error; warm, the courier reconnects once (§16)."""
     assert wait_for(lambda: _remote_pollers(box), 30)
     for process in box.session_processes():
-        if process.name() == "sshd" and process.pid != box.process.pid:
-            process.send_signal(signal.SIGKILL)
-    _, err = waiter.communicate(timeout=60)
+        with contextlib.suppress(psutil.Error):
+            if process.name() == "sshd" and process.pid != box.process.pid:
+                process.send_signal(signal.SIGKILL)
+    out, err = waiter.communicate(timeout=60)
+    if reconnects:
+        assert waiter.returncode == 0, err
+        assert "completed" in out
+        return
     assert waiter.returncode == 255, err
     assert "box" in err and "Traceback" not in err
 
