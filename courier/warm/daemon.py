@@ -40,8 +40,9 @@ def _log(message: str) -> None:
 
 
 class Courier:
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, lock_fd: int) -> None:
         self.path = path
+        self.lock_fd = lock_fd
         self.started_at = time.time()
         self.stamp = program_stamp()
         self.pool = Pool()
@@ -92,6 +93,10 @@ class Courier:
         self.stopping = True
         _log(f"stopping: {why}")
         self._unlink_socket()
+        if self.lock_fd >= 0:
+            # A successor may start at once (the next command, after an upgrade): it needs the lock.
+            os.close(self.lock_fd)
+            self.lock_fd = -1
         if self.listener is not None:
             asyncio.get_running_loop().remove_reader(self.listener.fileno())
             self.listener.close()
@@ -373,9 +378,9 @@ async def _send(sock: socket.socket, fields: list[bytes]) -> None:
     await asyncio.get_running_loop().sock_sendall(sock, frames.pack(fields))
 
 
-async def _main(path: str, ready_fd: int) -> int:
+async def _main(path: str, ready_fd: int, lock_fd: int) -> int:
     loop = asyncio.get_running_loop()
-    server = Courier(path)
+    server = Courier(path, lock_fd)
     server.listen()
     if ready_fd >= 0:
         os.close(ready_fd)  # the starting client stops waiting: we listen
@@ -393,5 +398,5 @@ async def _main(path: str, ready_fd: int) -> int:
     return 0
 
 
-def serve_forever(path: str, ready_fd: int) -> int:
-    return asyncio.run(_main(path, ready_fd))
+def serve_forever(path: str, ready_fd: int, lock_fd: int) -> int:
+    return asyncio.run(_main(path, ready_fd, lock_fd))

@@ -31,7 +31,7 @@ def main() -> None:
     os.chdir("/")
     from courier.warm.daemon import serve_forever
 
-    sys.exit(serve_forever(path, ready_fd))
+    sys.exit(serve_forever(path, ready_fd, lock_fd))
 
 
 if __name__ == "__main__":
