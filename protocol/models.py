@@ -191,7 +191,6 @@ class StopResult(WireModel):
         return check_run_id(value)
 
 
-
 class ListWarning(WireModel):
     agent_id: str
     error: str

@@ -75,7 +75,7 @@ def list_runs(store: Store) -> tuple[list[Result], list[ListWarning]]:
 
 
 def logs_text(store: Store, agent_id: str, tail: int, *, raw: bool) -> str:
-    store.load(agent_id)  # an unknown run is a finding, not an empty transcript
+    record = store.load(agent_id)  # an unknown run is a finding, not an empty transcript
     path = store.run_dir(agent_id) / EVENTS
     try:
         size = os.lstat(path).st_size
@@ -89,9 +89,9 @@ def logs_text(store: Store, agent_id: str, tail: int, *, raw: bool) -> str:
             )
         with open(path, "rb") as handle:
             return f"{path}\n" + handle.read().decode("utf-8", "replace")
-    from courier.runs.harness.codex import worker_actions
+    from courier.runs.harness import harness_for
 
-    actions = worker_actions(path, tail)
+    actions = harness_for(record.resolved.harness).worker_actions(path, tail)
     return f"{path}\n" + "".join(f"  {action}\n" for action in actions)
 
 
