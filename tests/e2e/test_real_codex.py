@@ -212,7 +212,7 @@ def test_an_http_500_ends_the_run_failed_with_codexs_generic_message(real: Machi
 
 
 def test_the_worker_cannot_commit_in_a_linked_worktree(real: Machine, server: ModelServer) -> None:
-    """Limits 1 and 2 of contract §7.3: the git dir is read-only to the sandbox; a denial is reported as Codex chooses."""
+    """Limits 1 and 2 of contract §7.3: the git dir is read-only to the sandbox; a denial is as Codex reports it."""
     result = _run(real, "commit", "w1")
     assert result["state"] == "completed" and result["result"] == COMMIT_MESSAGE
 
