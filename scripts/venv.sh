@@ -34,7 +34,8 @@ wb_install_venv() {
     PY=.venv/bin/python
   else
     # No venv possible here (no apt-get to add python3-venv): install directly, where pip allows it.
-    echo "warning: cannot create .venv with python3 -m venv; installing with python3 -m pip instead" >&2
+    echo "warning: cannot create .venv (python3 -m venv failed; on Debian or Ubuntu, install python3-venv as root);" \
+      "installing with python3 -m pip instead" >&2
     PY=python3
   fi
   "$PY" -m pip install -q --disable-pip-version-check -e ".${extras}"
