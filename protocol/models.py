@@ -100,6 +100,7 @@ class ChangeSummary(WireModel):
     files: list[str] | None = Field(default=None, max_length=limits.CHANGED_FILES_MAX)
     insertions: int | None = Field(default=None, ge=0)
     deletions: int | None = Field(default=None, ge=0)
+    new_files: int | None = Field(default=None, ge=0)  # untracked, non-ignored new files (§7.6)
     commits: int | None = Field(default=None, ge=0)
     files_truncated: bool | None = None
     preexisting_changes: int | None = Field(default=None, ge=0)
