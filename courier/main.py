@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import sys
 
-REMOTE_ARGUMENT = "--wb-internal-agent-remote"
-SERVE_ARGUMENT = "--wb-internal-agent-serve"
-OWNER_ARGUMENT = "--wb-internal-agent-run"
+from protocol.entry import OWNER_ARGUMENT, REMOTE_ARGUMENT, SERVE_ARGUMENT
+
 # Commands that always run in this process: the courier's own controls, the demo (which
 # runs servers of its own), and any private entry.
 COLD_COMMANDS = ("courier", "demo", "mcp")

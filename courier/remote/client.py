@@ -25,32 +25,23 @@ from courier.errors import (
     TransportError,
     UsageError,
 )
-from courier.main import REMOTE_ARGUMENT
 from courier.remote import ssh
 from courier.remote.reply import BadReply, find_reply
 from courier.text import clip_bytes, sanitize
 from protocol import limits
 from protocol.durations import format_duration_ms
-from protocol.models import RemoteRequest, RemoteResponse, Result, StopResult
+from protocol.entry import REMOTE_ARGUMENT
+from protocol.models import RemoteRequest, RemoteResponse, Result, StopResult, collector_paused
+from protocol.operations import TABLE
 from protocol.validate import RequestRefused, describe_validation_error, validate_request
 
 _RESULT_OPERATIONS = ("dispatch", "status", "await")
 
-# The warm path (contract §16). In a command the courier runs, this carries the call over
-# the courier's pooled, re-verified connection instead of a new one; everything before
+# What carries one call's bytes when it is not a new connection of this process: the warm
+# courier (contract §16) passes its pooled, re-verified connection here. Everything before
 # (validation) and after (bounds, decoding, classification) is the same code as cold.
-RemoteRunner = Callable[[Config, ssh.Endpoint, str, bytes, str], Awaitable[ssh.Outcome]]
-remote_runner: RemoteRunner | None = None
+Carrier = Callable[[Config, ssh.Endpoint, str, bytes, str], Awaitable[ssh.Outcome]]
 _SHORT_TEXT_MAX = 256
-
-
-def describe_transport_cause(exc: BaseException) -> str:
-    """A short cause for a fleet row: "unknown host key", "changed host key", "auth", "refused", "timeout", …"""
-    if isinstance(exc, TransportError):
-        return exc.cause
-    if isinstance(exc, UsageError):
-        return "misconfigured"
-    return "error"
 
 
 def remote_command(target: Target) -> str:
@@ -95,6 +86,7 @@ async def call_async(
     *,
     timeout_s: float | None = None,
     connection: ssh.Connection | None = None,
+    carrier: Carrier | None = None,
 ) -> RemoteResponse:
     """Send one request and return the validated reply; `connection` reuses an open one to that machine.
 
@@ -107,8 +99,8 @@ async def call_async(
         async with asyncio.timeout(bound_s):
             if connection is not None:
                 outcome = await connection.run(command, payload)
-            elif remote_runner is not None:
-                outcome = await remote_runner(config, endpoint_of(machine, target), command, payload, request.operation)
+            elif carrier is not None:
+                outcome = await carrier(config, endpoint_of(machine, target), command, payload, request.operation)
             else:
                 async with await ssh.connect(endpoint_of(machine, target)) as opened:
                     outcome = await opened.run(command, payload)
@@ -198,8 +190,7 @@ def decode_response(machine: str, request: RemoteRequest, document: dict[str, An
         )
     _check_envelope(machine, response)
     if response.failure:
-        response.result = None
-        response.results = None
+        response.clear_results()
         return response
     _check_results(machine, request.operation, response)
     return response
@@ -213,19 +204,24 @@ def _check_envelope(machine: str, response: RemoteResponse) -> None:
 
 
 def _check_results(machine: str, operation: str, response: RemoteResponse) -> None:
+    """Validate what the reply carries, once, and keep it typed; results get `machine`."""
+    reply = TABLE[operation].reply if operation in TABLE else "none"
     try:
-        if operation in _RESULT_OPERATIONS:
+        if reply == "result":
             if response.result is None:
                 raise ReplyUntrusted(f"{machine}: the {operation} reply carries no result")
-            response.result = _stamped(response.result, machine)
-        elif operation == "stop":
+            response.set_result(_stamped(response.result, machine))
+        elif reply == "stop":
             if response.result is None:
                 raise ReplyUntrusted(f"{machine}: the stop reply carries no result")
-            stop = StopResult.model_validate(response.result).to_wire()
-            stop["machine"] = machine
-            response.result = stop
-        elif operation == "list":
-            response.results = [_stamped(item, machine) for item in response.results or []]
+            body = dict(response.result)
+            body.pop("machine", None)
+            stopped = StopResult.model_validate(body)
+            stopped.machine = machine
+            response.set_result(stopped)
+        elif reply == "results":
+            with collector_paused():
+                response.set_results([_stamped(item, machine) for item in response.results or []])
             response.result = None
         else:
             response.result = None
@@ -235,9 +231,9 @@ def _check_results(machine: str, operation: str, response: RemoteResponse) -> No
         ) from None
 
 
-def _stamped(item: dict[str, Any], machine: str) -> dict[str, Any]:
+def _stamped(item: dict[str, Any], machine: str) -> Result:
     body = dict(item)
     body.pop("machine", None)  # the receiver never sets it; this side decides which machine answered
     result = Result.model_validate(body)
     result.machine = machine
-    return result.to_wire()
+    return result

@@ -12,6 +12,7 @@ import select
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from courier import __version__
 from protocol import limits
 
 if TYPE_CHECKING:
@@ -68,9 +69,11 @@ def _refusal(message: str, operation: str = "") -> RemoteResponse:
     return RemoteResponse(
         schema_version=limits.SCHEMA_VERSION,
         operation=operation,
-        failure=message,
+        # Whatever the message quotes, the reply must stay encodable UTF-8.
+        failure=message.encode("utf-8", "backslashreplace").decode(),
         failure_kind="request",
         now=now_rfc3339(),
+        wb_version=__version__,
     )
 
 
@@ -103,11 +106,18 @@ def answer(data: bytes, oversize: bool, client_gone: Callable[[], bool]) -> Remo
 
 def _home_id() -> str | None:
     try:
-        from courier.runs.store import home_id
+        from courier.runs.service import configured_home
+        from courier.runs.store import Store, home_id
 
-        return home_id()
+        return home_id(Store(configured_home()))
     except Exception:  # an unusable home is reported as null, never as a crash
         return None
+
+
+def _now() -> str:
+    from protocol.timestamps import rfc3339, utc_now  # the one RFC 3339 rule, even for the last-resort reply
+
+    return rfc3339(utc_now())
 
 
 def client_watch(reply_fd: int) -> Callable[[], bool]:
@@ -163,8 +173,11 @@ def serve(argv: list[str]) -> int:
                     "operation": "",
                     "failure": f"internal: {type(exc).__name__}: {str(exc)[:512]}",
                     "failure_kind": "failed",
+                    "wb_version": __version__,
+                    "now": _now(),
                     "home_id": None,
-                }
+                },
+                ensure_ascii=True,
             ).encode()
             + b"\n"
         )

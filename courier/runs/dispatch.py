@@ -16,21 +16,30 @@ from courier.errors import NotStartable, UsageError
 from courier.runs import process, worktrees
 from courier.runs.changes import count_dirty
 from courier.runs.environment import resolve_credential
-from courier.runs.store import Record, Store, render, rfc3339, utc_now, within_admission_grace
+from courier.runs.harness import UnknownHarness, spec_for
+from courier.runs.store import Record, RecordNotCreated, Store, render, rfc3339, utc_now, within_admission_grace
+from protocol.entry import OWNER_ARGUMENT
 from protocol.models import RemoteRequest, Resolved, Result, Routing
 from protocol.refs import format_reference, new_run_id
 
-SUPPORTED_HARNESSES = ("codex",)
-
 
 def resolve_profile(config: Config, name: str) -> tuple[Resolved, bool]:
-    """The profile as it will execute, snapshotted into the record; and its network flag."""
+    """The profile as it will execute, snapshotted into the record; and its network flag.
+
+    Checks made here name the file, the key and the rule, as the file's own checks do (§4).
+    """
     profile = config.profile(name)
-    if profile.harness not in SUPPORTED_HARNESSES:
-        raise UsageError(f'profile {name}: unsupported harness "{profile.harness}" (supported: codex)')
+    try:
+        spec = spec_for(profile.harness)
+    except UnknownHarness as exc:
+        raise UsageError(f"{config.path}: agents.profiles.{name}.harness: {exc}") from None
     provider = config.provider(profile.provider)
-    if profile.harness == "codex" and provider.wire_api != "responses":
-        raise UsageError(f'provider {profile.provider}: Codex needs wire_api "responses" (it no longer accepts chat)')
+    if spec.wire_apis and provider.wire_api not in spec.wire_apis:
+        fitting = " or ".join(f'"{api}"' for api in spec.wire_apis)
+        raise UsageError(
+            f"{config.path}: agents.providers.{profile.provider}.wire_api: {spec.display} needs {fitting}, "
+            f'not "{provider.wire_api}" (profile {name} runs it with harness {spec.name})'
+        )
     routing = Routing(
         base_url=provider.base_url,
         credential_env=provider.credential_env,
@@ -73,9 +82,13 @@ def deferred_signals() -> Iterator[None]:
 @contextlib.contextmanager
 def clone_lock(store: Store, repository: str) -> Iterator[None]:
     lock_dir = store.home / "locks"
-    lock_dir.mkdir(mode=0o700, exist_ok=True)
     path = lock_dir / (repository.replace("/", "__") + ".lock")
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        lock_dir.mkdir(mode=0o700, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    except OSError as exc:  # a full disk or a read-only home: say where, not "internal"
+        reason = (exc.strerror or str(exc)).lower()
+        raise NotStartable(f"cannot create the clone lock {path}: {reason}") from None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield
@@ -171,12 +184,16 @@ def dispatch(config: Config, request: RemoteRequest) -> Result:
             run_dir = store.create(record, request.task)
         except FileExistsError:
             return render(store.load(agent_id), store)
+        except RecordNotCreated:
+            if request.mode == "new" and branch:  # nothing partial stays: the worktree just made goes too
+                worktrees.remove_worktree(clone, path, branch)
+            raise
         start_owner(run_dir)
     return render(record, store)
 
 
 def start_owner(run_dir: Path) -> None:
-    argv = [sys.executable, "-m", "courier.main", "--wb-internal-agent-run", "--run-dir", str(run_dir)]
+    argv = [sys.executable, "-m", "courier.main", OWNER_ARGUMENT, "--run-dir", str(run_dir)]
     try:
         process.spawn_detached(argv, dict(os.environ))
     except OSError as exc:

@@ -16,11 +16,13 @@ from pathlib import Path
 
 from courier.config import Provider
 from courier.errors import WbError
-from courier.runs import process
+from courier.runs import descendants, privacy, process
 from courier.runs import store as store_mod
 from courier.runs.changes import summarize_changes
 from courier.runs.environment import Credential, resolve_credential, worker_environment
-from courier.runs.harness.codex import EventSummary, codex_argv, final_message
+from courier.runs.harness import harness_for, spec_for
+from courier.runs.harness.base import EventParser, Harness, Launch
+from courier.runs.harness.message import bounded_message
 from courier.runs.store import Record, Store, rfc3339, utc_now, within_admission_grace
 from protocol import limits
 from protocol.durations import format_duration_ms
@@ -57,10 +59,12 @@ def owner_main(argv: list[str]) -> int:
     return 0
 
 
-def finish(store: Store, record: Record, state: str, failure: str | None) -> None:
+def finish(store: Store, record: Record, state: str, failure: str | None, secret: bytes = b"") -> None:
     finished = utc_now()
     record.state = state
     record.failure = failure
+    store.release_reserve(record.agent_id)  # its space is for this save on a full disk; the run ends here
+    privacy.end_of_run(store.run_dir(record.agent_id), record, secret)
     record.finished_at = rfc3339(finished)
     with contextlib.suppress(ValueError):
         started = store_mod.parse_rfc3339(record.started_at)
@@ -93,13 +97,18 @@ class Owner:
         self.store = store
         self.record = record
         self.run_dir = store.run_dir(record.agent_id)
-        self.summary = EventSummary()
+        self.harness: Harness = harness_for(record.resolved.harness)
+        self.summary: EventParser = self.harness.parser()
+        self.launch: Launch | None = None
         self.diagnostics: list[str] = []
         self.timed_out = False
         self.secret = b""
+        self.events_lost = False
 
     def run(self) -> None:
         record = self.record
+        # Held until the worker is recorded (or the owner exits): a stop sees the worker or keeps it from starting.
+        self.store.hold_run_lock(record.agent_id)
         if self.store.stop_requested_at(record.agent_id):
             self.decide_and_save(exit_code=None)
             return
@@ -108,9 +117,11 @@ class Owner:
         except (WbError, ValueError) as exc:
             finish(self.store, record, "failed", f"could not start the harness: {exc}")
             return
-        self.secret = credential.value.encode()
-        env = worker_environment(credential, self.run_dir / store_mod.HARNESS_HOME)
+        assert self.launch is not None
+        self.secret = credential.value.encode() if credential else b""
+        env = self.harness.environment(self.launch, worker_environment(credential))
         events_path = self.run_dir / store_mod.EVENTS
+        tracker = descendants.track_worker_tree()
         try:
             worker = subprocess.Popen(
                 argv,
@@ -129,6 +140,7 @@ class Owner:
         record.worker_token = process.start_token(worker.pid)
         record.log_path = str(events_path)
         self.store.save(record)
+        self.store.release_run_lock(record.agent_id)
         task = self.store.read_task(record.agent_id).encode()
         threading.Thread(target=_feed_stdin, args=(worker, task), daemon=True).start()
         assert worker.stdout is not None
@@ -138,30 +150,39 @@ class Owner:
             self.diagnostics.append(
                 f"killed {left} leftover process(es) of the worker's group after the harness exited"
             )
+        # Also those that left the group (setsid): found by ancestry, the owner being their subreaper.
+        self.diagnostics += descendants.describe(*tracker.end(limits.TIMEOUT_KILL_GRACE_S))
         self.decide_and_save(exit_code=_exit_code(worker.returncode))
 
-    def prepare(self) -> tuple[Credential, list[str]]:
+    def prepare(self) -> tuple[Credential | None, list[str]]:
+        """The credential and the command line; the harness's private home made ready."""
         record = self.record
-        routing = record.resolved.routing
-        provider = Provider(
-            base_url=routing.base_url,
-            credential_env=routing.credential_env,
-            credential_file=routing.credential_file,
-            wire_api=routing.wire_api,
-            **(record.provider_options or {}),
-        )
-        credential = resolve_credential(record.resolved.provider, provider)
-        argv = codex_argv(
+        harness = self.harness
+        provider: Provider | None = None
+        credential: Credential | None = None
+        if spec_for(record.resolved.harness).wire_apis:
+            routing = record.resolved.routing
+            provider = Provider(
+                base_url=routing.base_url,
+                credential_env=routing.credential_env,
+                credential_file=routing.credential_file,
+                wire_api=routing.wire_api,
+                **(record.provider_options or {}),
+            )
+            credential = resolve_credential(record.resolved.provider, provider)
+        self.launch = Launch(
             worktree=record.worktree_dir or "",
+            run_dir=self.run_dir,
+            home=self.run_dir / store_mod.HARNESS_HOME,
             model=record.resolved.model,
             provider_name=record.resolved.provider,
             provider=provider,
+            env_key=credential.env_name if credential else "",
             reasoning=record.resolved.reasoning,
             network=record.network,
-            last_message_path=str(self.run_dir / store_mod.LAST_MESSAGE),
-            env_key=credential.env_name,
         )
-        return credential, argv
+        harness.prepare_home(self.launch)
+        return credential, harness.argv(self.launch)
 
     def pump(self, worker: subprocess.Popen[bytes], events_path: Path) -> None:
         """Read the worker's output live: parse each line, store up to the cap, enforce the deadline."""
@@ -216,20 +237,31 @@ class Owner:
                     if len(line) > limits.EVENT_LINE_MAX_BYTES:
                         self.summary.skipped_oversize_line(len(line))
                         continue
+                    # Parse the line as the harness wrote it; only what is stored is redacted.
+                    self.summary.feed(line)
                     line = self.redact(line)
                     if stored + len(line) <= limits.EVENTS_STORED_MAX_BYTES:
-                        os.write(log_fd, line)
+                        self.store_event(log_fd, line)
                         stored += len(line)
-                    self.summary.feed(line)
             if pending and not skipping:
+                self.summary.feed(pending)
                 line = self.redact(pending)
                 if stored + len(line) <= limits.EVENTS_STORED_MAX_BYTES:
-                    os.write(log_fd, line)
-                self.summary.feed(line)
+                    self.store_event(log_fd, line)
         finally:
             os.close(log_fd)
             worker.stdout.close()
         worker.wait()
+
+    def store_event(self, log_fd: int, line: bytes) -> None:
+        """Append one line to events.jsonl; a failed write (a full disk) stops storing, never the run."""
+        if self.events_lost:
+            return
+        try:
+            store_mod.write_all(log_fd, line)
+        except OSError as exc:
+            self.events_lost = True
+            self.diagnostics.append(f"stopped storing events in {store_mod.EVENTS}: {exc.strerror or exc}")
 
     def redact(self, line: bytes) -> bytes:
         return line.replace(self.secret, REDACTED) if self.secret else line
@@ -237,30 +269,34 @@ class Owner:
     def decide_and_save(self, exit_code: int | None) -> None:
         record = self.record
         summary = self.summary
-        stop_at = self.store.stop_requested_at(record.agent_id)
-        if stop_at:
-            state, failure = "failed", f"stopped on request at {stop_at}"
-        elif self.timed_out:
-            state, failure = "timeout", f"timed out after {format_duration_ms(record.timeout_ms)}"
-        elif exit_code not in (None, 0):
-            state, failure = "failed", f"harness exited with code {exit_code}"
-            if summary.turn_failed:
-                failure += f"; harness reported a failed turn: {summary.failure_message or 'no message'}"
-        elif summary.turn_failed:
-            state, failure = "failed", f"harness reported a failed turn: {summary.failure_message or 'no message'}"
-        elif not summary.turn_completed:
-            state, failure = "failed", "no terminal turn event"
-        else:
-            state, failure = "completed", None
         record.exit_code = exit_code
-        record.result = final_message(self.run_dir / store_mod.LAST_MESSAGE, summary, secret=self.secret, mask=REDACTED)
+        record.result = self.final_message()
         record.tool_calls = summary.tool_calls
         record.usage = summary.usage
         if record.worktree_dir:
             record.changes = summarize_changes(record.worktree_dir, record.base_sha, record.preexisting_changes)
         diagnostics = [*summary.diagnostics, *self.diagnostics]
         record.harness_diagnostics = diagnostics or None
-        finish(self.store, record, state, failure)
+        # From here to the saved terminal state, stop waits: it either came first (and is honoured)
+        # or finds the run terminal and is refused; never a stop the state does not show (§3.6, §7.5).
+        self.store.hold_run_lock(record.agent_id)
+        stop_at = self.store.stop_requested_at(record.agent_id)
+        failure: str | None
+        if stop_at:
+            state, failure = "failed", f"stopped on request at {stop_at}"
+        elif self.timed_out:
+            state, failure = "timeout", f"timed out after {format_duration_ms(record.timeout_ms)}"
+        else:
+            failure = summary.failure(exit_code)
+            state = "failed" if failure else "completed"
+        finish(self.store, record, state, failure, self.secret)
+        self.store.release_run_lock(record.agent_id)
+
+    def final_message(self) -> str | None:
+        if self.launch is None:
+            return None
+        found = self.harness.final_message(self.launch, self.summary, extra=len(self.secret))
+        return None if found is None else bounded_message(*found, secret=self.secret, mask=REDACTED)
 
 
 def _feed_stdin(worker: subprocess.Popen[bytes], task: bytes) -> None:

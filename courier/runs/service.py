@@ -1,4 +1,4 @@
-"""The six run operations on this machine, filling a RemoteResponse (called through operations.perform)."""
+"""The run operations on this machine, each filling a RemoteResponse (handlers of protocol.operations.TABLE)."""
 
 from __future__ import annotations
 
@@ -6,47 +6,72 @@ import os
 import signal
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from pathlib import Path
 
 from courier.errors import Finding, WbError
-from courier.runs import process
-from courier.runs.store import EVENTS, Store, render, within_admission_grace
+from courier.operations import Context
+from courier.runs import descendants, process
+from courier.runs.store import Store, read_fd, render, within_admission_grace
 from protocol import limits
 from protocol.models import ListWarning, RemoteRequest, RemoteResponse, Result, StopResult, collector_paused
-
-if TYPE_CHECKING:
-    from courier.config import Config
 
 NO_TRANSCRIPT = "(no worker transcript was captured)"
 
 
-def handle(
-    request: RemoteRequest, response: RemoteResponse, client_gone: Callable[[], bool], config: Config | None = None
-) -> None:
-    # Only dispatch needs the whole configuration (and the harness modules); the other
-    # operations need the home, which costs no yaml when there is no wb.yaml.
-    if request.operation == "dispatch":
-        from courier.config import load_config
-        from courier.runs.dispatch import dispatch
+def configured_home() -> Path:
+    """agents.home as `load_config().home` resolves it, without reading wb.yaml when there is none.
 
-        response.result = dispatch(config or load_config(), request).to_wire()
-        return
-    from courier.paths import configured_home
+    The receiver's hot path (status, await, list, logs, stop) needs only the home. With no
+    wb.yaml, `load_config` would resolve it from WB_HOME or ~/.wb and could refuse nothing,
+    so that answer costs no yaml and no config models; when the file exists it is read by
+    `load_config` exactly as for every other command (same refusals).
+    """
+    from courier.paths import config_path, default_home
 
-    store = Store(config.home if config else configured_home()).ensure()
-    operation = request.operation
-    if operation == "status":
-        response.result = status(store, request.agent_id).to_wire()
-    elif operation == "await":
-        response.result = await_run(store, request.agent_id, request.wait_timeout_ms, client_gone).to_wire()
-    elif operation == "list":
-        results, warnings = list_runs(store)
-        response.set_results(results)
-        response.warnings = warnings or None
-    elif operation == "logs":
-        response.logs = logs_text(store, request.agent_id, request.tail or limits.LOGS_TAIL_DEFAULT, raw=request.raw)
-    elif operation == "stop":
-        response.result = stop(store, request.agent_id, requester=f"pid {os.getpid()}").to_wire()
+    path = config_path()
+    if not path.exists():
+        return default_home()
+    from courier.config import load_config
+
+    return load_config(path).home
+
+
+def _store(context: Context) -> Store:
+    # Only dispatch needs the whole configuration (and the harness facts).
+    return Store(context.config.home if context.config else configured_home()).ensure()
+
+
+def dispatch_op(request: RemoteRequest, response: RemoteResponse, context: Context) -> None:
+    from courier.config import load_config
+    from courier.runs.dispatch import dispatch
+
+    response.set_result(dispatch(context.config or load_config(), request))
+
+
+def status_op(request: RemoteRequest, response: RemoteResponse, context: Context) -> None:
+    response.set_result(status(_store(context), request.agent_id))
+
+
+def await_op(request: RemoteRequest, response: RemoteResponse, context: Context) -> None:
+    store = _store(context)
+    response.set_result(await_run(store, request.agent_id, request.wait_timeout_ms, context.client_gone))
+
+
+def list_op(request: RemoteRequest, response: RemoteResponse, context: Context) -> None:
+    results, warnings = list_runs(_store(context))
+    response.set_results(results)
+    response.warnings = warnings or None
+
+
+def logs_op(request: RemoteRequest, response: RemoteResponse, context: Context) -> None:
+    tail = request.tail or limits.LOGS_TAIL_DEFAULT
+    response.logs = logs_text(_store(context), request.agent_id, tail, raw=request.raw)
+
+
+def stop_op(request: RemoteRequest, response: RemoteResponse, context: Context) -> None:
+    survivors: list[int] = []
+    response.set_result(stop(_store(context), request.agent_id, f"pid {os.getpid()}", survivors))
+    response.warnings = descendants.survivor_warnings(request.agent_id, survivors)
 
 
 def status(store: Store, agent_id: str) -> Result:
@@ -75,33 +100,44 @@ def list_runs(store: Store) -> tuple[list[Result], list[ListWarning]]:
 
 
 def logs_text(store: Store, agent_id: str, tail: int, *, raw: bool) -> str:
-    store.load(agent_id)  # an unknown run is a finding, not an empty transcript
-    path = store.run_dir(agent_id) / EVENTS
-    try:
-        size = os.lstat(path).st_size
-    except FileNotFoundError:
+    record = store.load(agent_id)  # an unknown run is a finding, not an empty transcript
+    opened = store.open_transcript(agent_id)
+    if opened is None:
         return NO_TRANSCRIPT + "\n"
-    if raw:
-        if size > limits.REMOTE_TRANSCRIPT_MAX_BYTES:
-            raise Finding(
-                f"transcript for {agent_id} is {size} bytes; "
-                f"fetch it on that machine with wb agent logs {agent_id} --raw"
-            )
-        with open(path, "rb") as handle:
-            return f"{path}\n" + handle.read().decode("utf-8", "replace")
-    from courier.runs.harness.codex import worker_actions
+    fd, size, path = opened
+    try:
+        if raw:
+            data = read_fd(fd, limits.REMOTE_TRANSCRIPT_MAX_BYTES + 1)
+            if max(size, len(data)) > limits.REMOTE_TRANSCRIPT_MAX_BYTES:
+                raise Finding(
+                    f"transcript for {agent_id} is {max(size, len(data))} bytes; "
+                    f"fetch it on that machine with wb agent logs {agent_id} --raw"
+                )
+            return f"{path}\n" + data.decode("utf-8", "replace")
+        from courier.runs.harness import harness_for
 
-    actions = worker_actions(path, tail)
+        actions = harness_for(record.resolved.harness).worker_actions(fd, tail)
+    finally:
+        os.close(fd)
     return f"{path}\n" + "".join(f"  {action}\n" for action in actions)
 
 
-def stop(store: Store, agent_id: str, requester: str) -> StopResult:
+def stop(store: Store, agent_id: str, requester: str, survivors: list[int] | None = None) -> StopResult:
     record = store.load(agent_id)
     if record.state != "running":
         raise Finding(f"agent run {agent_id} is already {record.state}")
-    store.request_stop(agent_id, requester)
+    # Under the run's lock the owner is neither deciding the terminal state nor starting the
+    # worker: either the stored state is terminal now (refused), or the owner will honour the
+    # request; the worker seen here is the one to stop (§3.6, §7.5).
+    with store.run_lock(agent_id, wait_s=limits.RUN_LOCK_WAIT_S):
+        record = store.load(agent_id)
+        if record.state != "running":
+            raise Finding(f"agent run {agent_id} is already {record.state}")
+        store.request_stop(agent_id, requester)
     delivered_pid = 0
     pid, token = record.worker_pid, record.worker_token
+    # Its processes that left its group (setsid), taken while the worker's tree is intact.
+    stragglers = descendants.of_run(record.owner_pid, record.owner_token, pid, token)
     if pid and process.same_process(pid, token):
         if process.signal_group(pid, signal.SIGTERM):
             delivered_pid = pid
@@ -113,6 +149,9 @@ def stop(store: Store, agent_id: str, requester: str) -> StopResult:
         if not process.wait_until(worker_gone, limits.STOP_GRACE_S):
             process.signal_group(pid, signal.SIGKILL)
             process.wait_until(worker_gone, 2.0)
+    left = descendants.end(stragglers, limits.STOP_GRACE_S)
+    if survivors is not None:
+        survivors += left
     # The owner records the outcome; when it is gone, nobody else will, so stop does.
     owner_gone = not process.same_process(record.owner_pid, record.owner_token)
     if owner_gone and (record.owner_pid or not within_admission_grace(record)):
@@ -124,4 +163,5 @@ def stop(store: Store, agent_id: str, requester: str) -> StopResult:
             from courier.runs.owner import finish
 
             finish(store, current, "failed", f"stopped on request at {store.stop_requested_at(agent_id)}")
-    return StopResult(agent_id=agent_id, worker_pid=delivered_pid, state=record.state)
+    # A worker that was started is named even when it had already exited: the run is still stopped.
+    return StopResult(agent_id=agent_id, worker_pid=delivered_pid or pid or 0, state=record.state)

@@ -9,25 +9,17 @@ per machine) through `courier.remote.client.remote_runner`.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import ctypes
 import io
-import json
 import locale
 import os
 import signal
 import socket
-import struct
 import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import NoReturn
-
-from courier import errors
-from courier.config import Config
-from courier.remote import ssh
-from courier.warm import frames, place
 
 _PR_SET_PDEATHSIG = 1
 _C_LOCALES = ("C", "POSIX", "")
@@ -88,9 +80,10 @@ def run_child(command: Command, passed: list[int], close: Iterable[socket.socket
             os._exit(1)
         sys.argv = [command.argv0, *command.argv]
         _reset_stdio_objects(command.env)
-        from courier.remote import client
+        from courier import transport
+        from courier.warm.carrier import courier_transport
 
-        client.remote_runner = CourierRunner(socket_path)
+        transport.use_remote(courier_transport(socket_path))
         from courier.cli import run
 
         code = run(command.argv)
@@ -199,77 +192,3 @@ def _open(fd: int) -> bool:
     except OSError:
         return False
     return True
-
-
-class CourierRunner:
-    """`remote_runner` for a command in the courier: the call travels over the courier's connection."""
-
-    def __init__(self, socket_path: str) -> None:
-        self.socket_path = socket_path
-
-    async def __call__(
-        self, config: Config, endpoint: ssh.Endpoint, command: str, payload: bytes, operation: str
-    ) -> ssh.Outcome:
-        sock = self._connect()
-        if sock is None:  # the courier is going away: this call is made the cold way
-            async with await ssh.connect(endpoint) as connection:
-                return await connection.run(command, payload)
-        header = {
-            "machine": endpoint.machine,
-            "host": endpoint.host,
-            "user": endpoint.user,
-            "port": endpoint.port,
-            "command": command,
-            "operation": operation,
-            "max_sessions": config.courier_max_sessions,
-        }
-        reader, writer = await asyncio.open_unix_connection(sock=sock)
-        try:
-            writer.write(frames.pack([b"remote", json.dumps(header).encode(), payload]))
-            await writer.drain()
-            try:
-                (size,) = struct.unpack("!I", await reader.readexactly(4))
-                fields = frames.unpack(await reader.readexactly(size))
-            except (asyncio.IncompleteReadError, frames.FrameError, OSError):
-                raise errors.ConnectionLost(
-                    f"{endpoint.machine}: the wb courier ended during the {operation} call"
-                ) from None
-        finally:
-            writer.close()
-        return _outcome(fields)
-
-    def _connect(self) -> socket.socket | None:
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        address, dir_fd = place.sun_path(self.socket_path)
-        try:
-            sock.connect(address)
-        except OSError:
-            sock.close()
-            return None
-        finally:
-            if dir_fd is not None:
-                os.close(dir_fd)
-        return sock
-
-
-def _outcome(fields: list[bytes]) -> ssh.Outcome:
-    kind = fields[0] if fields else b""
-    if kind == b"outcome" and len(fields) == 4:
-        meta = json.loads(fields[1])
-        return ssh.Outcome(
-            stdout=fields[2],
-            stderr=fields[3],
-            exit_status=meta.get("exit_status"),
-            exit_signal=meta.get("exit_signal"),
-            overflow=meta.get("overflow"),
-        )
-    if kind == b"error" and len(fields) == 2:
-        meta = json.loads(fields[1])
-        found = getattr(errors, str(meta.get("class", "")), None)
-        message = str(meta.get("message", "the courier failed this call"))
-        if isinstance(found, type) and issubclass(found, errors.TransportError):
-            raise found(message, cause=meta.get("cause"))
-        if isinstance(found, type) and issubclass(found, errors.WbError):
-            raise found(message)
-        raise errors.TransportError(message, cause=meta.get("cause"))
-    raise errors.ReplyUntrusted("the wb courier answered a remote call with something else")

@@ -19,7 +19,9 @@ import courier.fleet
 import courier.operations
 import courier.remote.client
 import courier.runs.service
-import courier.runs.worktrees  # noqa: F401
+import courier.runs.worktrees
+import courier.transport
+import courier.warm.carrier  # noqa: F401
 from courier import __version__
 from courier.config import load_config
 from courier.errors import TransportError, WbError

@@ -21,11 +21,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from courier.errors import ConnectionLost, ReplyUntrusted, TransportError
-from courier.main import REMOTE_ARGUMENT, SERVE_ARGUMENT
 from courier.remote import ssh
 from courier.remote.reply import BadReply, find_reply
 from protocol import limits
 from protocol.capabilities import SERVE
+from protocol.entry import REMOTE_ARGUMENT, SERVE_ARGUMENT
 from protocol.models import RemoteRequest
 
 _READ_CHUNK = 64 * limits.KIB
