@@ -792,3 +792,32 @@ def test_serve_mode_exits_when_its_wb_is_upgraded(tmp_path: Path, machine: Machi
             process.kill()
         process.wait()
         _close_pipes(process)
+
+
+def test_serve_mode_imports_nothing_heavy(tmp_path: Path) -> None:
+    """The serve mode is the remote entry of the warm path: as light as the one-call receiver."""
+    record = tmp_path / "modules.txt"
+    program = (
+        "import atexit, sys\n"
+        f"atexit.register(lambda: open({str(record)!r}, 'w').write('\\n'.join(sys.modules)))\n"
+        "sys.argv = ['wb', '--wb-internal-agent-serve']\n"
+        "from courier.main import main\n"
+        "main()\n"
+    )
+    requests = b"".join(
+        json.dumps({"request_id": f"r{index}", "schema_version": 1, "operation": operation}).encode() + b"\n"
+        for index, operation in enumerate(("version", "list", "status"))
+    )
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "HOME": str(tmp_path),
+        "WB_HOME": str(tmp_path / "home"),
+        "WB_CONFIG": str(tmp_path / "wb.yaml"),
+        "PYTHONPATH": str(REPO_ROOT),
+    }
+    done = subprocess.run([sys.executable, "-c", program], input=requests, capture_output=True, env=env, timeout=60)
+    assert done.returncode == 0, done.stderr
+    replies = {json.loads(line)["request_id"]: json.loads(line) for line in done.stdout.splitlines()}
+    assert set(replies) == {"r0", "r1", "r2"} and replies["r1"]["results"] == []
+    modules = {name.split(".")[0] for name in record.read_text().split()}
+    assert not modules & {"asyncssh", "typer", "rich", "click", "yaml", "cryptography"}
