@@ -269,6 +269,7 @@ def base_env(**extra: str) -> dict[str, str]:
     env.pop("PYTHONPATH", None)
     if TREE:
         env["PYTHONPATH"] = TREE
+    env["WB_COURIER"] = "off"  # the cold path unless a benchmark asks for the warm one (bench/warm.py)
     env.update(extra)
     return env
 

@@ -27,6 +27,7 @@ from bench import (
     receiver_startup,
     remote_status,
     store_scale,
+    warm,
 )
 
 
@@ -48,6 +49,7 @@ def main() -> int:
             ("await latency", lambda: await_latency.run(report, base, 30 // reps, 12 // reps)),
             ("store scale", lambda: store_scale.run(report, base, 10_000, 5 // reps + 1)),
             ("fleet list", lambda: fleet_list.run(report, base, repetitions=5 // reps + 1)),
+            ("warm path", lambda: warm.run(report, base, 15 // reps)),
         ]
         for name, step in steps:
             print(f"{name}…", flush=True)
