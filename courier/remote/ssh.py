@@ -226,6 +226,14 @@ class _Client(asyncssh.SSHClient):
         return False
 
 
+class _Overflow(Exception):
+    """One output stream of the remote command passed its cap."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self.stream = stream
+
+
 class Connection:
     """One authenticated SSH connection to one machine; reusable for several commands."""
 
@@ -304,9 +312,7 @@ class Connection:
                     return
                 sink += chunk
                 if len(sink) > cap:
-                    outcome.overflow = name
-                    process.close()
-                    return
+                    raise _Overflow(name)
 
         feeder = asyncio.ensure_future(feed())
         try:
@@ -316,11 +322,16 @@ class Connection:
             )
             try:
                 await readers
-            except BaseException:
+            except BaseException as exc:
                 readers.cancel()
                 with contextlib.suppress(BaseException):
                     await readers
-                raise
+                if not isinstance(exc, _Overflow):
+                    raise
+                # A peer past its cap may keep the session open (and never send EOF on the other
+                # stream): stop reading both at once and drop the channel without waiting for it.
+                outcome.overflow = exc.stream
+                process.channel.abort()
             outcome.stdout = bytes(stdout[:stdout_max])
             outcome.stderr = bytes(stderr[:stderr_max])
             if outcome.overflow:

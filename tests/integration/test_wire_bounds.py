@@ -1,0 +1,153 @@
+"""The caller's bounds against hostile or silent peers, through a real loopback sshd (contract §3.4, §5.5, §8.1).
+
+Each peer is a fake `wb_path` script on a real OpenSSH sshd: one that floods stdout or
+stderr and then keeps the session open, one that never answers an await, one whose
+connection drops mid-call, one that answers a list with too many or repeated results,
+and a fleet of targets that are all one sshd with OpenSSH's default MaxStartups.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tests_support import sample_record
+
+from tests.integration.sshd import SshdFactory, SshdServer, sshd_unavailable_reason
+
+pytestmark = pytest.mark.skipif(sshd_unavailable_reason() is not None, reason=str(sshd_unavailable_reason()))
+
+RUN_ID = "agt-" + "7c" * 16
+# The remote side of a hostile peer stays alive this long; far beyond what any bound here allows.
+PEER_HOLDS_S = 40
+_names = iter(range(1_000_000))
+
+
+@dataclass
+class Caller:
+    """A supervisor's machine whose wb.yaml names one target per test, each a fake peer on `server`."""
+
+    sshd: SshdFactory
+    server: SshdServer
+    base: Path
+
+    def env(self, config: Path) -> dict[str, str]:
+        return {
+            "HOME": str(self.base),
+            "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin",
+            "WB_CONFIG": str(config),
+            "WB_HOME": str(self.base / "wbhome"),
+            "WB_SSH_CONFIG": str(self.sshd.client_config),
+            "LANG": "C.UTF-8",
+        }
+
+    def peer(self, body: str, machine: str = "m1") -> Path:
+        """A wb.yaml whose `machine` runs this `#!/bin/sh` body as its wb."""
+        script = self.server.script(f"peer{next(_names)}", body)
+        return self.sshd.write_wb_config(f"c{next(_names)}", {machine: self.sshd.target(self.server, wb_path=str(script))})
+
+    def wb(
+        self, config: Path, *args: str, timeout: float = 120, env: dict[str, str] | None = None
+    ) -> tuple[subprocess.CompletedProcess[str], float]:
+        started = time.monotonic()
+        done = subprocess.run(
+            [sys.executable, "-m", "courier.main", *args],
+            capture_output=True,
+            text=True,
+            env={**self.env(config), **(env or {})},
+            timeout=timeout,
+            stdin=subprocess.DEVNULL,
+        )
+        return done, time.monotonic() - started
+
+
+@pytest.fixture(scope="module")
+def server(sshd: SshdFactory) -> SshdServer:
+    return sshd.start("127.0.0.3")
+
+
+@pytest.fixture
+def caller(sshd: SshdFactory, server: SshdServer, tmp_path: Path) -> Iterator[Caller]:
+    yield Caller(sshd, server, tmp_path)
+
+
+def reply(operation: str, **fields: Any) -> str:
+    """A shell-quoted reply document for `printf '%s\\n'`."""
+    return shlex.quote(json.dumps({"schema_version": 1, "operation": operation, **fields}))
+
+
+def running_result() -> dict[str, Any]:
+    return sample_record(agent_id=RUN_ID, state="running", started_at="2026-11-30T10:00:00.000Z").to_wire()
+
+
+# --- 2. the byte caps end the call as soon as they are crossed ------------------------------
+
+
+@pytest.mark.parametrize(
+    ("flood", "message"),
+    [
+        ("head -c 5000000 /dev/zero | tr '\\0' a", "the reply exceeds 4194304 bytes"),
+        ("head -c 100000 /dev/zero | tr '\\0' e >&2", "more than 65536 bytes on stderr"),
+    ],
+    ids=["stdout", "stderr"],
+)
+def test_a_peer_that_floods_and_keeps_the_session_open_is_cut_off_at_once(
+    caller: Caller, flood: str, message: str
+) -> None:
+    config = caller.peer(f"cat >/dev/null\n{flood}\nexec sleep {PEER_HOLDS_S}\n")
+    done, elapsed = caller.wb(config, "agent", "list", "--to", "m1", timeout=30)
+    assert done.returncode == 255, done.stderr
+    assert message in done.stderr and "(the channel was closed)" in done.stderr
+    assert elapsed < 10, f"the call took {elapsed:.1f}s"
+
+
+# --- 6. the user's await bound bounds the whole call -------------------------------------------
+
+
+def test_await_against_a_peer_that_never_answers_ends_at_the_users_bound(caller: Caller) -> None:
+    config = caller.peer(f"cat >/dev/null\nexec sleep {PEER_HOLDS_S}\n")
+    done, elapsed = caller.wb(config, "agent", "await", f"m1:{RUN_ID}", "--wait-timeout", "3s", timeout=30)
+    assert done.returncode == 255, done.stderr
+    assert f"m1:{RUN_ID}" in done.stderr and "did not answer the await request" in done.stderr
+    assert done.stdout == ""
+    assert 3 <= elapsed < 3 + 5 + 4, f"the call took {elapsed:.1f}s"
+
+
+def test_await_prints_the_last_observation_when_the_peer_falls_silent_at_the_bound(caller: Caller) -> None:
+    """A first chunk answers "running"; the next never answers: the bound passes, the last observation is shown."""
+    answered = caller.server.root / f"answered{next(_names)}"
+    body = (
+        "cat >/dev/null\n"
+        f"if [ -e {answered} ]; then exec sleep {PEER_HOLDS_S}; fi\n"
+        f"touch {answered}\n"
+        f"printf '%s\\n' {reply('await', result=running_result())}\n"
+    )
+    config = caller.peer(body)
+    done, elapsed = caller.wb(
+        config, "agent", "await", f"m1:{RUN_ID}", "--wait-timeout", "3s", timeout=30, env={"WB_AWAIT_CHUNK_MS": "1000"}
+    )
+    assert done.returncode == 1, done.stderr
+    assert f"agent:    m1:{RUN_ID}" in done.stdout and "state:    running" in done.stdout
+    assert f"agent run m1:{RUN_ID} is still running after the wait bound" in done.stderr
+    assert elapsed < 3 + 5 + 4, f"the call took {elapsed:.1f}s"
+
+
+# --- 14. a dropped connection names the reference -----------------------------------------------
+
+
+@pytest.mark.parametrize("command", ["await", "stop"])
+def test_a_connection_dropped_during_await_or_stop_names_the_reference(caller: Caller, command: str) -> None:
+    # The script's parent is the session's sshd: killing it drops the connection after the request was read.
+    config = caller.peer("cat >/dev/null\nkill -9 $PPID\nexec sleep 5\n")
+    done, _ = caller.wb(config, "agent", command, f"m1:{RUN_ID}")
+    assert done.returncode == 255, done.stderr
+    assert "the connection" in done.stderr
+    assert f"m1:{RUN_ID}" in done.stderr, done.stderr
