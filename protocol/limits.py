@@ -52,3 +52,9 @@ CLOCK_OFFSET_WARN_MS = 5000
 # Hostile-reply containment: a reply nested deeper than this is refused
 # before the JSON decoder can recurse into it.
 REPLY_MAX_NESTING = 64
+# A valid result encodes to at least about 250 bytes, so a 4 MiB reply holds fewer than
+# 17,000: a list reply with more results (or warnings) is refused before any model is built.
+REPLY_RESULTS_MAX = 20_000
+# JSON objects and arrays in one reply (a result has at most seven), counted before decoding,
+# so a reply of a million tiny `{}` never becomes a million Python objects.
+REPLY_CONTAINERS_MAX = 8 * REPLY_RESULTS_MAX

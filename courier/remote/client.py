@@ -166,6 +166,7 @@ def decode_response(machine: str, request: RemoteRequest, document: dict[str, An
         remedy = f"upgrade wb on {machine}" if version < limits.SCHEMA_VERSION else "upgrade wb here"
         shown = version if abs(version) < 10**6 else "(out of range)"
         raise SchemaSkew(f"{machine} speaks protocol schema {shown}, this wb speaks {limits.SCHEMA_VERSION}: {remedy}")
+    _check_counts(machine, request.operation, document)
     try:
         response = RemoteResponse.model_validate(document)
     except ValidationError as exc:
@@ -184,6 +185,30 @@ def decode_response(machine: str, request: RemoteRequest, document: dict[str, An
         return response
     _check_results(machine, request.operation, response)
     return response
+
+
+def _check_counts(machine: str, operation: str, document: dict[str, Any]) -> None:
+    """Before any model is built: no more results or warnings than a real list reply can carry."""
+    for name in ("results", "warnings"):
+        items = document.get(name)
+        if isinstance(items, list) and len(items) > limits.REPLY_RESULTS_MAX:
+            raise ReplyUntrusted(
+                f"{machine}: the {operation} reply carries {len(items)} {name}; "
+                f"more than {limits.REPLY_RESULTS_MAX} cannot be a real answer, refused"
+            )
+
+
+def _check_unique(machine: str, response: RemoteResponse) -> None:
+    """One machine lists each run once: a repeated agent ID (in results or warnings) is a hostile reply."""
+    seen: set[str] = set()
+    named = [item.get("agent_id") for item in response.results or []]
+    named += [warning.agent_id for warning in response.warnings or []]
+    for agent_id in named:
+        if agent_id in seen:
+            raise ReplyUntrusted(
+                f"{machine}: the list reply names agent run {sanitize(str(agent_id))[:64]} more than once; refused"
+            )
+        seen.add(str(agent_id))
 
 
 def _check_envelope(machine: str, response: RemoteResponse) -> None:
@@ -213,6 +238,7 @@ def _check_results(machine: str, operation: str, response: RemoteResponse) -> No
             with collector_paused():
                 response.set_results([_stamped(item, machine) for item in response.results or []])
             response.result = None
+            _check_unique(machine, response)
         else:
             response.result = None
     except ValidationError as exc:

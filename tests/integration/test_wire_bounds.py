@@ -9,6 +9,7 @@ and a fleet of targets that are all one sshd with OpenSSH's default MaxStartups.
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import subprocess
 import sys
@@ -152,3 +153,38 @@ def test_a_connection_dropped_during_await_or_stop_names_the_reference(caller: C
     assert done.returncode == 255, done.stderr
     assert "the connection" in done.stderr
     assert f"m1:{RUN_ID}" in done.stderr, done.stderr
+
+
+# --- 10. a list reply's size and repeated IDs ------------------------------------------------------
+
+
+def peak_rss_mib(argv: list[str], env: dict[str, str]) -> tuple[int, float]:
+    """Exit code and peak resident set (MiB) of one command, from the kernel's own accounting."""
+    process = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    _, status, usage = os.wait4(process.pid, 0)
+    process.returncode = os.waitstatus_to_exitcode(status)
+    assert process.stderr is not None
+    process.stderr.close()
+    return process.returncode, usage.ru_maxrss / 1024
+
+
+def test_a_list_reply_of_a_million_tiny_objects_is_refused_in_little_memory(caller: Caller) -> None:
+    document = caller.server.root / f"tiny{next(_names)}.json"
+    document.write_text('{"schema_version":1,"operation":"list","results":[' + ",".join(["{}"] * 1_300_000) + "]}\n")
+    assert document.stat().st_size < 4 * 1024 * 1024
+    config = caller.peer(f"cat >/dev/null\ncat {document}\n")
+    done, _ = caller.wb(config, "agent", "list", "--to", "m1")
+    assert done.returncode == 255 and done.stdout == ""
+    assert "m1: the reply cannot be trusted: it holds more than 160000 JSON objects and arrays" in done.stderr
+    code, peak = peak_rss_mib([sys.executable, "-m", "courier.main", "agent", "list", "--to", "m1"], caller.env(config))
+    assert code == 255
+    assert peak < 150, f"peak RSS {peak:.0f} MiB"  # 407 MiB before the bound
+
+
+def test_a_list_reply_that_repeats_one_id_is_refused_naming_it(caller: Caller) -> None:
+    document = caller.server.root / f"repeated{next(_names)}.json"
+    document.write_text(json.dumps({"schema_version": 1, "operation": "list", "results": [running_result()] * 3409}))
+    config = caller.peer(f"cat >/dev/null\ncat {document}\n")
+    done, _ = caller.wb(config, "agent", "list", "--to", "m1")
+    assert done.returncode == 255 and done.stdout == ""
+    assert f"m1: the list reply names agent run {RUN_ID} more than once; refused" in done.stderr
