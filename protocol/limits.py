@@ -47,6 +47,8 @@ AWAIT_POLL_S = 0.05
 SSH_CONNECT_TIMEOUT_S = 10.0
 SSH_KEEPALIVE_INTERVAL_S = 15.0
 SSH_KEEPALIVE_COUNT_MAX = 3
+# Sessions run at once over one shared connection: below OpenSSH's default MaxSessions (10).
+SSH_CHANNELS_PER_CONNECTION_MAX = 8
 CLOCK_OFFSET_WARN_MS = 5000
 
 # Hostile-reply containment: a reply nested deeper than this is refused

@@ -24,7 +24,7 @@ from courier.errors import (
     TransportError,
     UsageError,
 )
-from courier.remote import ssh
+from courier.remote import pool, ssh
 from courier.remote.reply import BadReply, find_reply
 from courier.text import clip_bytes, sanitize
 from protocol import limits
@@ -89,8 +89,11 @@ async def call_async(
     command = remote_command(target)
     try:
         async with asyncio.timeout(bound_s):
+            shared = pool.active()
             if connection is not None:
                 outcome = await connection.run(command, payload)
+            elif shared is not None:
+                outcome = await shared.run(endpoint_of(machine, target), command, payload)
             else:
                 async with await ssh.connect(endpoint_of(machine, target)) as opened:
                     outcome = await opened.run(command, payload)

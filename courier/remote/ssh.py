@@ -43,6 +43,7 @@ KEEPALIVE_ENV = "WB_SSH_KEEPALIVE_S"
 DEFAULT_PORT = 22
 _READ_CHUNK = 64 * limits.KIB
 _DEV_NULL = "/dev/null"
+_ADDRESS_OPTIONS = frozenset({"Hostname", "Port", "User"})
 _STRICT_OPTION = re.compile(r"^\s*StrictHostKeyChecking\b", re.IGNORECASE | re.MULTILINE)
 
 
@@ -81,6 +82,7 @@ class _Settings:
     keepalive_interval_s: float
     keepalive_count_max: int
     host_key_alias: str | None
+    options: str = ""  # every other ssh option that applies, as one comparable text
 
     @property
     def address(self) -> str:
@@ -145,7 +147,18 @@ def _resolve(endpoint: Endpoint) -> _Settings:
         if isinstance(count_max, int) and count_max > 0
         else limits.SSH_KEEPALIVE_COUNT_MAX,
         host_key_alias=alias if isinstance(alias, str) and alias else None,
+        options=repr(sorted((k, repr(v)) for k, v in config.get_options(False).items() if k not in _ADDRESS_OPTIONS)),
     )
+
+
+def connection_key(endpoint: Endpoint) -> tuple[str, str]:
+    """(address, key) of an endpoint: endpoints with one key may share a connection (aliases of one host do).
+
+    The key is the user, host and port the ssh config resolves to plus every other option
+    that applies (identity, proxy, known hosts, …), so sharing never changes how one connects.
+    """
+    settings = _resolve(endpoint)
+    return settings.address, f"{settings.user}@{settings.address} {settings.config_paths!r} {settings.options}"
 
 
 def _mentions_strict(path: str) -> bool:

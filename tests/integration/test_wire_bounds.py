@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 from tests_support import sample_record
 
+from courier.runs.store import Store
 from tests.integration.sshd import SshdFactory, SshdServer, sshd_unavailable_reason
 
 pytestmark = pytest.mark.skipif(sshd_unavailable_reason() is not None, reason=str(sshd_unavailable_reason()))
@@ -53,7 +54,8 @@ class Caller:
     def peer(self, body: str, machine: str = "m1") -> Path:
         """A wb.yaml whose `machine` runs this `#!/bin/sh` body as its wb."""
         script = self.server.script(f"peer{next(_names)}", body)
-        return self.sshd.write_wb_config(f"c{next(_names)}", {machine: self.sshd.target(self.server, wb_path=str(script))})
+        target = self.sshd.target(self.server, wb_path=str(script))
+        return self.sshd.write_wb_config(f"c{next(_names)}", {machine: target})
 
     def wb(
         self, config: Path, *args: str, timeout: float = 120, env: dict[str, str] | None = None
@@ -160,7 +162,9 @@ def test_a_connection_dropped_during_await_or_stop_names_the_reference(caller: C
 
 def peak_rss_mib(argv: list[str], env: dict[str, str]) -> tuple[int, float]:
     """Exit code and peak resident set (MiB) of one command, from the kernel's own accounting."""
-    process = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    process = subprocess.Popen(
+        argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
     _, status, usage = os.wait4(process.pid, 0)
     process.returncode = os.waitstatus_to_exitcode(status)
     assert process.stderr is not None
@@ -188,3 +192,35 @@ def test_a_list_reply_that_repeats_one_id_is_refused_naming_it(caller: Caller) -
     done, _ = caller.wb(config, "agent", "list", "--to", "m1")
     assert done.returncode == 255 and done.stdout == ""
     assert f"m1: the list reply names agent run {RUN_ID} more than once; refused" in done.stderr
+
+
+# --- 12. a fleet of aliases of one sshd ----------------------------------------------------------
+
+ALIASES = 29
+
+
+def test_list_all_over_aliases_of_one_sshd_uses_one_connection_and_lists_cleanly(
+    sshd: SshdFactory, tmp_path: Path
+) -> None:
+    """OpenSSH's defaults (MaxStartups 10:30:100, MaxSessions 10) and 29 targets that are all that one sshd."""
+    host = sshd.start("127.0.0.4", sshd_options="MaxStartups 10:30:100\nMaxSessions 10\n")
+    ids = []
+    for _ in range(2):
+        record = sample_record(state="completed", started_at="2026-11-30T10:00:00.000Z")
+        Store(host.wb_home).ensure().create(record, "task")
+        ids.append(record.agent_id)
+    aliases = [f"alias{index:02d}" for index in range(ALIASES)]
+    client_config = sshd.write_client_config(
+        f"aliases{next(_names)}", f"Host alias*\n  HostName {host.host}\n  Port {host.port}\n  User root\n"
+    )
+    config = sshd.write_wb_config(f"fleet{next(_names)}", {name: {"host": name} for name in aliases})
+    caller = Caller(sshd, host, tmp_path)
+    accepted_before = host.log().count("Accepted publickey")
+    done, _ = caller.wb(config, "agent", "list", "--all", "--json", env={"WB_SSH_CONFIG": str(client_config)})
+    assert done.returncode == 0, done.stderr
+    answer = json.loads(done.stdout)
+    rows = {row["machine"]: row for row in answer["machines"]}
+    assert [name for name in aliases if not rows[name]["ok"]] == []
+    assert all(rows[name]["runs"] == 2 for name in aliases)
+    assert len(answer["results"]) == 2 * ALIASES
+    assert host.log().count("Accepted publickey") - accepted_before == 1  # one connection for the 29 aliases
