@@ -30,7 +30,7 @@ from courier.text import clip_bytes, sanitize
 from protocol import limits
 from protocol.durations import format_duration_ms
 from protocol.entry import REMOTE_ARGUMENT
-from protocol.models import RemoteRequest, RemoteResponse, Result, StopResult, collector_paused
+from protocol.models import ListWarning, RemoteRequest, RemoteResponse, Result, StopResult, collector_paused
 from protocol.operations import TABLE
 from protocol.validate import RequestRefused, describe_validation_error, validate_request
 
@@ -201,17 +201,15 @@ def _check_counts(machine: str, operation: str, document: dict[str, Any]) -> Non
             )
 
 
-def _check_unique(machine: str, response: RemoteResponse) -> None:
+def _check_unique(machine: str, results: list[Result], warnings: list[ListWarning]) -> None:
     """One machine lists each run once: a repeated agent ID (in results or warnings) is a hostile reply."""
     seen: set[str] = set()
-    named = [item.get("agent_id") for item in response.results or []]
-    named += [warning.agent_id for warning in response.warnings or []]
-    for agent_id in named:
+    for agent_id in [result.agent_id for result in results] + [warning.agent_id for warning in warnings]:
         if agent_id in seen:
             raise ReplyUntrusted(
-                f"{machine}: the list reply names agent run {sanitize(str(agent_id))[:64]} more than once; refused"
+                f"{machine}: the list reply names agent run {sanitize(agent_id)[:64]} more than once; refused"
             )
-        seen.add(str(agent_id))
+        seen.add(agent_id)
 
 
 def _check_envelope(machine: str, response: RemoteResponse) -> None:
@@ -239,9 +237,10 @@ def _check_results(machine: str, operation: str, response: RemoteResponse) -> No
             response.set_result(stopped)
         elif reply == "results":
             with collector_paused():
-                response.set_results([_stamped(item, machine) for item in response.results or []])
+                results = [_stamped(item, machine) for item in response.results or []]
+            _check_unique(machine, results, response.warnings or [])
+            response.set_results(results)
             response.result = None
-            _check_unique(machine, response)
         else:
             response.result = None
     except ValidationError as exc:

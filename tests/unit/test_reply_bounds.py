@@ -60,6 +60,6 @@ def test_a_repeated_agent_id_from_one_machine_is_refused_naming_it() -> None:
         decode_response("m1", LIST, warned)
 
 
-def test_distinct_results_at_the_bound_are_accepted() -> None:
+def test_distinct_results_are_accepted() -> None:
     response = decode_response("m1", LIST, list_reply(results=[result(), result(agent_id=OTHER_ID)]))
-    assert [item["agent_id"] for item in response.results or []] == [RUN_ID, OTHER_ID]
+    assert [item.agent_id for item in response.results_of()] == [RUN_ID, OTHER_ID]
