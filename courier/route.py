@@ -14,7 +14,9 @@ from courier.errors import CallTimedOut, error_for_failure_kind
 from courier.text import clip_bytes, sanitize
 from courier.transport import transport_for
 from protocol import limits
+from protocol.durations import format_duration_ms
 from protocol.models import RemoteRequest, RemoteResponse, Result
+from protocol.refs import format_reference
 
 
 def ask(config: Config, machine: str, request: RemoteRequest, *, timeout_s: float | None = None) -> RemoteResponse:
@@ -70,9 +72,15 @@ def await_result(config: Config, machine: str, agent_id: str, wait_timeout_ms: i
         try:
             result = ask(config, machine, request, timeout_s=this_chunk / limits.MS_PER_SECOND + slack_s).result_of()
         except CallTimedOut:
-            if last is not None and deadline is not None and time.monotonic() >= deadline:
+            if deadline is None or time.monotonic() < deadline:
+                raise  # silent for a whole chunk and its slack, long before the user's bound
+            if last is not None:
                 return last  # the bound passed while the peer was silent: report what it said last
-            raise
+            raise CallTimedOut(
+                f"{machine} did not answer the await of {format_reference(machine, agent_id)} within the wait bound "
+                f"({format_duration_ms(wait_timeout_ms)}, plus {format_duration_ms(limits.AWAIT_CALL_SLACK_MS)} "
+                "to connect and reply)"
+            ) from None
         last = result
         if result.terminal or (deadline is not None and time.monotonic() >= deadline):
             return result

@@ -119,7 +119,7 @@ def test_await_against_a_peer_that_never_answers_ends_at_the_users_bound(caller:
     config = caller.peer(f"cat >/dev/null\nexec sleep {PEER_HOLDS_S}\n")
     done, elapsed = caller.wb(config, "agent", "await", f"m1:{RUN_ID}", "--wait-timeout", "3s", timeout=30)
     assert done.returncode == 255, done.stderr
-    assert "did not answer the await request" in done.stderr
+    assert f"error: m1 did not answer the await of m1:{RUN_ID} within the wait bound (3s, plus 5s" in done.stderr
     assert f"await it again with: wb agent await m1:{RUN_ID}" in done.stderr
     assert done.stdout == ""
     assert 3 <= elapsed < 3 + 5 + 6, f"the call took {elapsed:.1f}s"
@@ -224,3 +224,18 @@ def test_list_all_over_aliases_of_one_sshd_uses_one_connection_and_lists_cleanly
     assert all(rows[name]["runs"] == 2 for name in aliases)
     assert len(answer["results"]) == 2 * ALIASES
     assert host.log().count("Accepted publickey") - accepted_before == 1  # one connection for the 29 aliases
+
+
+def test_aliases_sharing_a_failed_handshake_each_report_it_under_their_own_name(
+    sshd: SshdFactory, tmp_path: Path
+) -> None:
+    stranger = sshd.start("127.0.0.5", remember_key=False)
+    aliases = ["east", "north", "west"]
+    config = sshd.write_wb_config(f"strangers{next(_names)}", {name: sshd.target(stranger) for name in aliases})
+    connections_before = stranger.log().count("Connection from")
+    done, _ = Caller(sshd, stranger, tmp_path).wb(config, "agent", "list", "--all", "--json")
+    assert done.returncode == 1, done.stderr
+    rows = {row["machine"]: row for row in json.loads(done.stdout)["machines"]}
+    for name in aliases:
+        assert rows[name]["error"].startswith(f"{name} (127.0.0.5:{stranger.port}): the host key is unknown")
+    assert stranger.log().count("Connection from") - connections_before == 1
