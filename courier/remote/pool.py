@@ -18,14 +18,51 @@ from courier.errors import TransportError
 from courier.remote import ssh
 from protocol import limits
 
+# A session refused while none of ours is open is asked again this many times, pausing
+# 50 ms, 100 ms, … (a session that just ended may not be released by the server yet).
+_REFUSED_ALONE_TRIES = 6
+_REFUSED_PAUSE_S = 0.05
+
 
 class _Shared:
-    """One connection being opened or open, the machine it was opened for, and its channel slots."""
+    """One connection being opened or open, the machine it was opened for, and its session slots.
+
+    At most `limit` sessions are open at once: 8, below OpenSSH's default MaxSessions, and
+    lowered to what the server held when it refuses one (a stricter MaxSessions).
+    """
 
     def __init__(self, machine: str, opening: asyncio.Future[ssh.Connection]) -> None:
         self.machine = machine
         self.opening = opening
-        self.channels = asyncio.Semaphore(limits.SSH_CHANNELS_PER_CONNECTION_MAX)
+        self.limit = limits.SSH_CHANNELS_PER_CONNECTION_MAX
+        self.open = 0
+        self.gate = asyncio.Condition()
+
+    async def session(self, connection: ssh.Connection, command: str, stdin: bytes) -> ssh.Outcome:
+        """One command as one session; a server that allows fewer sessions than we open gets fewer."""
+        pause_s = _REFUSED_PAUSE_S
+        alone_refusals = 0
+        while True:
+            async with self.gate:
+                await self.gate.wait_for(lambda: self.open < self.limit)
+                self.open += 1
+            others = 0
+            try:
+                return await connection.run(command, stdin)
+            except ssh.SessionRefused:
+                others = self.open - 1
+                self.limit = max(1, min(self.limit, others))
+                if others == 0:
+                    alone_refusals += 1
+                    if alone_refusals >= _REFUSED_ALONE_TRIES:
+                        raise
+            finally:
+                async with self.gate:
+                    self.open -= 1
+                    self.gate.notify_all()
+            if others == 0:  # the server may not have released a session that just ended on our side
+                await asyncio.sleep(pause_s)
+                pause_s *= 2
 
 
 class Pool:
@@ -43,8 +80,7 @@ class Pool:
         try:
             # Shielded: one caller's deadline must not cancel the handshake the others wait on.
             connection = await asyncio.shield(shared.opening)
-            async with shared.channels:
-                return await connection.run(command, stdin)
+            return await shared.session(connection, command, stdin)
         except TransportError as exc:
             raise _naming(exc, shared.machine, endpoint.machine) from None
 

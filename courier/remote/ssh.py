@@ -239,6 +239,12 @@ class _Client(asyncssh.SSHClient):
         return False
 
 
+class SessionRefused(ConnectionLost):
+    """The server refused to open one more session on a live connection (e.g. its MaxSessions)."""
+
+    cause = "session refused"
+
+
 class _Overflow(Exception):
     """One output stream of the remote command passed its cap."""
 
@@ -289,6 +295,11 @@ class Connection:
                 term_type=None,
                 x11_forwarding=False,
             )
+        except asyncssh.ChannelOpenError as exc:
+            raise SessionRefused(
+                f"{self.where}: the server refused a new session ({_describe(exc)}); "
+                "its MaxSessions may be lower than the sessions wb opens on one connection"
+            ) from None
         except (asyncssh.Error, OSError) as exc:
             raise self._lost(exc) from None
         outcome = Outcome(stdout=b"", stderr=b"", exit_status=None, exit_signal=None)

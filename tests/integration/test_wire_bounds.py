@@ -239,3 +239,15 @@ def test_aliases_sharing_a_failed_handshake_each_report_it_under_their_own_name(
     for name in aliases:
         assert rows[name]["error"].startswith(f"{name} (127.0.0.5:{stranger.port}): the host key is unknown")
     assert stranger.log().count("Connection from") - connections_before == 1
+
+
+def test_a_server_allowing_one_session_per_connection_still_lists_every_alias(
+    sshd: SshdFactory, tmp_path: Path
+) -> None:
+    """A hardened sshd (MaxSessions 1) refuses the shared connection's second session: wb opens them one by one."""
+    strict = sshd.start("127.0.0.6", sshd_options="MaxSessions 1\n")
+    aliases = [f"s{index}" for index in range(5)]
+    config = sshd.write_wb_config(f"strict{next(_names)}", {name: sshd.target(strict) for name in aliases})
+    done, _ = Caller(sshd, strict, tmp_path).wb(config, "agent", "list", "--all", "--json")
+    assert done.returncode == 0, done.stderr
+    assert all(row["ok"] for row in json.loads(done.stdout)["machines"])
