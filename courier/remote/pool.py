@@ -82,7 +82,7 @@ class Pool:
             connection = await asyncio.shield(shared.opening)
             return await shared.session(connection, command, stdin)
         except TransportError as exc:
-            raise _naming(exc, shared.machine, endpoint.machine) from None
+            raise _renamed(exc, shared.machine, endpoint.machine) from None
 
     async def _open(self, endpoint: ssh.Endpoint, address: str) -> ssh.Connection:
         async with self._handshakes.setdefault(address, asyncio.Lock()):
@@ -97,7 +97,7 @@ class Pool:
         self._shared.clear()
 
 
-def _naming(exc: TransportError, opened_for: str, machine: str) -> TransportError:
+def _renamed(exc: TransportError, opened_for: str, machine: str) -> TransportError:
     """The error as the caller's own machine would have seen it (the shared one names the first machine)."""
     message, rest = exc.message, exc.message[len(opened_for) :]
     if opened_for != machine and message.startswith(opened_for) and rest[:1] in (" ", ":"):
