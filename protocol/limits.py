@@ -50,3 +50,8 @@ CLOCK_OFFSET_WARN_MS = 5000
 # Hostile-reply containment: a reply nested deeper than this is refused
 # before the JSON decoder can recurse into it.
 REPLY_MAX_NESTING = 64
+# The version reply's `capabilities` (contract Part two): how many a reply may list.
+CAPABILITIES_MAX = 64
+# A `command` profile (contract §14): at most this many argv items, each at most this many bytes.
+COMMAND_ARGS_MAX = 64
+COMMAND_ARG_MAX_BYTES = 4 * KIB
