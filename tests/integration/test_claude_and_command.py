@@ -8,13 +8,15 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import stat
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from conftest import CREDENTIAL_ENV, CREDENTIAL_VALUE, Machine, make_clone
+from conftest import CREDENTIAL_ENV, CREDENTIAL_VALUE, Machine, make_clone, prepare_remote
 
 from tests.integration.sshd import SshdFactory, sshd_unavailable_reason
 
@@ -266,3 +268,59 @@ def test_claude_on_another_machine_and_machines_check_shows_its_harnesses(sshd: 
     assert "  ran: ls" in remote_logs.stdout and "  changed 1 file" in remote_logs.stdout
     listed = json.loads(caller.wb("agent", "list", "--all", "--json").stdout)["results"]
     assert [(r["machine"], r["resolved"]["harness"]) for r in listed] == [("box", "claude")]
+
+
+@pytest.mark.skipif(sshd_unavailable_reason() is not None, reason=str(sshd_unavailable_reason()))
+def test_the_readme_supervisor_runs_unchanged_with_codex_claude_and_command_machines(
+    sshd: SshdFactory, tmp_path: Path
+) -> None:
+    """Contract §14: whatever the harness, the same script collects the same facts, and `list --all` all three."""
+    from test_readme_supervisor import README_MACHINES, supervisor_script
+
+    harnesses = dict(zip(README_MACHINES, ("codex", "claude", "command"), strict=True))
+    targets = {}
+    for index, (name, harness) in enumerate(harnesses.items()):
+        server = sshd.start(f"127.0.0.{40 + index}")
+        prepare_remote(server)  # the fake codex, a clone, a `mock` provider with a credential file
+        shutil.copy(Path(__file__).resolve().parents[1] / "fakes" / "claude", server.bin_dir / "claude")
+        script = server.root / "agent.sh"
+        script.write_text(SCRIPT)
+        script.chmod(0o700)
+        profile = {
+            "codex": "{harness: codex, provider: mock, model: gpt-5.5}",
+            "claude": "{harness: claude, provider: mock-claude, model: claude-sonnet-4-5}",
+            "command": f"{{harness: command, command: [{script}, one, two]}}",
+        }[harness]
+        config = (server.root / "remote-wb.yaml").read_text()
+        credential = server.root / "credential"
+        config = config.replace(
+            "  profiles:\n",
+            f"    mock-claude: {{base_url: 'http://127.0.0.1:9', credential_file: {credential}, wire_api: anthropic}}\n"
+            f"  profiles:\n    fast: {profile}\n",
+        )
+        (server.root / "remote-wb.yaml").write_text(config)
+        targets[name] = sshd.target(server)
+    workdir = tmp_path / "supervisor"
+    workdir.mkdir()
+    (workdir / "task.md").write_text("scenario:complete\n")
+    (workdir / "supervise.sh").write_text(supervisor_script())
+    env = {
+        "HOME": str(tmp_path),
+        "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin",
+        "WB_CONFIG": str(sshd.write_wb_config("supervisor", targets)),
+        "WB_HOME": str(tmp_path / "wbhome"),
+        "WB_SSH_CONFIG": str(sshd.client_config),
+        "LANG": "C.UTF-8",
+    }
+    done = subprocess.run(["bash", "supervise.sh"], cwd=workdir, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    for name in README_MACHINES:
+        assert any(re.fullmatch(rf"{name} agt-[0-9a-f]{{32}} completed 1", line) for line in lines), lines
+    listed = subprocess.run(
+        [sys.executable, "-m", "courier.main", "agent", "list", "--all", "--json"],
+        env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert listed.returncode == 0, listed.stderr
+    found = {r["machine"]: r["resolved"]["harness"] for r in json.loads(listed.stdout)["results"]}
+    assert found == harnesses
