@@ -30,6 +30,7 @@ agents:
       request_max_retries: 0
   profiles:
     sonnet: {{harness: claude, provider: local-claude, model: claude-sonnet-4-5, reasoning: high}}
+    bypass: {{harness: claude, provider: local-claude, model: claude-sonnet-4-5, permissions: bypass}}
     script: {{harness: command, command: [{script}, --greeting, hello there]}}
 """
 
@@ -115,6 +116,19 @@ def test_the_worker_gets_the_allowlist_one_credential_and_a_private_config_dir(c
         "--setting-sources", "", "--strict-mcp-config",
         "--permission-mode", "acceptEdits", "--allowedTools", "Bash", "--permission-prompts", "none",
     ]  # fmt: skip
+
+
+def test_permissions_bypass_is_passed_on_except_as_root(claude: Machine) -> None:
+    result = run(claude, "scenario:env-dump", profile="bypass")
+    if os.geteuid() == 0:  # Claude Code refuses bypassPermissions as root: wb says so before starting it
+        assert result["state"] == "failed" and "worker_pid" not in result, result
+        assert result["failure"].startswith(
+            "could not start the harness: permissions: bypass cannot run as root: Claude Code refuses bypassPermissions"
+        )
+    else:
+        assert result["state"] == "completed", result
+        argv = json.loads(Path(claude.home, "agents", result["agent_id"], "harness-home", "argv.json").read_text())
+        assert argv[-2:] == ["--permission-mode", "bypassPermissions"] and "acceptEdits" not in argv
 
 
 @pytest.mark.parametrize(
