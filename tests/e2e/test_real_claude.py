@@ -12,13 +12,12 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import CREDENTIAL_ENV, CREDENTIAL_VALUE, FAKES, Machine, git, make_clone
+from conftest import CREDENTIAL_ENV, CREDENTIAL_VALUE, FAKES, Machine, git, make_clone, require_cli, unavailable
 
 from courier.demo.anthropic_server import (
     COMMIT_MESSAGE,
@@ -40,20 +39,8 @@ MODEL = "claude-sonnet-4-5"
 
 
 def require_claude() -> str:
-    """The real `claude` (never the fake), or a failure naming the install step: a missing CLI is not a skip."""
-    search = os.pathsep.join(
-        d for d in os.environ.get("PATH", "").split(os.pathsep) if d and Path(d).resolve() != FAKES.resolve()
-    )
-    claude = shutil.which("claude", path=search)
-    if claude is None and shutil.which("npm"):
-        prefix = subprocess.run(["npm", "prefix", "-g"], capture_output=True, text=True).stdout.strip()
-        claude = shutil.which("claude", path=os.path.join(prefix, "bin")) if prefix else None
-    if claude is None:
-        pytest.fail(f"the real claude CLI is not installed: run `bash scripts/install-claude.sh` ({CLAUDE_VERSION})")
-    version = subprocess.run([claude, "--version"], capture_output=True, text=True, timeout=60).stdout.strip()
-    if version != f"{CLAUDE_VERSION} (Claude Code)":
-        pytest.fail(f"{claude} reports {version!r}, expected {CLAUDE_VERSION}; run scripts/install-claude.sh")
-    return claude
+    """The real `claude` (never the fake); a skip naming the install step, a failure under CI."""
+    return require_cli("claude", CLAUDE_VERSION, install="run `bash scripts/install-claude.sh`").executable
 
 
 @pytest.fixture(scope="module")
@@ -214,10 +201,12 @@ agents:
 """
 
 
-@pytest.mark.skipif(sshd_unavailable_reason() is not None, reason=str(sshd_unavailable_reason()))
 def test_a_real_claude_run_on_another_machine(
     tmp_path_factory: pytest.TempPathFactory, server: AnthropicServer, claude_path: str
 ) -> None:
+    reason = sshd_unavailable_reason()
+    if reason is not None:
+        unavailable(reason)
     factory = SshdFactory(tmp_path_factory.mktemp("sshd-claude"))
     try:
         box = factory.start("127.0.0.5")

@@ -47,6 +47,18 @@ def launch(tmp_path: Path, **changes: Any) -> Launch:
 # --------------------------------------------------------------------------- the parser on real transcripts
 
 
+def test_fixtures_are_the_captured_transcripts_unchanged() -> None:
+    import hashlib
+
+    pinned = {}
+    for entry in (FIXTURES / "SHA256SUMS").read_text().splitlines():
+        digest, name = entry.split(maxsplit=1)
+        pinned[name.lstrip("*")] = digest
+    assert sorted(pinned) == sorted(path.name for path in FIXTURES.glob("*.jsonl"))
+    for name, digest in pinned.items():
+        assert hashlib.sha256((FIXTURES / name).read_bytes()).hexdigest() == digest, name
+
+
 def test_a_successful_run_with_a_command() -> None:
     events = parse("bash-allowed.jsonl")
     assert events.failure(0) is None
