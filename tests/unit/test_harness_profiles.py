@@ -155,6 +155,15 @@ def test_capabilities_list_the_runnable_harnesses() -> None:
     assert harnesses_of(listed) == runnable_harnesses() and harnesses_of(None) == []
 
 
+def test_an_optional_operation_lists_itself(monkeypatch: pytest.MonkeyPatch) -> None:
+    from protocol import operations
+
+    entry = operations.Operation("diff", "result", "courier.runs.service:diff_op", capability="diff")
+    monkeypatch.setitem(operations.TABLE, "diff", entry)
+    listed = capabilities()
+    assert listed[0] == "diff" and listed[1:] == [f"harness:{name}" for name in runnable_harnesses()]
+
+
 def test_capabilities_and_cost_on_the_wire() -> None:
     reply = RemoteResponse(schema_version=1, operation="version", capabilities=["diff", "harness:claude"])
     decoded = RemoteResponse.model_validate(json.loads(reply.encode()))
