@@ -82,7 +82,7 @@ def test_a_claude_run_reports_every_fact(claude: Machine) -> None:
     assert result["resolved"]["harness"] == "claude" and result["resolved"]["routing"]["wire_api"] == "anthropic"
     assert result["result"] == "Created hello.txt."
     assert Path(result["worktree_dir"], "hello.txt").read_text() == "Hello from the fake claude.\n"
-    assert result["changes"]["files"] == ["hello.txt"]
+    assert result["changes"]["files"] == ["hello.txt"] and result["changes"]["new_files"] == 1
     assert result["tool_calls"] == 2
     assert result["usage"] == {
         "input_tokens": 5100 + 3200 + 200,
