@@ -338,3 +338,30 @@ def test_the_readme_supervisor_runs_unchanged_with_codex_claude_and_command_mach
     assert listed.returncode == 0, listed.stderr
     found = {r["machine"]: r["resolved"]["harness"] for r in json.loads(listed.stdout)["results"]}
     assert found == harnesses
+
+
+def test_the_demo_stand_in_holds_a_real_conversation_with_the_scripted_server(claude: Machine, tmp_path: Path) -> None:
+    """courier.demo.standin_claude (for `wb demo` without the real CLI) against the Messages server, through wb."""
+    from courier.demo.anthropic_server import HELLO_CONTENT, HELLO_PATH, WRITE_FILE_MESSAGE, AnthropicServer
+
+    bin_dir = tmp_path / "standin-bin"
+    bin_dir.mkdir()
+    wrapper = bin_dir / "claude"
+    wrapper.write_text(f'#!/bin/sh\nexec {sys.executable} -m courier.demo.standin_claude "$@"\n')
+    wrapper.chmod(0o755)
+    claude.env["PATH"] = f"{bin_dir}:{Path(sys.executable).parent}:/usr/bin:/bin"
+    with AnthropicServer() as server:
+        claude.write_config(
+            CONFIG.format(credential_env=CREDENTIAL_ENV, script="/bin/true").replace(
+                "http://127.0.0.1:9", server.base_url_for("write-file")
+            )
+        )
+        result = run(claude, "Create hello.txt.")
+        assert result["state"] == "completed", result
+        assert result["result"] == WRITE_FILE_MESSAGE
+        assert Path(result["worktree_dir"], HELLO_PATH).read_text() == HELLO_CONTENT
+        usage = dict(result["usage"])
+        assert usage.pop("cost_usd") > 0
+        assert usage == {**server.usage_reported("write-file").as_wb_usage(), "reasoning_output_tokens": 0}
+        assert logs(claude, result) == ["  ran: ls", "  changed 1 file"]
+        assert all(r.headers.get("x-api-key") == CREDENTIAL_VALUE for r in server.requests)
