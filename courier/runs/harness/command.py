@@ -62,7 +62,7 @@ class Command(Harness):
     def actions_of(self, event: dict[str, Any]) -> list[str]:
         return []  # not used: worker_actions reads every line itself
 
-    def worker_actions(self, events_path: str | os.PathLike[str], limit: int) -> list[str]:
+    def worker_actions(self, events_path: str | os.PathLike[str] | int, limit: int) -> list[str]:
         """Every output line is a `diagnostic:` action, except the `wb.result` lines."""
         if limit <= 0:
             return []
