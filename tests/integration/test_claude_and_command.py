@@ -105,7 +105,8 @@ def test_the_worker_gets_the_allowlist_one_credential_and_a_private_config_dir(c
     assert result["state"] == "completed", result
     home = Path(claude.home, "agents", result["agent_id"], "harness-home")
     env = json.loads((home / "env.json").read_text())
-    assert env["ANTHROPIC_API_KEY"] == CREDENTIAL_VALUE and CREDENTIAL_ENV not in env
+    # The harness got the credential as ANTHROPIC_API_KEY; the end of the run masked it in its home's files.
+    assert env["ANTHROPIC_API_KEY"] == "[redacted]" and CREDENTIAL_ENV not in env
     assert env["ANTHROPIC_BASE_URL"] == "http://127.0.0.1:9"
     assert env["CLAUDE_CONFIG_DIR"] == str(home)
     assert env["CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC"] == "1" and env["CLAUDE_CODE_MAX_RETRIES"] == "0"
