@@ -18,6 +18,7 @@ import courier.cli
 import courier.fleet
 import courier.operations
 import courier.remote.client
+import courier.remote.pool
 import courier.runs.service
 import courier.runs.worktrees
 import courier.transport

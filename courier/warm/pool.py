@@ -20,11 +20,11 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
+from courier.capabilities import SERVE
 from courier.errors import ConnectionLost, ReplyUntrusted, TransportError
 from courier.remote import ssh
 from courier.remote.reply import BadReply, find_reply
 from protocol import limits
-from protocol.capabilities import SERVE
 from protocol.entry import REMOTE_ARGUMENT, SERVE_ARGUMENT
 from protocol.models import RemoteRequest
 
@@ -250,6 +250,7 @@ class Peer:
             "host": self.endpoint.host,
             "connected": self.connection is not None and not self.connection.closed,
             "connection_age_s": round(time.time() - self.opened_at, 1) if self.connection is not None else None,
+            "connected_at": self.opened_at if self.connection is not None else None,
             "calls": self.calls,
             "reconnects": self.reconnects,
             "mode": self.mode,

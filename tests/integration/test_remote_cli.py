@@ -295,7 +295,7 @@ def _await_killed_session(box: SshdServer, waiter: subprocess.Popen[str], *, rec
     """Kill the sshd serving the await: cold, a transport error; warm, the courier reconnects once (§16)."""
     assert wait_for(lambda: _remote_pollers(box), 30)
     for process in box.session_processes():
-        with contextlib.suppress(psutil.Error):
+        with contextlib.suppress(psutil.Error):  # a short-lived child may be gone by now
             if process.name() == "sshd" and process.pid != box.process.pid:
                 process.send_signal(signal.SIGKILL)
     out, err = waiter.communicate(timeout=60)
