@@ -111,7 +111,7 @@ class Provider(_Entry):
     base_url: str
     credential_env: str | None = None
     credential_file: str | None = None
-    wire_api: Literal["responses", "chat"] = "responses"
+    wire_api: Literal["responses", "chat", "gemini"] = "responses"
     request_max_retries: int | None = None
     stream_max_retries: int | None = None
     stream_idle_timeout_ms: int | None = None
@@ -210,6 +210,11 @@ BUILTIN_PROVIDERS: dict[str, dict[str, Any]] = {
         "base_url": "https://openrouter.ai/api/v1",
         "credential_env": "OPENROUTER_API_KEY",
         "wire_api": "responses",
+    },
+    "gemini": {
+        "base_url": "https://generativelanguage.googleapis.com",
+        "credential_env": "GEMINI_API_KEY",
+        "wire_api": "gemini",
     },
 }
 

@@ -76,7 +76,7 @@ class Routing(WireModel):
     base_url: RoutingText
     credential_env: RoutingText | None = None
     credential_file: RoutingText | None = None
-    wire_api: Literal["responses", "chat"]
+    wire_api: Literal["responses", "chat", "gemini"]
 
 
 class Resolved(WireModel):

@@ -228,16 +228,15 @@ class Owner:
                     if len(line) > limits.EVENT_LINE_MAX_BYTES:
                         self.summary.skipped_oversize_line(len(line))
                         continue
-                    line = self.redact(line)
+                    # The harness says what to store for the line (it may mask the task it echoes).
+                    line = self.summary.feed(self.redact(line))
                     if stored + len(line) <= limits.EVENTS_STORED_MAX_BYTES:
                         os.write(log_fd, line)
                         stored += len(line)
-                    self.summary.feed(line)
             if pending and not skipping:
-                line = self.redact(pending)
+                line = self.summary.feed(self.redact(pending))
                 if stored + len(line) <= limits.EVENTS_STORED_MAX_BYTES:
                     os.write(log_fd, line)
-                self.summary.feed(line)
         finally:
             os.close(log_fd)
             worker.stdout.close()

@@ -29,7 +29,10 @@ class HarnessSpec:
 
 REGISTRY: dict[str, HarnessSpec] = {
     spec.name: spec
-    for spec in (HarnessSpec("codex", "Codex", "courier.runs.harness.codex:Codex", "codex", ("responses",), True),)
+    for spec in (
+        HarnessSpec("codex", "Codex", "courier.runs.harness.codex:Codex", "codex", ("responses",), True),
+        HarnessSpec("gemini", "Gemini CLI", "courier.runs.harness.gemini:Gemini", "gemini", ("gemini",), False),
+    )
 }
 
 HARNESS_NAMES = tuple(REGISTRY)
