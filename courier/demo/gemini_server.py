@@ -12,6 +12,8 @@ Scenarios (see `GEMINI_SCENARIOS`):
 * ``write-file``: runs ``ls`` (`run_shell_command`), then writes ``hello.txt`` (`write_file`),
   then says `WRITE_FILE_MESSAGE` in two text chunks; every response reports known usage.
 * ``fail``: every request gets HTTP 400 with `FAIL_MESSAGE` (the CLI does not retry a 400).
+* ``limits``: one command that says whether it sees GEMINI_API_KEY and commits in the worktree,
+  then a `write_file` just outside the workspace, then `LIMITS_MESSAGE`.
 
 A URL prefix selects the scenario per request: `base_url_for("fail")` is
 ``http://127.0.0.1:<port>/fail`` (the CLI appends ``/v1beta/models/...``). Only the standard
@@ -21,6 +23,8 @@ library is used, so the module backs `wb demo` as well as the test suite.
 from __future__ import annotations
 
 import json
+import os
+import re
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -32,17 +36,28 @@ from courier.demo.model_server import FAIL_MESSAGE, HELLO_CONTENT, HELLO_PATH, W
 
 __all__ = [
     "GEMINI_SCENARIOS",
+    "LIMITS_COMMAND",
+    "LIMITS_MESSAGE",
+    "LIMITS_OUTSIDE_NAME",
     "GEMINI_WRITE_FILE_MESSAGE",
     "GeminiServer",
     "GeminiServed",
     "GeminiUsage",
 ]
 
-GEMINI_SCENARIOS: Final = ("write-file", "fail")
+GEMINI_SCENARIOS: Final = ("write-file", "fail", "limits")
 GEMINI_WRITE_FILE_MESSAGE: Final = "Created hello.txt with a greeting."
 _FINAL_CHUNKS: Final = ("Created hello.txt ", "with a greeting.")
 _MAX_BODY_BYTES: Final = 64 * 1024 * 1024
 _API_VERSION: Final = "v1beta"
+_WORKSPACE: Final = re.compile(r"\*\*Workspace Directories:\*\*\n\s*- (/[^\n]*)")
+LIMITS_COMMAND: Final = (
+    "printenv GEMINI_API_KEY >/dev/null && echo key-visible || echo key-hidden; "
+    "echo committed > committed.txt && git add committed.txt && "
+    "git -c user.name=wb-demo -c user.email=wb-demo@example.invalid commit -q -m 'wb demo commit' && echo commit-ok"
+)
+LIMITS_OUTSIDE_NAME: Final = "outside-the-worktree.txt"
+LIMITS_MESSAGE: Final = "I tried the limits."
 
 
 @dataclass(frozen=True)
@@ -116,7 +131,22 @@ def _fail(workspace: str | None, step: int) -> _Step:
     return _Step([], http_status=400)
 
 
-_SCRIPTS: Final[dict[str, Callable[[str | None, int], _Step]]] = {"write-file": _write_file, "fail": _fail}
+def _limits(workspace: str | None, step: int) -> _Step:
+    """A command that reads the key and commits; a file write outside the workspace; a final text."""
+    if step == 0:
+        return _Step([_call("run_shell_command", {"command": LIMITS_COMMAND, "description": "Probe"})],
+                     WRITE_FILE_USAGE[0])  # fmt: skip
+    if step == 1:
+        outside = f"{os.path.dirname(workspace or '/')}/{LIMITS_OUTSIDE_NAME}"
+        return _Step([_call("write_file", {"file_path": outside, "content": "escaped\n"})], WRITE_FILE_USAGE[1])
+    return _Step([[{"text": LIMITS_MESSAGE}]], WRITE_FILE_USAGE[2])
+
+
+_SCRIPTS: Final[dict[str, Callable[[str | None, int], _Step]]] = {
+    "write-file": _write_file,
+    "fail": _fail,
+    "limits": _limits,
+}
 
 
 def _contents(body: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -135,16 +165,13 @@ def _step_of(body: Mapping[str, Any]) -> int:
 
 
 def workspace_of(body: Mapping[str, Any]) -> str | None:
-    """The workspace directory the CLI told the model about (its absolute paths are relative to it)."""
-    text = json.dumps(body.get("contents", ""))[:200_000] + json.dumps(body.get("systemInstruction", ""))[:200_000]
-    for marker in ("I'm currently working in the directory: ", "working directory: "):
-        start = text.find(marker)
-        if start >= 0:
-            rest = text[start + len(marker) :]
-            end = min((i for i in (rest.find("\\n"), rest.find('"')) if i >= 0), default=-1)
-            found = rest[:end] if end >= 0 else rest
-            if found.startswith("/"):
-                return found.rstrip("/") or "/"
+    """The first workspace directory the CLI told the model about in its session context."""
+    for content in _contents(body):
+        parts = content.get("parts")
+        for part in parts if isinstance(parts, list) else []:
+            text = part.get("text") if isinstance(part, dict) else None
+            if isinstance(text, str) and (found := _WORKSPACE.search(text)):
+                return found.group(1)
     return None
 
 

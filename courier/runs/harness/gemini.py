@@ -45,7 +45,7 @@ MCP_PREFIX = "mcp_"
 _KEPT_MESSAGE_BYTES = limits.FINAL_MESSAGE_MAX_BYTES + 1 + limits.CREDENTIAL_FILE_MAX_BYTES
 
 # The private home's settings: API-key auth against GOOGLE_GEMINI_BASE_URL, no telemetry or
-# update checks, no project `.env` files, and credentials kept out of the worker's commands.
+# update checks, no project `.env` files, credentials kept out of the worker's commands.
 SETTINGS: dict[str, Any] = {
     "security": {
         "auth": {"selectedType": "gemini-api-key"},
@@ -55,6 +55,9 @@ SETTINGS: dict[str, Any] = {
     "telemetry": {"enabled": False},
     "general": {"enableAutoUpdate": False, "enableAutoUpdateNotification": False},
     "advanced": {"ignoreLocalEnv": True},
+    # Terminal advice and the ripgrep fallback notice would land in the transcript as noise.
+    "ui": {"showCompatibilityWarnings": False},
+    "tools": {"useRipgrep": False},
 }
 # auto_edit approves edits; this rule approves shell commands too, and nothing else.
 SHELL_POLICY = f'[[rule]]\ntoolName = "{SHELL_TOOL}"\ndecision = "allow"\npriority = 100\n'
