@@ -36,12 +36,12 @@ from courier.demo.model_server import FAIL_MESSAGE, HELLO_CONTENT, HELLO_PATH, W
 
 __all__ = [
     "GEMINI_SCENARIOS",
+    "GEMINI_WRITE_FILE_MESSAGE",
     "LIMITS_COMMAND",
     "LIMITS_MESSAGE",
     "LIMITS_OUTSIDE_NAME",
-    "GEMINI_WRITE_FILE_MESSAGE",
-    "GeminiServer",
     "GeminiServed",
+    "GeminiServer",
     "GeminiUsage",
 ]
 
@@ -156,12 +156,12 @@ def _contents(body: Mapping[str, Any]) -> list[dict[str, Any]]:
 
 def _step_of(body: Mapping[str, Any]) -> int:
     """How many tool results the CLI sent back: the script's position."""
-    return sum(
-        1
-        for content in _contents(body)
-        for part in (content.get("parts") if isinstance(content.get("parts"), list) else [])
-        if isinstance(part, dict) and "functionResponse" in part
-    )
+    count = 0
+    for content in _contents(body):
+        parts = content.get("parts")
+        if isinstance(parts, list):
+            count += sum(1 for part in parts if isinstance(part, dict) and "functionResponse" in part)
+    return count
 
 
 def workspace_of(body: Mapping[str, Any]) -> str | None:

@@ -178,7 +178,7 @@ def test_a_harness_and_provider_that_do_not_fit_are_refused_naming_file_and_key(
     done = gem.wb("agent", "dispatch", "--new-worktree", "g9", "--profile", "mismatched", "--repo", "acme/widget",
                   "--task", "x")  # fmt: skip
     assert done.returncode == 2
-    assert f"{gem.config_path}: agents.providers.mock.wire_api: Gemini CLI needs \"gemini\", not \"responses\"" in (
+    assert f'{gem.config_path}: agents.providers.mock.wire_api: Gemini CLI needs "gemini", not "responses"' in (
         done.stderr
     )
     assert not (gem.projects / ".wb-worktrees").exists() or not any((gem.projects / ".wb-worktrees").rglob("g9"))

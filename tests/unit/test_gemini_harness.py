@@ -160,7 +160,9 @@ def test_an_api_error_fails_with_the_exit_code_and_the_reported_message() -> Non
     assert final_text(parser) is None
 
 
-@pytest.mark.parametrize("name", ["simple.jsonl", "shell-yolo.jsonl", "shell-default-approval.jsonl", "api-error-400.jsonl"])
+@pytest.mark.parametrize(
+    "name", ["simple.jsonl", "shell-yolo.jsonl", "shell-default-approval.jsonl", "api-error-400.jsonl"]
+)
 def test_the_echoed_task_is_stored_as_a_placeholder(name: str) -> None:
     original = (FIXTURES / name).read_bytes().splitlines(keepends=True)
     _, stored = parse(name)
@@ -199,7 +201,12 @@ def test_exit_zero_without_a_result_or_with_an_error_result_fails() -> None:
 
 def test_malformed_lines_are_diagnostics_and_do_not_fail_a_successful_run() -> None:
     parser = GeminiEvents()
-    for raw in (b"Warning: 256-color support not detected.\n", b"[1,2]\n", b"\n", *(FIXTURES / "simple.jsonl").read_bytes().splitlines(True)):
+    for raw in (
+        b"Warning: 256-color support not detected.\n",
+        b"[1,2]\n",
+        b"\n",
+        *(FIXTURES / "simple.jsonl").read_bytes().splitlines(True),
+    ):
         parser.feed(raw)
     assert parser.failure(0) is None
     assert parser.diagnostics == [
@@ -271,10 +278,10 @@ def test_worker_actions_formats(tmp_path: Path) -> None:
         tmp_path,
         {"type": "tool_use", "tool_name": "run_shell_command", "tool_id": "a", "parameters": {"command": "make test"}},
         {"type": "tool_result", "tool_id": "a", "status": "success", "output": "ok"},
-        {"type": "tool_use", "tool_name": "write_file", "tool_id": "b", "parameters": {"file_path": "x", "content": ""}},
+        {"type": "tool_use", "tool_name": "write_file", "tool_id": "b", "parameters": {"file_path": "x"}},
         {"type": "tool_result", "tool_id": "b", "status": "success"},
         {"type": "tool_use", "tool_name": "replace", "tool_id": "c", "parameters": {"file_path": "x"}},
-        {"type": "tool_result", "tool_id": "c", "status": "error", "error": {"type": "edit_no_occurrence_found", "message": "0 occurrences"}},
+        {"type": "tool_result", "tool_id": "c", "status": "error", "error": {"type": "x", "message": "0 occurrences"}},
         {"type": "tool_use", "tool_name": "mcp_github_create_issue", "tool_id": "d", "parameters": {}},
         {"type": "tool_use", "tool_name": "read_file", "tool_id": "e", "parameters": {"file_path": "x"}},
         {"type": "error", "severity": "error", "message": "Maximum session turns exceeded"},
@@ -289,3 +296,16 @@ def test_worker_actions_formats(tmp_path: Path) -> None:
         "ran: sleep 100",  # still running: no result yet
     ]
     assert Gemini().worker_actions(path, 2) == ["diagnostic: Maximum session turns exceeded", "ran: sleep 100"]
+
+
+def test_wbs_own_auto_edit_capture() -> None:
+    """The stream of the real CLI started exactly as wb starts it (fixtures README)."""
+    parser, stored = parse("limits-auto-edit.jsonl")
+    assert parser.failure(0) is None and parser.tool_calls == 2
+    assert parser.usage == Usage(input_tokens=6900, cached_input_tokens=4200, output_tokens=115)
+    assert final_text(parser) == "I tried the limits."
+    assert b"Probe the limits." not in b"".join(stored)
+    actions = Gemini().worker_actions(FIXTURES / "limits-auto-edit.jsonl", 10)
+    assert actions[0].startswith("ran: printenv GEMINI_API_KEY >/dev/null && echo key-visible")
+    assert actions[1].startswith("diagnostic: write_file failed: Path not in workspace: Attempted path ")
+    assert len(actions) == 2

@@ -104,7 +104,13 @@ def gemini_environment(launch: Launch, env: dict[str, str]) -> dict[str, str]:
         result[API_KEY_ENV] = value
     tmp = str(launch.home / "tmp")
     result.update(
-        {BASE_URL_ENV: launch.provider.base_url, "GEMINI_CLI_HOME": str(launch.home), "TMPDIR": tmp, "TMP": tmp, "TEMP": tmp}
+        {
+            BASE_URL_ENV: launch.provider.base_url,
+            "GEMINI_CLI_HOME": str(launch.home),
+            "TMPDIR": tmp,
+            "TMP": tmp,
+            "TEMP": tmp,
+        }
     )
     return result
 
