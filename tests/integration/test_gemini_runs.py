@@ -122,7 +122,7 @@ def test_the_worker_gets_the_allowlist_the_one_credential_and_a_private_home(gem
     assert env["GEMINI_CLI_HOME"] == str(home) and env["TMPDIR"] == str(home / "tmp")
     assert env["HOME"] == gem.env["HOME"]
     allowed = {"PATH", "HOME", "LANG", "TMPDIR", "TMP", "TEMP", "GEMINI_API_KEY", "GOOGLE_GEMINI_BASE_URL",
-               "GEMINI_CLI_HOME"}  # fmt: skip
+               "GEMINI_CLI_HOME", "GEMINI_CLI_NO_RELAUNCH"}  # fmt: skip
     assert set(env) - {"PWD", "SHLVL", "_", "LC_CTYPE"} <= allowed
     assert facts["settings"]["security"]["auth"]["selectedType"] == "gemini-api-key"
 

@@ -89,6 +89,7 @@ def test_environment_moves_the_one_credential_to_gemini_api_key_and_points_home_
         "TMPDIR": f"{home}/tmp",
         "TMP": f"{home}/tmp",
         "TEMP": f"{home}/tmp",
+        "GEMINI_CLI_NO_RELAUNCH": "true",
     }
 
 

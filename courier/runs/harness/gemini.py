@@ -110,6 +110,8 @@ def gemini_environment(launch: Launch, env: dict[str, str]) -> dict[str, str]:
             "TMPDIR": tmp,
             "TMP": tmp,
             "TEMP": tmp,
+            # The CLI otherwise starts a second node process only to raise its heap limit: half its start-up.
+            "GEMINI_CLI_NO_RELAUNCH": "true",
         }
     )
     return result
