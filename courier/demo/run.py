@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import getpass
+import importlib
 import json
 import os
 import secrets
@@ -47,6 +48,7 @@ import courier
 from courier.demo.gemini_server import GeminiServer
 from courier.demo.model_server import ModelServer
 from courier.demo.sshd import EmbeddedSshd, new_key, private_openssh
+from courier.runs.harness import REGISTRY
 
 MACHINE = "demo"
 REPOSITORY = "demo/hello"
@@ -85,10 +87,17 @@ class DemoHarness:
 
 DEMO_HARNESSES: dict[str, DemoHarness] = {
     # gpt-5.5 is in Codex's bundled catalogue: the real Codex offers its full tool set.
-    "codex": DemoHarness("codex", "Codex", "gpt-5.5", "responses",
-                         "      request_max_retries: 0\n      stream_max_retries: 0\n", "      reasoning: high\n",
-                         "CODEX_HOME"),  # fmt: skip
+    "codex": DemoHarness(
+        "codex",
+        "Codex",
+        "gpt-5.5",
+        "responses",
+        "      request_max_retries: 0\n      stream_max_retries: 0\n",
+        "      reasoning: high\n",
+        "CODEX_HOME",
+    ),
     "gemini": DemoHarness("gemini", "Gemini CLI", "gemini-2.5-pro", "gemini", home_env="GEMINI_CLI_HOME"),
+    "claude": DemoHarness("claude", "Claude Code", "claude-sonnet-4-5", "anthropic", home_env="CLAUDE_CONFIG_DIR"),
 }
 
 
@@ -223,15 +232,19 @@ def _end_stragglers(root: Path, grace: float) -> None:
 # --------------------------------------------------------------------------- the demo
 
 
-def _model_server(spec: DemoHarness) -> ModelServer | GeminiServer:
-    """The scripted server speaking the harness's vendor API."""
+def _model_server(spec: DemoHarness) -> Any:
+    """The scripted server speaking the harness's vendor API (each has start, stop and base_url)."""
     if spec.wire_api == "gemini":
         return GeminiServer(scenario="write-file")
+    if spec.wire_api == "anthropic":
+        return importlib.import_module("courier.demo.anthropic_server").AnthropicServer(scenario="write-file")
     return ModelServer(scenario="write-file")
 
 
 def _demo(sandbox: Sandbox, started: float, spec: DemoHarness) -> int:
     out = sys.stdout
+    if spec.name not in REGISTRY:
+        raise DemoFailed(f"this build of wb has no {spec.display} harness")
     harness = _find_harness(sandbox, spec)
     user = getpass.getuser()
     client_key = new_key()
@@ -400,7 +413,7 @@ def _git(cwd: Path, *args: str) -> None:
         raise DemoFailed(f"git {' '.join(args)} failed: {done.stderr.strip()}")
 
 
-def _make_machine(sandbox: Sandbox, model: ModelServer | GeminiServer, harness: Harness) -> dict[str, str]:
+def _make_machine(sandbox: Sandbox, model: Any, harness: Harness) -> dict[str, str]:
     """The demo machine's home, projects root, canonical clone and wb.yaml; returns its environment."""
     root = _private_dir(sandbox.machine)
     home = _private_dir(root / "wbhome")

@@ -58,7 +58,7 @@ _TOOLS = [
 
 
 def emit(event: dict[str, Any]) -> None:
-    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+    stamp = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
     line = {"type": event.pop("type"), "timestamp": stamp, **event}
     sys.stdout.write(json.dumps(line, separators=(",", ":"), ensure_ascii=False) + "\n")
     sys.stdout.flush()
@@ -156,8 +156,12 @@ class Session:
             return []
         usage = chunk.get("usageMetadata")
         if isinstance(usage, dict):
-            for name, field in (("prompt", "promptTokenCount"), ("cached", "cachedContentTokenCount"),
-                                ("candidates", "candidatesTokenCount"), ("thoughts", "thoughtsTokenCount")):  # fmt: skip
+            for name, field in (
+                ("prompt", "promptTokenCount"),
+                ("cached", "cachedContentTokenCount"),
+                ("candidates", "candidatesTokenCount"),
+                ("thoughts", "thoughtsTokenCount"),
+            ):
                 self.tokens[name] += int(usage.get(field) or 0)
         candidates = chunk.get("candidates") or [{}]
         content = candidates[0].get("content") if isinstance(candidates[0], dict) else None
@@ -195,8 +199,14 @@ class Session:
 
     def shell(self, command: str) -> str:
         try:
-            done = subprocess.run(["bash", "-c", command], cwd=self.cwd, stdin=subprocess.DEVNULL,
-                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=COMMAND_TIMEOUT_S)  # fmt: skip
+            done = subprocess.run(
+                ["bash", "-c", command],
+                cwd=self.cwd,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                timeout=COMMAND_TIMEOUT_S,
+            )
             return done.stdout.decode("utf-8", "replace")[:OUTPUT_MAX_CHARS].rstrip("\n")
         except (OSError, subprocess.TimeoutExpired) as exc:
             return str(exc)
