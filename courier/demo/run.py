@@ -27,6 +27,7 @@ import getpass
 import importlib
 import json
 import os
+import re
 import secrets
 import shlex
 import shutil
@@ -345,7 +346,8 @@ def _find_harness(sandbox: Sandbox, spec: DemoHarness) -> Harness:
                 env=probe_env,
             )
             version = done.stdout.strip()
-        shown = version.removeprefix("codex-cli ").strip() or "unknown version"
+        number = re.search(r"\d+(?:\.\d+)+", version)  # "codex-cli 0.169.0", "2.1.328 (Claude Code)"
+        shown = number.group() if number else "unknown version"
         return Harness(spec, real=True, description=f"real {spec.display} {shown} ({found})")
     bin_dir = sandbox.machine / "bin"
     bin_dir.mkdir(parents=True, mode=0o700)

@@ -200,11 +200,51 @@ def test_the_demo_uses_the_real_gemini_when_it_is_on_path(base: Path) -> None:
     _assert_clean(base, env)  # the CLI's home was the run's private one: nothing in HOME or TMPDIR
 
 
+CLAUDE_STANDIN_NOTICE = "claude not found on PATH: using the bundled stand-in"
+
+
+def _assert_claude_completed(stdout: str) -> None:
+    refs = re.findall(r"demo:agt-[0-9a-f]{32}", stdout)
+    assert refs, stdout
+    lines = stdout.splitlines()
+    assert "  state:    completed" in lines, stdout
+    assert "  resolved: claude demo/claude-sonnet-4-5" in lines, stdout
+    assert "  result:   Created hello.txt." in lines, stdout
+    assert "  changed:  hello.txt" in lines, stdout
+    assert any(line.startswith("  usage:    input 8500 (cached 3200), output 112, cost $") for line in lines), stdout
+    assert "    ran: ls" in lines and "    changed 1 file" in lines, stdout
+    assert any(line.startswith(f"  {refs[0]}\tcompleted\tdemo\tclaude-sonnet-4-5\t") for line in lines), stdout
+
+
+def test_the_demo_runs_claude_with_its_standin(base: Path) -> None:
+    env = _env(base, str(_bin_without_codex(base)))
+    done, elapsed = _run_demo(env, subprocess.PIPE, "--harness", "claude")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert elapsed < DEMO_BOUND_S
+    assert CLAUDE_STANDIN_NOTICE in done.stdout
+    _assert_claude_completed(done.stdout)
+    _assert_clean(base, env)
+
+
+def test_the_demo_uses_the_real_claude_when_it_is_on_path(base: Path) -> None:
+    claude = shutil.which("claude")
+    if claude is None:
+        message = "claude is not on PATH: run `bash scripts/install-claude.sh` (CI installs it)"
+        pytest.fail(message) if os.environ.get("CI") else pytest.skip(message)
+    env = _env(base, os.pathsep.join([str(_bin_without_codex(base)), str(Path(claude).parent)]))
+    done, elapsed = _run_demo(env, subprocess.PIPE, "--harness", "claude")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert elapsed < DEMO_BOUND_S
+    assert "harness  real Claude Code 2.1.328 " in done.stdout and CLAUDE_STANDIN_NOTICE not in done.stdout
+    _assert_claude_completed(done.stdout)
+    _assert_clean(base, env)
+
+
 def test_an_unknown_demo_harness_is_refused_before_anything_is_made(base: Path) -> None:
     env = _env(base, str(_bin_without_codex(base)))
     done, _ = _run_demo(env, subprocess.PIPE, "--harness", "aider")
     assert done.returncode == 2
-    assert done.stderr.startswith('error: --harness must be one of ') and '"aider"' in done.stderr
+    assert done.stderr == 'error: --harness must be one of claude, codex, gemini, not "aider"\n'
     assert done.stdout == ""
     _assert_clean(base, env)
 
