@@ -8,8 +8,8 @@ Facts verified with the real 0.61.0 binary (docs/harnesses.md, "Gemini CLI 0.61.
 * Headless runs need an auth method chosen in settings (`security.auth.selectedType`
   `gemini-api-key`); with only GOOGLE_GEMINI_BASE_URL set the CLI picks `gateway` and exits 41.
 * `auto_edit` registers the edit tools; `run_shell_command` is registered only when a policy
-  allows it, which the private home's `policies/wb.toml` does. Tools that would ask (web
-  fetch, web search, MCP tools) are not registered in a headless run, so nothing can hang.
+  allows it, which the private home's `policies/wb.toml` does. A headless run registers no
+  tool that would ask for approval, so nothing can hang on a prompt.
 * The CLI writes error reports (which quote the request, task included) to `os.tmpdir()`:
   TMPDIR points inside the private home so they stay in the run directory.
 """
@@ -210,7 +210,6 @@ class GeminiEvents(EventParser):
         room = _KEPT_MESSAGE_BYTES - len(self._message)
         if room > 0:
             self._message += data[:room]
-        self.last_message = None  # the bytes above are the message; never hold a second copy
 
     def failure(self, exit_code: int | None) -> str | None:
         """Success is exit 0 and `result.status == "success"`; any non-zero exit is a failure."""
