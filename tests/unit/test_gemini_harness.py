@@ -216,6 +216,21 @@ def test_malformed_lines_are_diagnostics_and_do_not_fail_a_successful_run() -> N
     ]
 
 
+def test_the_clis_known_stderr_lines_are_not_diagnostics_nor_actions(tmp_path: Path) -> None:
+    noise = [
+        b"[STARTUP] Phase 'cleanup_ops' was started but never ended. Skipping metrics.\n",
+        b'Error executing tool run_shell_command: Tool "run_shell_command" not found.\n',
+    ]
+    lines = (FIXTURES / "shell-yolo.jsonl").read_bytes().splitlines(True)
+    parser = GeminiEvents()
+    for raw in [*noise, *lines, b"Warning: something new\n"]:
+        parser.feed(raw)
+    assert parser.diagnostics == ["malformed event line 9: Warning: something new"]
+    path = tmp_path / "events.jsonl"
+    path.write_bytes(b"".join([lines[0], *noise, *lines[1:]]))
+    assert Gemini().worker_actions(path, 10) == ["ran: ls"]
+
+
 def test_error_events_are_diagnostics() -> None:
     parser = GeminiEvents()
     parser.feed(line({"type": "error", "severity": "warning", "message": "Loop detected, stopping execution"}))

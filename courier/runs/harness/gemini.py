@@ -29,7 +29,7 @@ from courier.runs.harness.base import (
     clean,
     plural_files,
 )
-from courier.runs.harness.transcript import last_actions
+from courier.runs.harness.transcript import action_lines, lines_backwards
 from protocol import limits
 from protocol.models import Usage
 
@@ -41,6 +41,9 @@ TASK_PLACEHOLDER = "[task]"
 SHELL_TOOL = "run_shell_command"
 FILE_TOOLS = frozenset({"write_file", "replace", "edit", "smart_edit"})
 MCP_PREFIX = "mcp_"
+# stderr lines the CLI writes beside the stream (one pipe): its start-up profiler's notices and
+# the repeat of a failed tool call's error, which the `tool_result` event already carries.
+_KNOWN_STDERR = (b"[STARTUP] ", b"Error executing tool ")
 # The final message is kept up to its bound plus what a masked credential may take back.
 _KEPT_MESSAGE_BYTES = limits.FINAL_MESSAGE_MAX_BYTES + 1 + limits.CREDENTIAL_FILE_MAX_BYTES
 
@@ -165,6 +168,10 @@ class GeminiEvents(EventParser):
         self._message = bytearray()  # the current assistant text, at most _KEPT_MESSAGE_BYTES
         self._message_size = 0
         self._after_tool = False  # a tool call since the last assistant text: the next text starts anew
+
+    def malformed(self, text: str) -> None:
+        if not text.encode().startswith(_KNOWN_STDERR):
+            super().malformed(text)
 
     @property
     def final_text(self) -> tuple[bytes, int] | None:
@@ -311,4 +318,23 @@ class Gemini(Harness):
         return [] if action is None else [action]
 
     def worker_actions(self, events_path: str | os.PathLike[str], limit: int) -> list[str]:
-        return last_actions(events_path, limit, _Backwards())
+        """As `transcript.last_actions`, without the CLI's known stderr lines and the actions of failed calls."""
+        if limit <= 0:
+            return []
+        found: list[str] = []
+        backwards = _Backwards()
+        for line in lines_backwards(events_path):
+            if line is not None and line.startswith(_KNOWN_STDERR):
+                continue
+            event, actions = action_lines(line)
+            if actions is None:
+                assert event is not None
+                actions = backwards(event)
+            for action in reversed(actions):
+                found.append(clean(action, limits.LOG_ACTION_MAX_BYTES))
+                if len(found) >= limit:
+                    break
+            if len(found) >= limit:
+                break
+        found.reverse()
+        return found
