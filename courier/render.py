@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Any
 
 import pydantic_core
@@ -11,6 +10,7 @@ from courier.text import sanitize
 from protocol.durations import format_duration_ms
 from protocol.models import Result
 from protocol.refs import format_reference
+from protocol.timestamps import epoch_seconds, parse_rfc3339
 
 
 def ref_of(result: Result) -> str:
@@ -37,14 +37,12 @@ def sort_results(results: list[Result]) -> list[Result]:
 
 
 def _started_key(text: str) -> float:
-    try:
-        return datetime.fromisoformat(text).timestamp()
-    except ValueError:
-        return 0.0
+    return epoch_seconds(text)
 
 
 def dispatch_line(result: Result) -> str:
-    location = result.worktree_dir or result.worktree
+    """`<ref> <state> <location> (<provider>/<model>)`; the location is the worktree name (§3.1)."""
+    location = result.worktree
     if result.machine:
         location = f"{result.machine}:{location}"
     model = f"{_s(result.resolved.provider)}/{_s(result.resolved.model)}"
@@ -53,7 +51,7 @@ def dispatch_line(result: Result) -> str:
 
 def _local_minute(text: str) -> str:
     try:
-        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+        moment = parse_rfc3339(text)
     except ValueError:
         return _s(text)
     return moment.astimezone().strftime("%Y-%m-%d %H:%M")
@@ -112,7 +110,7 @@ def status_text(result: Result, *, details: bool = False) -> str:
         c = r.changes
         parts = [f"{c.files_changed} file{'s' if c.files_changed != 1 else ''} changed"]
         if c.insertions is not None or c.deletions is not None:
-            parts.append(f"+{c.insertions or 0} -{c.deletions or 0} (tracked files)")
+            parts.append(f"+{c.insertions or 0} -{c.deletions or 0}")
         if c.commits:
             parts.append(f"{c.commits} commit{'s' if c.commits != 1 else ''}")
         if c.preexisting_changes:

@@ -12,6 +12,7 @@ import select
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from courier import __version__
 from protocol import limits
 
 if TYPE_CHECKING:
@@ -71,6 +72,7 @@ def _refusal(message: str, operation: str = "") -> RemoteResponse:
         failure=message,
         failure_kind="request",
         now=now_rfc3339(),
+        wb_version=__version__,
     )
 
 
@@ -103,9 +105,10 @@ def answer(data: bytes, oversize: bool, client_gone: Callable[[], bool]) -> Remo
 
 def _home_id() -> str | None:
     try:
-        from courier.runs.store import home_id
+        from courier.runs.service import configured_home
+        from courier.runs.store import Store, home_id
 
-        return home_id()
+        return home_id(Store(configured_home()))
     except Exception:  # an unusable home is reported as null, never as a crash
         return None
 
@@ -163,6 +166,7 @@ def serve(argv: list[str]) -> int:
                     "operation": "",
                     "failure": f"internal: {type(exc).__name__}: {str(exc)[:512]}",
                     "failure_kind": "failed",
+                    "wb_version": __version__,
                     "home_id": None,
                 }
             ).encode()

@@ -2,7 +2,8 @@
 
 `wb agent dispatch` runs here, on this machine, with a profile whose provider points at
 `courier.demo.model_server.ModelServer`; the real `codex` (installed by scripts/install-codex.sh,
-which .ci/run calls) is first on PATH and tests/fakes is not on it at all. What the real binary
+which .ci/run calls) is first on PATH and tests/fakes is not on it at all. Without it these
+tests skip saying why, except under CI (CI=true), where they fail. What the real binary
 did, and the limits checked here, are written up in docs/codex-notes.md.
 """
 
@@ -11,12 +12,11 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import CREDENTIAL_ENV, CREDENTIAL_VALUE, FAKES, Machine, git
+from conftest import CREDENTIAL_ENV, CREDENTIAL_VALUE, FAKES, Machine, git, require_cli
 
 from courier.demo.model_server import (
     COMMIT_MESSAGE,
@@ -37,24 +37,8 @@ MODEL = "gpt-5.5"  # in Codex's bundled catalogue: full tool set (apply_patch), 
 
 
 def _real_codex_dirs() -> list[str]:
-    """Directories holding the real `codex` and `node`, or a pytest failure naming what is missing."""
-    search = os.pathsep.join(
-        d for d in os.environ.get("PATH", "").split(os.pathsep) if d and Path(d).resolve() != FAKES.resolve()
-    )
-    codex = shutil.which("codex", path=search)
-    if codex is None and shutil.which("npm"):
-        prefix = subprocess.run(["npm", "prefix", "-g"], capture_output=True, text=True).stdout.strip()
-        codex = shutil.which("codex", path=os.path.join(prefix, "bin")) if prefix else None
-    if codex is None:
-        pytest.fail(f"the real codex CLI is not installed: run `bash scripts/install-codex.sh` (codex {CODEX_VERSION})")
-    version = subprocess.run([codex, "--version"], capture_output=True, text=True, timeout=60).stdout.strip()
-    if version != f"codex-cli {CODEX_VERSION}":
-        pytest.fail(f"{codex} reports {version!r}, expected codex-cli {CODEX_VERSION}; run scripts/install-codex.sh")
-    dirs = [str(Path(codex).parent)]
-    node = shutil.which("node", path=search)  # the npm launcher is `#!/usr/bin/env node`
-    if node is not None and str(Path(node).parent) not in dirs:
-        dirs.append(str(Path(node).parent))
-    return dirs
+    """Directories holding the real `codex` and `node`; a skip naming the install step (a failure under CI)."""
+    return require_cli("codex", CODEX_VERSION, install="run `bash scripts/install-codex.sh`").dirs
 
 
 @pytest.fixture(scope="module")
@@ -212,7 +196,7 @@ def test_an_http_500_ends_the_run_failed_with_codexs_generic_message(real: Machi
 
 
 def test_the_worker_cannot_commit_in_a_linked_worktree(real: Machine, server: ModelServer) -> None:
-    """Limits 1 and 2 of contract §7.3: the git dir is read-only to the sandbox; the denied command leaves no event."""
+    """Limits 1 and 2 of contract §7.3: the git dir is read-only to the sandbox; a denial is as Codex reports it."""
     result = _run(real, "commit", "w1")
     assert result["state"] == "completed" and result["result"] == COMMIT_MESSAGE
 
@@ -223,12 +207,13 @@ def test_the_worker_cannot_commit_in_a_linked_worktree(real: Machine, server: Mo
     assert not changes.get("commits")
     assert changes["files"] == ["committed.txt"]  # the echo (inside the worktree) did run
 
-    # The sandbox denied `git add` (index.lock in <clone>/.git/worktrees/w1 is read-only) and
-    # Codex emitted no command_execution item for it: no tool call, nothing for `logs` to show.
-    types = [e.get("type") for e in _events(result)]
-    assert types == ["thread.started", "turn.started", "item.completed", "turn.completed"]
-    assert result["tool_calls"] == 0
-    assert not any(line.startswith("  ran:") for line in _logs(real, result))
+    # The sandbox denied `git add` (index.lock in <clone>/.git/worktrees/w1 is read-only). Codex
+    # 0.169.0 has been seen both emitting no command_execution item for it and emitting one with
+    # the denial: wb counts exactly what the stream reported, as tool calls and `ran:` lines.
+    items = [e for e in _events(result) if e.get("type") == "item.completed"]
+    commands = [e for e in items if e["item"].get("type") == "command_execution"]
+    assert result["tool_calls"] == len(commands) <= 1
+    assert len([line for line in _logs(real, result) if line.startswith("  ran:")]) == len(commands)
 
     # The model did get the denial back as the tool output.
     thread = _thread_id(result)
@@ -243,7 +228,10 @@ def test_commands_have_no_network_unless_the_profile_allows_it(real: Machine, se
     closed = _run(real, "network", "w1")
     assert closed["state"] == "completed" and closed["result"] == NETWORK_MESSAGE
     assert server.pings() == before  # the sandbox refused the socket: nothing reached the server
-    assert closed["tool_calls"] == 0 and not any(line.startswith("  ran:") for line in _logs(real, closed))
+    # Codex 0.169.0 reports a sandbox-denied command inconsistently: seen both with no event at
+    # all and with a command_execution item carrying the denial. wb counts what was reported.
+    ran = [line for line in _logs(real, closed) if line.startswith("  ran:")]
+    assert closed["tool_calls"] == len(ran) and len(ran) in (0, 1)
     thread = _thread_id(closed)
     last = [r for r in server.requests if isinstance(r.body, dict) and r.body.get("prompt_cache_key") == thread][-1]
     output = next(i["output"] for i in last.body["input"] if i.get("type") == "function_call_output")
