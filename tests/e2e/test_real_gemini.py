@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import CREDENTIAL_ENV, CREDENTIAL_VALUE, FAKES, Machine, git, make_clone
+from conftest import CREDENTIAL_ENV, CREDENTIAL_VALUE, FAKES, Machine, git, make_clone, require_cli, unavailable
 
 from courier.demo.gemini_server import (
     GEMINI_WRITE_FILE_MESSAGE,
@@ -36,41 +36,9 @@ MODEL = "gemini-2.5-pro"
 TASK_MARK = "the-real-gemini-task-7d2a"
 
 
-def require_gemini() -> list[str]:
-    """Directories holding the real `gemini` and `node`; under CI a missing CLI fails, elsewhere it skips."""
-    search = os.pathsep.join(
-        d for d in os.environ.get("PATH", "").split(os.pathsep) if d and Path(d).resolve() != FAKES.resolve()
-    )
-    gemini = shutil.which("gemini", path=search)
-    if gemini is None and shutil.which("npm"):
-        prefix = subprocess.run(["npm", "prefix", "-g"], capture_output=True, text=True).stdout.strip()
-        gemini = shutil.which("gemini", path=os.path.join(prefix, "bin")) if prefix else None
-    problem = None
-    if gemini is None:
-        problem = (
-            f"the real gemini CLI is not installed: run `bash scripts/install-gemini.sh` (gemini {GEMINI_VERSION})"
-        )
-    else:
-        home = {"HOME": "/nonexistent", "GEMINI_CLI_HOME": "/nonexistent", "PATH": search}
-        version = subprocess.run([gemini, "--version"], capture_output=True, text=True, timeout=60, env=home,
-                                 stdin=subprocess.DEVNULL).stdout.strip()  # fmt: skip
-        if version != GEMINI_VERSION:
-            problem = f"{gemini} reports {version!r}, expected {GEMINI_VERSION}; run scripts/install-gemini.sh"
-    if problem is not None:
-        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
-            pytest.fail(problem)
-        pytest.skip(problem)
-    assert gemini is not None
-    dirs = [str(Path(gemini).parent)]
-    node = shutil.which("node", path=search)  # the npm launcher is `#!/usr/bin/env node`
-    if node is not None and str(Path(node).parent) not in dirs:
-        dirs.append(str(Path(node).parent))
-    return dirs
-
-
 @pytest.fixture(scope="module")
 def gemini_dirs() -> list[str]:
-    return require_gemini()
+    return require_cli("gemini", GEMINI_VERSION, install="run `bash scripts/install-gemini.sh`").dirs
 
 
 @pytest.fixture(scope="module")
@@ -213,7 +181,7 @@ def caller_env(
 ) -> Iterator[dict[str, str]]:
     reason = sshd_unavailable_reason()
     if reason is not None:
-        pytest.fail(reason) if os.environ.get("CI") else pytest.skip(reason)
+        unavailable(reason)
     factory = SshdFactory(tmp_path_factory.mktemp("sshd-gemini-e2e"))
     try:
         box = factory.start("127.0.0.4")
