@@ -8,6 +8,7 @@ completes here proves the private home wb prepares is one the CLI accepts.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -117,7 +118,9 @@ def test_the_worker_gets_the_allowlist_the_one_credential_and_a_private_home(gem
     env = facts["env"]
     assert facts["argv"][1:] == ["-o", "stream-json", "-m", "gemini-2.5-pro", "--approval-mode", "auto_edit"]
     assert facts["shell_registered"] is True
-    assert env["GEMINI_API_KEY"] == CREDENTIAL_VALUE and CREDENTIAL_ENV not in env
+    # The worker had the one credential as GEMINI_API_KEY; what it left in harness-home is masked (§7.4).
+    assert facts["key_sha256"] == hashlib.sha256(CREDENTIAL_VALUE.encode()).hexdigest()
+    assert env["GEMINI_API_KEY"] == "[redacted]" and CREDENTIAL_ENV not in env
     assert env["GOOGLE_GEMINI_BASE_URL"] == "http://127.0.0.1:9"
     assert env["GEMINI_CLI_HOME"] == str(home) and env["TMPDIR"] == str(home / "tmp")
     assert env["HOME"] == gem.env["HOME"]

@@ -317,7 +317,7 @@ class Gemini(Harness):
         action = _event_action(event)
         return [] if action is None else [action]
 
-    def worker_actions(self, events_path: str | os.PathLike[str], limit: int) -> list[str]:
+    def worker_actions(self, events_path: str | os.PathLike[str] | int, limit: int) -> list[str]:
         """As `transcript.last_actions`, without the CLI's known stderr lines and the actions of failed calls."""
         if limit <= 0:
             return []
