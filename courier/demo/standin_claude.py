@@ -1,23 +1,22 @@
-"""The bundled stand-in for `claude` that `wb demo --harness claude` uses when Claude Code is not on PATH.
+"""A bundled stand-in for `claude` (Claude Code 2.1.328) that `wb demo` can use when the real CLI is not on PATH.
 
-It accepts the argv wb builds for Claude Code (contract §14: `-p --output-format stream-json
---verbose --model MODEL` plus permission and settings flags), reads the task on stdin, and holds
-a real, if tiny, conversation with the Anthropic Messages API at ANTHROPIC_BASE_URL
-(`POST {base}/v1/messages`, streamed, the key from ANTHROPIC_API_KEY in `x-api-key`),
-offering `Bash` and `Write`. It runs the commands the model asks for in the working directory
-(no sandbox: it only ever talks to the demo's scripted server), writes files inside it, and
-prints the stream-json lines Claude Code 2.1.328 prints: `system/init`, one `assistant` line
-per content block, `user` tool results, and a final `result` with `usage` and
-`total_cost_usd` (estimated from list prices, as Claude Code estimates it client-side). An
-HTTP error ends with an `is_error` result and exit 1.
+It accepts the argv wb builds (contract §14: `-p --output-format stream-json --verbose --model M
+[--effort E] --setting-sources "" --strict-mcp-config` and the permission flags), reads the task
+on stdin, and holds a real, if tiny, conversation with `POST $ANTHROPIC_BASE_URL/v1/messages`
+(streamed Server-Sent Events, `x-api-key: $ANTHROPIC_API_KEY`), offering a `Bash` and a
+`Write` tool. It runs the commands the model asks for in its working directory (`/bin/bash -c`,
+no sandbox: it only ever talks to the demo's scripted server), writes files inside it
+(outside only with bypassPermissions), and prints the stream-json lines Claude Code prints:
+`system/init`, one `assistant` line per content block, `user` tool results, one `result` with
+summed usage. Exit codes: 0 success, 1 error result or flag error.
 
-Run as `python -m courier.demo.standin_claude …` (the demo installs a `claude` wrapper).
+Run as `python -m courier.demo.standin_claude …` (a demo installs a `claude` wrapper).
 Standard library only.
 """
 
 from __future__ import annotations
 
-import datetime
+import contextlib
 import json
 import os
 import subprocess
@@ -26,25 +25,29 @@ import time
 import urllib.error
 import urllib.request
 import uuid
+from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
-MAX_TURNS = 8
+VERSION = "2.1.328"
+MAX_ROUNDS = 8
 COMMAND_TIMEOUT_S = 30.0
 REQUEST_TIMEOUT_S = 30.0
 OUTPUT_MAX_CHARS = 16 * 1024
-# USD per million tokens (Claude Sonnet list prices): input, cache write, cache read, output.
-PRICES = (3.0, 3.75, 0.30, 15.0)
-_VALUE_FLAGS = ("--output-format", "--model", "--effort", "--setting-sources", "--permission-mode",
-                "--allowedTools", "--permission-prompts", "--mcp-config", "--max-turns")  # fmt: skip
-_TOOLS = [
+# List prices per million tokens (input, output, cache read, cache write), for a cost estimate as Claude Code makes.
+PRICES = (3.0, 15.0, 0.3, 3.75)
+_VALUE_FLAGS = frozenset({"--output-format", "--model", "--effort", "--setting-sources", "--permission-mode",
+                          "--permission-prompts", "--max-turns"})  # fmt: skip
+_LIST_FLAGS = frozenset({"--allowedTools", "--allowed-tools", "--disallowedTools", "--mcp-config", "--tools"})
+_BOOLEAN_FLAGS = frozenset({"-p", "--print", "--verbose", "--strict-mcp-config"})
+TOOLS = [
     {
         "name": "Bash",
-        "description": "Runs a shell command in the working directory.",
+        "description": "Run a shell command in the working directory.",
         "input_schema": {"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]},
     },
     {
         "name": "Write",
-        "description": "Writes a file.",
+        "description": "Write a file (absolute path).",
         "input_schema": {
             "type": "object",
             "properties": {"file_path": {"type": "string"}, "content": {"type": "string"}},
@@ -55,197 +58,228 @@ _TOOLS = [
 
 
 def emit(event: dict[str, Any]) -> None:
-    sys.stdout.write(json.dumps(event, separators=(",", ":"), ensure_ascii=False) + "\n")
-    sys.stdout.flush()
+    data = memoryview(json.dumps(event, separators=(",", ":"), ensure_ascii=False).encode() + b"\n")
+    while data:
+        data = data[os.write(1, data) :]
 
 
-def fatal(message: str) -> NoReturn:
+def flag_error(message: str) -> NoReturn:
     sys.stderr.write(f"Error: {message}\n")
     sys.exit(1)
 
 
-def parse_args(argv: list[str]) -> dict[str, str]:
-    options: dict[str, str] = {}
-    args = iter(argv)
-    for arg in args:
-        if arg in _VALUE_FLAGS:
-            options[arg] = next(args, "")
-        elif arg in ("-p", "--print", "--verbose", "--strict-mcp-config"):
-            options[arg] = "1"
-        else:
-            fatal(f"unknown option '{arg}'")
-    if options.get("--output-format") != "stream-json":
-        fatal("the stand-in only implements --output-format stream-json")
-    if "--verbose" not in options:
-        fatal("When using --print, --output-format=stream-json requires --verbose")
-    return options
+@dataclass
+class Totals:
+    input_tokens: int = 0
+    cache_read: int = 0
+    cache_write: int = 0
+    output_tokens: int = 0
 
-
-def now() -> str:
-    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
-
-
-class Session:
-    def __init__(self, model: str, task: str) -> None:
-        self.model = model
-        self.task = task
-        self.cwd = os.getcwd()
-        self.session_id = str(uuid.uuid4())
-        self.usage = {"input_tokens": 0, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0,
-                      "output_tokens": 0}  # fmt: skip
-        self.turns = 0
-        self.started = time.monotonic()
-
-    def line(self, kind: str, **fields: Any) -> None:
-        emit({"type": kind, **fields, "session_id": self.session_id, "uuid": str(uuid.uuid4()), "timestamp": now()})
+    def add(self, usage: dict[str, Any]) -> None:
+        self.input_tokens += int(usage.get("input_tokens") or 0)
+        self.cache_read += int(usage.get("cache_read_input_tokens") or 0)
+        self.cache_write += int(usage.get("cache_creation_input_tokens") or 0)
 
     def cost(self) -> float:
-        u = self.usage
-        tokens = (u["input_tokens"], u["cache_creation_input_tokens"], u["cache_read_input_tokens"], u["output_tokens"])
-        return round(sum(t * p for t, p in zip(tokens, PRICES, strict=True)) / 1_000_000, 6)
+        counts = (self.input_tokens, self.output_tokens, self.cache_read, self.cache_write)
+        return round(sum(count * price for count, price in zip(counts, PRICES, strict=True)) / 1_000_000, 6)
 
-    def result(self, text: str, *, error: bool = False, status: int | None = None) -> NoReturn:
-        emit({
-            "type": "result", "subtype": "success", "is_error": error,
-            "duration_ms": int((time.monotonic() - self.started) * 1000), "num_turns": self.turns,
-            "result": text, "stop_reason": None if error else "end_turn", "session_id": self.session_id,
-            "total_cost_usd": self.cost(), "usage": dict(self.usage), "permission_denials": [],
-            "terminal_reason": "api_error" if error else "completed", "api_error_status": status,
+
+@dataclass
+class Session:
+    model: str
+    mode: str
+    cwd: str = field(default_factory=os.getcwd)
+    session_id: str = field(default_factory=lambda: str(uuid.uuid4()))
+    totals: Totals = field(default_factory=Totals)
+    turns: int = 0
+    denials: list[dict[str, Any]] = field(default_factory=list)
+
+    def common(self) -> dict[str, Any]:
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%S.000Z", time.gmtime())
+        return {
+            "parent_tool_use_id": None,
+            "session_id": self.session_id,
             "uuid": str(uuid.uuid4()),
+            "timestamp": stamp,
+        }
+
+    def result(self, *, is_error: bool, text: str, reason: str) -> None:
+        emit({
+            "type": "result", "subtype": "success", "is_error": is_error, "duration_ms": 0, "num_turns": self.turns,
+            "result": text, "stop_reason": None if is_error else "end_turn", "session_id": self.session_id,
+            "total_cost_usd": 0 if is_error else self.totals.cost(),
+            "usage": {"input_tokens": self.totals.input_tokens, "cache_creation_input_tokens": self.totals.cache_write,
+                      "cache_read_input_tokens": self.totals.cache_read, "output_tokens": self.totals.output_tokens,
+                      "output_tokens_details": {"thinking_tokens": 0}},
+            "permission_denials": self.denials, "terminal_reason": reason, "uuid": str(uuid.uuid4()),
         })  # fmt: skip
-        sys.exit(1 if error else 0)
 
-    def run(self) -> NoReturn:
-        base = os.environ.get("ANTHROPIC_BASE_URL", "").rstrip("/")
-        key = os.environ.get("ANTHROPIC_API_KEY", "")
-        if not base or not key:
-            fatal("the stand-in needs ANTHROPIC_BASE_URL and ANTHROPIC_API_KEY (it only talks to the demo's server)")
+    def fail(self, text: str) -> NoReturn:
+        message = {"id": str(uuid.uuid4()), "type": "message", "role": "assistant", "model": "<synthetic>",
+                   "content": [{"type": "text", "text": text}]}  # fmt: skip
         emit(
-            {
-                "type": "system",
-                "subtype": "init",
-                "cwd": self.cwd,
-                "session_id": self.session_id,
-                "tools": ["Bash", "Write"],
-                "mcp_servers": [],
-                "model": self.model,
-                "permissionMode": "acceptEdits",
-                "apiKeySource": "ANTHROPIC_API_KEY",
-                "claude_code_version": "stand-in",
-                "uuid": str(uuid.uuid4()),
-            }
+            {"type": "assistant", "message": message, **self.common(), "error": "unknown", "is_api_error_message": True}
         )
-        system = f"You are a coding agent.\nWorking directory: {self.cwd}\n"
-        messages: list[dict[str, Any]] = [{"role": "user", "content": [{"type": "text", "text": self.task}]}]
-        text = ""
-        for _ in range(MAX_TURNS):
-            self.turns += 1
-            message = self.respond(f"{base}/v1/messages", key, system, messages)
-            blocks = message["content"]
-            messages.append({"role": "assistant", "content": blocks})
-            for block in blocks:
-                self.line("assistant", message={**message, "content": [block]}, parent_tool_use_id=None)
-            calls = [b for b in blocks if b.get("type") == "tool_use"]
-            texts = [str(b.get("text", "")) for b in blocks if b.get("type") == "text"]
-            text = "".join(texts) or text
-            if not calls:
-                self.result(text)
-            results = [self.call(c) for c in calls]
-            messages.append({"role": "user", "content": results})
-        self.result(f"Reached maximum number of turns ({MAX_TURNS})", error=True)
+        self.result(is_error=True, text=text, reason="api_error")
+        sys.exit(1)
 
-    def respond(self, url: str, key: str, system: str, messages: list[dict[str, Any]]) -> dict[str, Any]:
-        """One streamed message, rebuilt from its SSE events; usage added to the run's total."""
-        body = {"model": self.model, "max_tokens": 4096, "system": system, "messages": messages, "tools": _TOOLS,
-                "stream": True}  # fmt: skip
-        headers = {"content-type": "application/json", "x-api-key": key, "anthropic-version": "2023-06-01"}
-        request = urllib.request.Request(url, data=json.dumps(body).encode(), headers=headers, method="POST")
-        message: dict[str, Any] = {}
-        blocks: dict[int, dict[str, Any]] = {}
-        partial: dict[int, str] = {}
+    # -- the model
+
+    def ask(self, messages: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], str, str]:
+        """(content blocks, stop_reason, message id) of one streamed response."""
+        base = os.environ.get("ANTHROPIC_BASE_URL", "https://api.anthropic.com").rstrip("/")
+        body = {
+            "model": self.model, "max_tokens": 4096, "stream": True, "tools": TOOLS, "messages": messages,
+            "system": f"You are a coding agent.\nWorking directory: {self.cwd}",
+        }  # fmt: skip
+        request = urllib.request.Request(
+            f"{base}/v1/messages",
+            data=json.dumps(body).encode(),
+            headers={
+                "content-type": "application/json",
+                "anthropic-version": "2023-06-01",
+                "x-api-key": os.environ.get("ANTHROPIC_API_KEY", ""),
+                "user-agent": f"wb-standin-claude/{VERSION}",
+            },
+            method="POST",
+        )
         try:
-            with urllib.request.urlopen(request, timeout=REQUEST_TIMEOUT_S) as reply:
-                for raw in reply:
-                    line = raw.decode("utf-8", "replace").strip()
-                    if not line.startswith("data:"):
-                        continue
-                    event = json.loads(line[5:].strip())
-                    kind = event.get("type")
-                    if kind == "message_start":
-                        message = dict(event["message"])
-                        for name in ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens"):
-                            self.usage[name] += int(message.get("usage", {}).get(name) or 0)
-                    elif kind == "content_block_start":
-                        blocks[event["index"]] = dict(event["content_block"])
-                        partial[event["index"]] = ""
-                    elif kind == "content_block_delta":
-                        delta = event["delta"]
-                        if delta.get("type") == "text_delta":
-                            blocks[event["index"]]["text"] = blocks[event["index"]].get("text", "") + delta["text"]
-                        elif delta.get("type") == "input_json_delta":
-                            partial[event["index"]] += delta.get("partial_json", "")
-                    elif kind == "message_delta":
-                        self.usage["output_tokens"] += int(event.get("usage", {}).get("output_tokens") or 0)
+            with urllib.request.urlopen(request, timeout=REQUEST_TIMEOUT_S) as response:
+                return self._read_stream(response)
         except urllib.error.HTTPError as exc:
             detail = exc.read().decode("utf-8", "replace")
-            self.result(f"API Error: {exc.code} {detail}", error=True, status=exc.code)
-        except (urllib.error.URLError, OSError, ValueError) as exc:
-            self.result(f"API Error: {exc}", error=True)
-        for index, block in blocks.items():
-            if block.get("type") == "tool_use":
-                block["input"] = json.loads(partial[index] or "{}")
-        message["content"] = [blocks[i] for i in sorted(blocks)]
-        return message
+            with contextlib.suppress(ValueError, KeyError, TypeError):
+                detail = json.loads(detail)["error"]["message"]
+            self.fail(f"API Error: {exc.code} {detail}")
+        except (urllib.error.URLError, OSError) as exc:
+            self.fail(f"API Error: Connection error ({exc})")
 
-    def call(self, block: dict[str, Any]) -> dict[str, Any]:
-        name, args = block.get("name"), block.get("input") if isinstance(block.get("input"), dict) else {}
-        assert isinstance(args, dict)
-        error = False
-        if name == "Bash" and isinstance(args.get("command"), str):
-            output = self.shell(args["command"])
-            extra: Any = {"stdout": output, "stderr": "", "interrupted": False, "isImage": False}
-        elif name == "Write" and isinstance(args.get("file_path"), str):
-            output, error = self.write(args["file_path"], str(args.get("content", "")))
-            extra = (
-                output if error else {"type": "create", "filePath": args["file_path"], "content": args.get("content")}
-            )
+    def _read_stream(self, response: Any) -> tuple[list[dict[str, Any]], str, str]:
+        blocks: dict[int, dict[str, Any]] = {}
+        partial: dict[int, str] = {}
+        stop_reason, message_id = "end_turn", str(uuid.uuid4())
+        for raw in response:
+            line = raw.decode("utf-8", "replace").strip()
+            if not line.startswith("data:"):
+                continue
+            event = json.loads(line[5:])
+            kind = event.get("type")
+            if kind == "message_start":
+                message_id = event["message"].get("id", message_id)
+                self.totals.add(event["message"].get("usage") or {})
+            elif kind == "content_block_start":
+                blocks[event["index"]] = dict(event["content_block"])
+            elif kind == "content_block_delta":
+                delta = event["delta"]
+                if delta.get("type") == "text_delta":
+                    blocks[event["index"]]["text"] = blocks[event["index"]].get("text", "") + delta["text"]
+                elif delta.get("type") == "input_json_delta":
+                    partial[event["index"]] = partial.get(event["index"], "") + delta["partial_json"]
+            elif kind == "message_delta":
+                stop_reason = event.get("delta", {}).get("stop_reason") or stop_reason
+                self.totals.output_tokens += int((event.get("usage") or {}).get("output_tokens") or 0)
+        for index, text in partial.items():
+            blocks[index]["input"] = json.loads(text or "{}")
+        return [blocks[i] for i in sorted(blocks)], stop_reason, message_id
+
+    # -- the tools
+
+    def run_tool(self, block: dict[str, Any]) -> dict[str, Any]:
+        name, tool_input, ident = block.get("name"), block.get("input") or {}, block.get("id")
+        if name == "Bash":
+            try:
+                done = subprocess.run(
+                    ["/bin/bash", "-c", str(tool_input.get("command", ""))], cwd=self.cwd, capture_output=True,
+                    text=True, timeout=COMMAND_TIMEOUT_S, stdin=subprocess.DEVNULL,
+                )  # fmt: skip
+                output = (done.stdout + done.stderr)[:OUTPUT_MAX_CHARS].rstrip("\n")
+                return self.tool_result(ident, output or "(Bash completed with no output)", done.returncode != 0)
+            except subprocess.TimeoutExpired:
+                return self.tool_result(ident, "Command timed out", True)
+        if name == "Write":
+            path = os.path.normpath(os.path.join(self.cwd, str(tool_input.get("file_path", ""))))
+            if not (self.mode == "bypassPermissions" or path.startswith(self.cwd + os.sep)):
+                text = f"Claude requested permissions to write to {path}, but you haven't granted it yet."
+                emit({"type": "system", "subtype": "permission_denied", "tool_name": "Write", "tool_use_id": ident,
+                      "message": text, "uuid": str(uuid.uuid4()), "session_id": self.session_id})  # fmt: skip
+                self.denials.append({"tool_name": "Write", "tool_use_id": ident, "tool_input": tool_input})
+                return self.tool_result(ident, text, True)
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(path, "w", encoding="utf-8") as handle:
+                handle.write(str(tool_input.get("content", "")))
+            return self.tool_result(ident, f"File created successfully at: {path}", False)
+        return self.tool_result(ident, f"No such tool available: {name}", True)
+
+    def tool_result(self, ident: Any, content: str, is_error: bool) -> dict[str, Any]:
+        block = {"tool_use_id": ident, "type": "tool_result", "content": content, "is_error": is_error}
+        emit({"type": "user", "message": {"role": "user", "content": [block]}, **self.common()})
+        return block
+
+    # -- the turn
+
+    def run(self, task: str) -> NoReturn:
+        emit({
+            "type": "system", "subtype": "init", "cwd": self.cwd, "session_id": self.session_id,
+            "tools": [tool["name"] for tool in TOOLS], "mcp_servers": [], "model": self.model,
+            "permissionMode": self.mode, "apiKeySource": "ANTHROPIC_API_KEY", "claude_code_version": VERSION,
+            "uuid": str(uuid.uuid4()),
+        })  # fmt: skip
+        messages: list[dict[str, Any]] = [{"role": "user", "content": task}]
+        final = ""
+        for _ in range(MAX_ROUNDS):
+            blocks, stop_reason, message_id = self.ask(messages)
+            self.turns += 1
+            for block in blocks:
+                message = {"id": message_id, "type": "message", "role": "assistant", "model": self.model,
+                           "content": [block], "stop_reason": None}  # fmt: skip
+                emit({"type": "assistant", "message": message, **self.common()})
+            messages.append({"role": "assistant", "content": blocks})
+            final = "".join(str(b.get("text", "")) for b in blocks if b.get("type") == "text") or final
+            uses = [block for block in blocks if block.get("type") == "tool_use"]
+            if stop_reason != "tool_use" or not uses:
+                self.result(is_error=False, text=final, reason="completed")
+                sys.exit(0)
+            messages.append({"role": "user", "content": [self.run_tool(block) for block in uses]})
+        emit({"type": "result", "subtype": "error_max_turns", "is_error": True, "num_turns": self.turns,
+              "session_id": self.session_id, "errors": [f"Reached maximum number of turns ({MAX_ROUNDS})"],
+              "terminal_reason": "max_turns", "uuid": str(uuid.uuid4())})  # fmt: skip
+        sys.exit(1)
+
+
+def main(argv: list[str] | None = None) -> NoReturn:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args in (["--version"], ["-v"]):
+        print(f"{VERSION} (Claude Code; wb demo stand-in)")
+        sys.exit(0)
+    options: dict[str, Any] = {}
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        i += 1
+        if arg in _BOOLEAN_FLAGS:
+            options[arg] = True
+        elif arg in _VALUE_FLAGS:
+            if i >= len(args):
+                flag_error(f"option '{arg} <value>' argument missing")
+            options[arg], i = args[i], i + 1
+        elif arg in _LIST_FLAGS:
+            while i < len(args) and not args[i].startswith("-"):
+                i += 1
         else:
-            output, error, extra = f"No such tool available: {name}", True, f"Error: No such tool available: {name}"
-        result = {"tool_use_id": block.get("id"), "type": "tool_result", "content": output, "is_error": error}
-        self.line("user", message={"role": "user", "content": [result]}, parent_tool_use_id=None,
-                  tool_use_result=extra)  # fmt: skip
-        return result
-
-    def shell(self, command: str) -> str:
-        try:
-            done = subprocess.run(
-                ["bash", "-c", command],
-                cwd=self.cwd,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                timeout=COMMAND_TIMEOUT_S,
-            )
-            return done.stdout.decode("utf-8", "replace")[:OUTPUT_MAX_CHARS].rstrip("\n")
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            return str(exc)
-
-    def write(self, name: str, content: str) -> tuple[str, bool]:
-        path = os.path.normpath(os.path.join(self.cwd, name))
-        if not path.startswith(self.cwd + os.sep):
-            return f"Claude requested permissions to write to {path}, but you haven't granted it yet.", True
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        with open(path, "w", encoding="utf-8") as handle:
-            handle.write(content)
-        return f"File created successfully at: {path}", False
-
-
-def main(argv: list[str] | None = None) -> None:
-    options = parse_args(sys.argv[1:] if argv is None else argv)
-    task = "" if sys.stdin.isatty() else sys.stdin.buffer.read().decode("utf-8", "replace")
+            flag_error(f"unknown option '{arg}' (the stand-in reads the prompt from stdin only)")
+    if options.get("--output-format") == "stream-json" and not options.get("--verbose"):
+        flag_error("When using --print, --output-format=stream-json requires --verbose")
+    mode = str(options.get("--permission-mode") or "default")
+    if mode == "bypassPermissions" and os.geteuid() == 0:
+        sys.stderr.write(
+            "--dangerously-skip-permissions cannot be used with root/sudo privileges for security reasons\n"
+        )
+        sys.exit(1)
+    task = sys.stdin.read()
     if not task.strip():
-        fatal("Input must be provided either through stdin or as a prompt argument when using --print")
-    Session(options.get("--model") or "claude-sonnet-4-5", task).run()
+        flag_error("Input must be provided either through stdin or as a prompt argument when using --print")
+    Session(model=str(options.get("--model") or "claude-sonnet-4-5"), mode=mode).run(task)
 
 
 if __name__ == "__main__":
