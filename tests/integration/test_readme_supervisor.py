@@ -73,10 +73,8 @@ def test_the_same_script_runs_a_codex_a_claude_and_a_gemini_profile(sshd: SshdFa
         config = (server.root / "remote-wb.yaml").read_text()
         credential = re.search(r"credential_file: (\S+)", config)
         assert credential is not None
-        more = (
-            f"    anth: {{base_url: 'http://127.0.0.1:9', credential_file: {credential.group(1)}, wire_api: anthropic}}\n"
-            f"    gem: {{base_url: 'http://127.0.0.1:9', credential_file: {credential.group(1)}, wire_api: gemini}}\n"
-        )
+        source = f"base_url: 'http://127.0.0.1:9', credential_file: {credential.group(1)}"
+        more = f"    anth: {{{source}, wire_api: anthropic}}\n    gem: {{{source}, wire_api: gemini}}\n"
         config = config.replace("  profiles:\n", more + "  profiles:\n") + profiles[name]
         (server.root / "remote-wb.yaml").write_text(config)
         targets[name] = sshd.target(server)
