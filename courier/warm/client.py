@@ -136,6 +136,8 @@ class _Forwarder:
 
     def install(self) -> None:
         for signum in FORWARDED_SIGNALS:
+            if signal.getsignal(signum) == signal.SIG_IGN:
+                continue  # ignored here (e.g. a background job): the cold process would ignore it too
             try:
                 self.previous[signum] = signal.signal(signum, self._handle)
             except (OSError, ValueError):

@@ -16,13 +16,13 @@ import contextlib
 import re
 import sys
 import time
-from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
 from courier.capabilities import SERVE
 from courier.errors import ConnectionLost, ReplyUntrusted, TransportError
 from courier.remote import ssh
+from courier.remote.pool import _renamed as renamed
 from courier.remote.reply import BadReply, find_reply
 from protocol import limits
 from protocol.entry import REMOTE_ARGUMENT, SERVE_ARGUMENT
@@ -30,6 +30,10 @@ from protocol.models import RemoteRequest
 
 _READ_CHUNK = 64 * limits.KIB
 _REPLY_ID = re.compile(rb'^\{"request_id":"(r[0-9]{1,12})",')
+# A session refused while none of ours is open is asked again this many times, pausing
+# 50 ms, 100 ms, … (a session that just ended may not be released by the server yet).
+_REFUSED_ALONE_TRIES = 6
+_REFUSED_PAUSE_S = 0.05
 _VERSION_PAYLOAD = RemoteRequest(schema_version=limits.SCHEMA_VERSION, operation="version").encode()
 
 
@@ -130,8 +134,9 @@ class ServeChannel:
 class Peer:
     """One machine as one configuration reaches it: its connection, channels and counters."""
 
-    def __init__(self, endpoint: ssh.Endpoint, command: str, max_sessions: int) -> None:
-        self.endpoint = endpoint
+    def __init__(self, endpoint: ssh.Endpoint, command: str, max_sessions: int, handshake: asyncio.Lock) -> None:
+        self.endpoint = endpoint  # the first machine that reached it (aliases of one host share a peer)
+        self._handshake = handshake
         self.command = command
         self.max_sessions = max_sessions
         self.connection: ssh.Connection | None = None
@@ -142,9 +147,12 @@ class Peer:
         self.peak = 0
         self.capabilities: list[str] | None = None  # asked at most once per connection
         self.serve: ServeChannel | None = None
-        self._channels = asyncio.Semaphore(max_sessions)
+        self._limit = max_sessions  # lowered to what the server held when it refuses a session
+        self._gate = asyncio.Condition()
         self._connect_lock = asyncio.Lock()
+        self._opening: asyncio.Future[ssh.Connection] | None = None
         self._side_task: asyncio.Task[None] | None = None
+        self._releases: set[asyncio.Future[None]] = set()
 
     @property
     def mode(self) -> str:
@@ -163,8 +171,7 @@ class Peer:
                 serve = self.serve
                 if serve is not None and not serve.closed:
                     return await serve.ask(spec.payload)
-                async with self._channel():
-                    outcome = await connection.run(spec.command, spec.payload)
+                outcome = await self._session(connection, spec.command, spec.payload)
                 self._after_call(connection)
                 return outcome
             except ConnectionLost as exc:
@@ -177,29 +184,68 @@ class Peer:
         raise AssertionError("unreachable")
 
     async def _connection(self, settings: Any) -> tuple[ssh.Connection, bool]:
+        """The open connection, re-verified; or a new one (concurrent callers share one handshake and its failure)."""
         async with self._connect_lock:
-            current = self.connection
-            if current is not None and (current.closed or not current.host_key_still_trusted(settings)):
-                await self._drop(current)
-                current = None
-            if current is not None:
-                return current, False
-            connection = await ssh.connect(self.endpoint)
-            self.connection = connection
-            self.opened_at = time.time()
-            self.capabilities = None
-            self.serve = None
-            return connection, True
+            opening = self._opening
+            if opening is None:
+                current = self.connection
+                if current is not None and (current.closed or not current.host_key_still_trusted(settings)):
+                    await self._drop(current)
+                    current = None
+                if current is not None:
+                    return current, False
+                opening = self._opening = asyncio.ensure_future(self._open())
+                opening.add_done_callback(self._opened)
+        # Shielded: one caller's deadline must not cancel the handshake the others wait on.
+        return await asyncio.shield(opening), True
 
-    @contextlib.asynccontextmanager
-    async def _channel(self) -> AsyncIterator[None]:
-        async with self._channels:
+    async def _open(self) -> ssh.Connection:
+        async with self._handshake:  # one handshake at a time per address (sshd's MaxStartups)
+            connection = await ssh.connect(self.endpoint)
+        self.connection = connection
+        self.opened_at = time.time()
+        self.capabilities = None
+        self.serve = None
+        return connection
+
+    def _opened(self, future: asyncio.Future[ssh.Connection]) -> None:
+        if self._opening is future:
+            self._opening = None
+        if not future.cancelled():
+            future.exception()  # retrieved: waiters that gave up must not leave it unobserved
+
+    async def _take_slot(self) -> None:
+        async with self._gate:
+            await self._gate.wait_for(lambda: self.in_use < self._limit)
             self.in_use += 1
             self.peak = max(self.peak, self.in_use)
+
+    async def _release_slot(self) -> None:
+        async with self._gate:
+            self.in_use -= 1
+            self._gate.notify_all()
+
+    async def _session(self, connection: ssh.Connection, command: str, payload: bytes) -> ssh.Outcome:
+        """One command as one channel; a server that allows fewer sessions than we open gets fewer."""
+        pause_s = _REFUSED_PAUSE_S
+        alone_refusals = 0
+        while True:
+            await self._take_slot()
+            others = 0
             try:
-                yield
+                return await connection.run(command, payload)
+            except ssh.SessionRefused:
+                others = self.in_use - 1
+                self._limit = max(1, min(self._limit, others))
+                if others == 0:
+                    alone_refusals += 1
+                    if alone_refusals >= _REFUSED_ALONE_TRIES:
+                        raise
             finally:
-                self.in_use -= 1
+                await self._release_slot()
+            if others == 0:  # the server may not have released a session that just ended on our side
+                await asyncio.sleep(pause_s)
+                pause_s *= 2
 
     def _after_call(self, connection: ssh.Connection) -> None:
         """Learn the peer's capabilities once per connection; keep a serve process when it has one."""
@@ -211,22 +257,25 @@ class Peer:
     async def _prepare_serve(self, connection: ssh.Connection) -> None:
         with contextlib.suppress(TransportError, OSError):
             if self.capabilities is None:
-                async with self._channel():
-                    outcome = await connection.run(self.command, _VERSION_PAYLOAD)
+                outcome = await self._session(connection, self.command, _VERSION_PAYLOAD)
                 self.capabilities = _capabilities(outcome)
             if SERVE not in self.capabilities or connection is not self.connection or connection.closed:
                 return
             if not self.command.endswith(REMOTE_ARGUMENT):
                 return
-            await self._channels.acquire()  # the serve channel holds one of the slots for its life
+            await self._take_slot()  # the serve channel holds one of the slots for its life
             try:
                 stream = await connection.start(self.command[: -len(REMOTE_ARGUMENT)] + SERVE_ARGUMENT)
             except BaseException:
-                self._channels.release()
+                await self._release_slot()
                 raise
             channel = ServeChannel(stream, self.endpoint.machine)
-            channel._reader.add_done_callback(lambda _: self._channels.release())
+            channel._reader.add_done_callback(lambda _: self._release_later())
             self.serve = channel
+
+    def _release_later(self) -> None:
+        self._releases.add(task := asyncio.ensure_future(self._release_slot()))
+        task.add_done_callback(self._releases.discard)
 
     async def _drop(self, connection: ssh.Connection) -> None:
         if self.serve is not None:
@@ -257,6 +306,7 @@ class Peer:
             "channels_in_use": self.in_use,
             "peak_channels": self.peak,
             "max_sessions": self.max_sessions,
+            "session_limit": self._limit,
         }
 
 
@@ -281,18 +331,25 @@ def _capabilities(outcome: ssh.Outcome) -> list[str]:
 
 
 class Pool:
-    """Peers keyed by machine, wb command, channel bound and the ssh config as it resolves now."""
+    """Peers keyed by where the ssh config resolves the machine to now (aliases of one host share
+    one, contract §8.1), the wb command and the channel bound; a changed ssh config means a new one."""
 
     def __init__(self) -> None:
         self.peers: dict[tuple[object, ...], Peer] = {}
+        self._handshakes: dict[str, asyncio.Lock] = {}
 
     async def call(self, spec: CallSpec) -> ssh.Outcome:
-        settings = ssh.resolve(spec.endpoint)  # re-read per call: a changed ssh config means a new connection
-        key = (spec.endpoint, spec.command, spec.max_sessions, ssh.settings_key(settings))
+        address, connection_key = ssh.connection_key(spec.endpoint)
+        settings = ssh.resolve(spec.endpoint)
+        key = (connection_key, ssh.settings_key(settings), spec.command, spec.max_sessions)
         peer = self.peers.get(key)
         if peer is None:
-            peer = self.peers[key] = Peer(spec.endpoint, spec.command, spec.max_sessions)
-        return await peer.call(settings, spec)
+            handshake = self._handshakes.setdefault(address, asyncio.Lock())
+            peer = self.peers[key] = Peer(spec.endpoint, spec.command, spec.max_sessions, handshake)
+        try:
+            return await peer.call(settings, spec)
+        except TransportError as exc:
+            raise renamed(exc, peer.endpoint.machine, spec.endpoint.machine) from None
 
     def describe(self) -> list[dict[str, Any]]:
         return sorted((peer.describe() for peer in self.peers.values()), key=lambda row: str(row["machine"]))

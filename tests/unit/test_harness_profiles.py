@@ -161,7 +161,7 @@ def test_an_optional_operation_lists_itself(monkeypatch: pytest.MonkeyPatch) -> 
     entry = operations.Operation("diff", "result", "courier.runs.service:diff_op", capability="diff")
     monkeypatch.setitem(operations.TABLE, "diff", entry)
     listed = capabilities()
-    assert listed[0] == "diff" and listed[1:] == [f"harness:{name}" for name in runnable_harnesses()]
+    assert listed == ["serve", "diff"] + [f"harness:{name}" for name in runnable_harnesses()]
 
 
 def test_capabilities_and_cost_on_the_wire() -> None:
