@@ -20,6 +20,7 @@ import time
 from courier.warm import frames, place
 
 MODE_ENV = "WB_COURIER"
+LOG_ENV = "WB_COURIER_LOG"
 OFF_VALUES = ("off", "0", "no", "false")
 PROTOCOL = b"1"
 START_WAIT_S = 10.0  # the courier imports the whole program once; a loaded machine takes a while
@@ -100,7 +101,9 @@ def _start(path: str) -> bool:
             if os.fork():
                 os._exit(0)
             null = os.open(os.devnull, os.O_RDWR)
-            log = os.open(place.log_path(path), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            # Its log (start, stop, reconnects) only when asked for: WB_HOME may be a small disk.
+            wanted = os.environ.get(LOG_ENV, "")
+            log = os.open(wanted, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600) if wanted else null
             os.dup2(null, 0)
             os.dup2(null, 1)
             os.dup2(log, 2)

@@ -109,10 +109,6 @@ def lock_path(socket: str) -> str:
     return socket[: -len(".sock")] + ".lock"
 
 
-def log_path(socket: str) -> str:
-    return socket[: -len(".sock")] + ".log"
-
-
 def sun_path(path: str) -> tuple[str, int | None]:
     """An address for bind/connect: the path itself, or /proc/self/fd/<dirfd>/name for a long one.
 
