@@ -171,7 +171,7 @@ class Peer:
                 serve = self.serve
                 if serve is not None and not serve.closed:
                     return await serve.ask(spec.payload)
-                outcome = await self._session(connection, spec.command, spec.payload)
+                outcome = await self._session(connection, spec.command, spec.payload, or_serve=True)
                 self._after_call(connection)
                 return outcome
             except ConnectionLost as exc:
@@ -214,23 +214,37 @@ class Peer:
         if not future.cancelled():
             future.exception()  # retrieved: waiters that gave up must not leave it unobserved
 
-    async def _take_slot(self) -> None:
+    def _serve_ready(self) -> bool:
+        return self.serve is not None and not self.serve.closed
+
+    async def _take_slot(self, *, or_serve: bool = False) -> bool:
+        """A channel slot (True); or, with `or_serve`, False as soon as a serve session can take the call."""
         async with self._gate:
-            await self._gate.wait_for(lambda: self.in_use < self._limit)
+            await self._gate.wait_for(lambda: self.in_use < self._limit or (or_serve and self._serve_ready()))
+            if or_serve and self._serve_ready():
+                return False
             self.in_use += 1
             self.peak = max(self.peak, self.in_use)
+            return True
 
     async def _release_slot(self) -> None:
         async with self._gate:
             self.in_use -= 1
             self._gate.notify_all()
 
-    async def _session(self, connection: ssh.Connection, command: str, payload: bytes) -> ssh.Outcome:
-        """One command as one channel; a server that allows fewer sessions than we open gets fewer."""
+    async def _session(
+        self, connection: ssh.Connection, command: str, payload: bytes, *, or_serve: bool = False
+    ) -> ssh.Outcome:
+        """One command as one channel; a server that allows fewer sessions than we open gets fewer.
+
+        With `or_serve`, a call still waiting for a channel when a serve session starts goes there.
+        """
         pause_s = _REFUSED_PAUSE_S
         alone_refusals = 0
         while True:
-            await self._take_slot()
+            if not await self._take_slot(or_serve=or_serve):
+                assert self.serve is not None
+                return await self.serve.ask(payload)
             others = 0
             try:
                 return await connection.run(command, payload)
@@ -272,6 +286,8 @@ class Peer:
             channel = ServeChannel(stream, self.endpoint.machine)
             channel._reader.add_done_callback(lambda _: self._release_later())
             self.serve = channel
+            async with self._gate:
+                self._gate.notify_all()  # calls waiting for a channel can take the serve session now
 
     def _release_later(self) -> None:
         self._releases.add(task := asyncio.ensure_future(self._release_slot()))

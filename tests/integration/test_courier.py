@@ -562,7 +562,7 @@ def test_a_current_peer_is_used_in_serve_mode_with_concurrent_requests(remote: R
     caller = remote.caller("serve")
     assert caller.wb("agent", "list", "--to", "box").returncode == 0
     assert wait_for(lambda: _machine_row(caller, "box").get("mode") == "serve", 30)
-    assert len(_serve_processes(remote.box)) == 1
+    assert wait_for(lambda: len(_serve_processes(remote.box)) == 1, 15)
     ref = caller.wb(
         "agent",
         "dispatch",
