@@ -60,7 +60,10 @@ def _perform(
 ) -> None:
     operation = request.operation
     if operation == "version":
+        from protocol.models import CAPABILITIES
+
         response.wb_version = __version__
+        response.capabilities = list(CAPABILITIES)
         return
     from courier.runs import service
 

@@ -7,6 +7,7 @@ Both answers are a RemoteResponse; an in-band failure becomes the error class it
 from __future__ import annotations
 
 import os
+import re
 import time
 
 from courier.config import Config
@@ -34,13 +35,30 @@ def ask(config: Config, machine: str, request: RemoteRequest) -> RemoteResponse:
         from courier.operations import perform
 
         response = perform(validated(request), config=config)
-    raise_failure(machine, response)
+    raise_failure(machine, response, request.operation)
     return response
 
 
-def raise_failure(machine: str, response: RemoteResponse) -> None:
+_UNSUPPORTED = re.compile(r"\b(unknown|unsupported) operation\b", re.IGNORECASE)
+
+
+def upgrade_message(machine: str, version: str | None, feature: str) -> str:
+    """Contract Part two: what the caller says when a peer lacks an operation or feature."""
+    who = f"wb {sanitize(version)[:64]}" if version else "an older wb"
+    return f"machine {machine} runs {who}, which does not support {feature}; upgrade wb there"
+
+
+def raise_failure(machine: str, response: RemoteResponse, operation: str = "") -> None:
     if not response.failure:
         return
+    if (
+        machine
+        and operation
+        and response.failure_kind in (None, "request")
+        and _UNSUPPORTED.search(response.failure)
+        and operation in response.failure
+    ):
+        raise UsageError(upgrade_message(machine, response.wb_version, operation))
     text = response.failure
     if machine:
         text = sanitize(clip_bytes(text, limits.REMOTE_FAILURE_SHOWN_MAX_BYTES))

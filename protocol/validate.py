@@ -79,14 +79,43 @@ def _validate(request: RemoteRequest) -> None:
         raise RequestRefused(f'unknown operation "{operation[:64]}": expected one of {", ".join(OPERATIONS)}')
     if operation == "dispatch":
         _validate_dispatch(request)
-    elif operation in ("status", "await", "logs", "stop"):
+    elif operation in ("status", "await", "logs", "stop", "diff", "continue"):
         if not request.agent_id:
             raise RequestRefused(f"{operation} needs agent_id")
         check_run_id(request.agent_id)
-    if operation == "await" and request.wait_timeout_ms < 0:
+    if operation in ("await", "logs") and request.wait_timeout_ms < 0:
         raise RequestRefused("wait_timeout_ms must be >= 0 (0 means no bound)")
-    if operation == "logs" and request.tail < 0:
+    if operation == "logs":
+        _validate_logs(request)
+    elif operation == "continue":
+        _validate_continue(request)
+    elif operation == "prune" and request.older_than_ms < 0:
+        raise RequestRefused("older_than_ms must be >= 0")
+
+
+def _validate_logs(request: RemoteRequest) -> None:
+    if request.tail < 0:
         raise RequestRefused("tail must be >= 0 (0 means the default of 8)")
+    if request.follow_from < 0:
+        raise RequestRefused("follow_from must be >= 0 (a byte offset of events.jsonl)")
+    if request.follow and request.wait_timeout_ms > limits.AWAIT_CHUNK_MS:
+        raise RequestRefused(f"a follow call waits at most {limits.AWAIT_CHUNK_MS} ms (5 min); repeat the call")
+
+
+def _validate_continue(request: RemoteRequest) -> None:
+    check_task(request.task)
+    if request.profile and (not request.profile.isprintable() or len(request.profile) > 128):
+        raise RequestRefused("profile must be a printable name of at most 128 characters")
+    _check_timeout(request.timeout_ms)
+    if request.new_agent_id:
+        check_run_id(request.new_agent_id)
+
+
+def _check_timeout(timeout_ms: int) -> None:
+    if timeout_ms <= 0:
+        raise RequestRefused("timeout_ms must be > 0")
+    if timeout_ms > limits.TIMEOUT_MAX_MS:
+        raise RequestRefused(f"timeout_ms must be at most {limits.TIMEOUT_MAX_MS} (168h)")
 
 
 def _validate_dispatch(request: RemoteRequest) -> None:
@@ -110,10 +139,7 @@ def _validate_dispatch(request: RemoteRequest) -> None:
         check_ref_text(request.branch, "branch")
     if request.base:
         check_ref_text(request.base, "base")
-    if request.timeout_ms <= 0:
-        raise RequestRefused("timeout_ms must be > 0")
-    if request.timeout_ms > limits.TIMEOUT_MAX_MS:
-        raise RequestRefused(f"timeout_ms must be at most {limits.TIMEOUT_MAX_MS} (168h)")
+    _check_timeout(request.timeout_ms)
     if request.agent_id:
         check_run_id(request.agent_id)
 

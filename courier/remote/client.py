@@ -30,10 +30,10 @@ from courier.remote.reply import BadReply, find_reply
 from courier.text import clip_bytes, sanitize
 from protocol import limits
 from protocol.durations import format_duration_ms
-from protocol.models import RemoteRequest, RemoteResponse, Result, StopResult
+from protocol.models import DiffResult, PruneResult, RemoteRequest, RemoteResponse, Result, StopResult
 from protocol.validate import RequestRefused, describe_validation_error, validate_request
 
-_RESULT_OPERATIONS = ("dispatch", "status", "await")
+_RESULT_OPERATIONS = ("dispatch", "status", "await", "continue")
 _SHORT_TEXT_MAX = 256
 
 
@@ -215,6 +215,16 @@ def _check_results(machine: str, operation: str, response: RemoteResponse) -> No
             stop = StopResult.model_validate(response.result).to_wire()
             stop["machine"] = machine
             response.result = stop
+        elif operation == "logs" and response.result is not None:
+            response.result = _stamped(response.result, machine)  # a follow reply carries the run's Result
+        elif operation == "diff":
+            if response.result is None:
+                raise ReplyUntrusted(f"{machine}: the diff reply carries no result")
+            diff = DiffResult.model_validate(response.result)
+            diff.machine = machine
+            response.result = diff.to_wire()
+        elif operation == "prune":
+            response.result = PruneResult.model_validate(response.result or {}).to_wire()
         elif operation == "list":
             response.results = [_stamped(item, machine) for item in response.results or []]
             response.result = None

@@ -11,6 +11,7 @@ three git processes: rev-parse, add, diff.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -128,12 +129,11 @@ def compute_diff(worktree_dir: str, base_sha: str | None, *, with_patch: bool = 
     scratch = tempfile.mkdtemp(prefix="wb-diff-")
     try:
         temp_index = os.path.join(scratch, "index")
-        try:
+        with contextlib.suppress(FileNotFoundError):  # no index yet: git starts an empty one
             shutil.copyfile(index_path, temp_index)
-        except FileNotFoundError:
-            pass  # a worktree without an index yet: git starts an empty one
         env = {"GIT_INDEX_FILE": temp_index}
-        added = run_git(["add", "--all", "--intent-to-add", "--", "."], cwd=worktree_dir, env=env, timeout=GIT_TIMEOUT_S)
+        add = ["add", "--all", "--intent-to-add", "--", "."]
+        added = run_git(add, cwd=worktree_dir, env=env, timeout=GIT_TIMEOUT_S)
         if added.returncode != 0:
             raise DiffFailed(f"git cannot list the new files in {worktree_dir}: {stderr_line(added)}")
         flags = list(_DIFF_FLAGS) if with_patch else [flag for flag in _DIFF_FLAGS if flag not in ("-p", "--binary")]

@@ -166,6 +166,8 @@ def dispatch(config: Config, request: RemoteRequest) -> Result:
             network=network,
             provider_options=provider_options(provider) or None,
             started_at=rfc3339(utc_now()),
+            stall_after_ms=config.profile(request.profile).stall_after_ms,
+            stop_when_stalled_ms=config.profile(request.profile).stop_when_stalled_ms,
         )
         try:
             run_dir = store.create(record, request.task)

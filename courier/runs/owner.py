@@ -12,6 +12,7 @@ import signal
 import subprocess
 import threading
 import time
+from datetime import timedelta
 from pathlib import Path
 
 from courier.config import Provider
@@ -21,6 +22,7 @@ from courier.runs import store as store_mod
 from courier.runs.changes import summarize_changes
 from courier.runs.environment import Credential, resolve_credential, worker_environment
 from courier.runs.harness.codex import EventSummary, codex_argv, final_message
+from courier.runs.private_tree import make_private
 from courier.runs.store import Record, Store, rfc3339, utc_now, within_admission_grace
 from protocol import limits
 from protocol.durations import format_duration_ms
@@ -96,6 +98,7 @@ class Owner:
         self.summary = EventSummary()
         self.diagnostics: list[str] = []
         self.timed_out = False
+        self.stalled_since_output: str | None = None  # set when stop_when_stalled stopped the run
         self.secret = b""
 
     def run(self) -> None:
@@ -138,6 +141,8 @@ class Owner:
             self.diagnostics.append(
                 f"killed {left} leftover process(es) of the worker's group after the harness exited"
             )
+        with contextlib.suppress(OSError):
+            make_private(self.run_dir / store_mod.HARNESS_HOME)
         self.decide_and_save(exit_code=_exit_code(worker.returncode))
 
     def prepare(self) -> tuple[Credential, list[str]]:
@@ -160,6 +165,7 @@ class Owner:
             network=record.network,
             last_message_path=str(self.run_dir / store_mod.LAST_MESSAGE),
             env_key=credential.env_name,
+            resume_session=record.resume_session_id,
         )
         return credential, argv
 
@@ -174,14 +180,24 @@ class Owner:
         skipping = False
         line_number = 0
         exited_at: float | None = None
+        stall_stop_s = self.stall_stop_after_s()
+        last_output = time.monotonic()
         try:
             while True:
                 now = time.monotonic()
                 if not self.timed_out and now >= deadline and worker.poll() is None:
                     self.timed_out = True
-                    process.signal_group(worker.pid, signal.SIGTERM)
-                    if not process.wait_until(lambda: worker.poll() is not None, limits.TIMEOUT_KILL_GRACE_S):
-                        process.signal_group(worker.pid, signal.SIGKILL)
+                    self.end_worker(worker)
+                if (
+                    stall_stop_s is not None
+                    and self.stalled_since_output is None
+                    and not self.timed_out
+                    and now - last_output >= stall_stop_s
+                    and worker.poll() is None
+                ):
+                    silent_for = now - last_output
+                    self.stalled_since_output = rfc3339(utc_now() - timedelta(seconds=silent_for))
+                    self.end_worker(worker)
                 if exited_at is None and worker.poll() is not None:
                     exited_at = now
                 # A child that outlives the harness may hold the pipe open: after the exit, read
@@ -197,6 +213,7 @@ class Owner:
                 if not chunk:
                     worker.wait()
                     break
+                last_output = time.monotonic()
                 pending += chunk
                 while True:
                     newline = pending.find(b"\n")
@@ -221,6 +238,7 @@ class Owner:
                         os.write(log_fd, line)
                         stored += len(line)
                     self.summary.feed(line)
+                    self.note_session()
             if pending and not skipping:
                 line = self.redact(pending)
                 if stored + len(line) <= limits.EVENTS_STORED_MAX_BYTES:
@@ -230,6 +248,27 @@ class Owner:
             os.close(log_fd)
             worker.stdout.close()
         worker.wait()
+
+    def note_session(self) -> None:
+        """Save the harness's session ID as soon as it is known, so even an abandoned run can be continued."""
+        thread = self.summary.thread_id
+        if thread and self.record.session_id != thread:
+            self.record.session_id = thread
+            with contextlib.suppress(OSError):
+                self.store.save(self.record)
+
+    def stall_stop_after_s(self) -> float | None:
+        """Seconds of silence after which the owner stops the run (stall_after + stop_when_stalled), if ever."""
+        record = self.record
+        stall_ms = store_mod.stall_after_ms(record)
+        if record.stop_when_stalled_ms is None or stall_ms <= 0:
+            return None
+        return (stall_ms + record.stop_when_stalled_ms) / 1000
+
+    def end_worker(self, worker: subprocess.Popen[bytes]) -> None:
+        process.signal_group(worker.pid, signal.SIGTERM)
+        if not process.wait_until(lambda: worker.poll() is not None, limits.TIMEOUT_KILL_GRACE_S):
+            process.signal_group(worker.pid, signal.SIGKILL)
 
     def redact(self, line: bytes) -> bytes:
         return line.replace(self.secret, REDACTED) if self.secret else line
@@ -242,6 +281,8 @@ class Owner:
             state, failure = "failed", f"stopped on request at {stop_at}"
         elif self.timed_out:
             state, failure = "timeout", f"timed out after {format_duration_ms(record.timeout_ms)}"
+        elif self.stalled_since_output is not None:
+            state, failure = "failed", f"stalled: no output since {self.stalled_since_output}"
         elif exit_code not in (None, 0):
             state, failure = "failed", f"harness exited with code {exit_code}"
             if summary.turn_failed:
@@ -256,6 +297,7 @@ class Owner:
         record.result = final_message(self.run_dir / store_mod.LAST_MESSAGE, summary, secret=self.secret, mask=REDACTED)
         record.tool_calls = summary.tool_calls
         record.usage = summary.usage
+        record.session_id = summary.thread_id or record.resume_session_id
         if record.worktree_dir:
             record.changes = summarize_changes(record.worktree_dir, record.base_sha, record.preexisting_changes)
         diagnostics = [*summary.diagnostics, *self.diagnostics]

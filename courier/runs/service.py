@@ -1,4 +1,4 @@
-"""The six run operations on this machine, filling a RemoteResponse (called through operations.perform)."""
+"""The run operations on this machine, filling a RemoteResponse (called through operations.perform)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,16 @@ from courier.errors import Finding, WbError
 from courier.runs import process
 from courier.runs.store import EVENTS, Store, render, within_admission_grace
 from protocol import limits
-from protocol.models import ListWarning, RemoteRequest, RemoteResponse, Result, StopResult, collector_paused
+from protocol.models import (
+    DiffFile,
+    DiffResult,
+    ListWarning,
+    RemoteRequest,
+    RemoteResponse,
+    Result,
+    StopResult,
+    collector_paused,
+)
 
 if TYPE_CHECKING:
     from courier.config import Config
@@ -31,6 +40,12 @@ def handle(
 
         response.result = dispatch(config or load_config(), request).to_wire()
         return
+    if request.operation == "continue":
+        from courier.config import load_config
+        from courier.runs.resume import continue_run
+
+        response.result = continue_run(config or load_config(), request).to_wire()
+        return
     from courier.paths import configured_home
 
     store = Store(config.home if config else configured_home()).ensure()
@@ -43,10 +58,56 @@ def handle(
         results, warnings = list_runs(store)
         response.set_results(results)
         response.warnings = warnings or None
+    elif operation == "logs" and request.follow:
+        from courier.runs.follow import follow_once
+
+        wait_ms = min(request.wait_timeout_ms or limits.FOLLOW_WAIT_MAX_MS, limits.FOLLOW_WAIT_MAX_MS)
+        actions, next_offset, result = follow_once(store, request.agent_id, request.follow_from, wait_ms, client_gone)
+        response.logs = "".join(f"  {action}\n" for action in actions)
+        response.next_offset = next_offset
+        response.result = result.to_wire()
     elif operation == "logs":
         response.logs = logs_text(store, request.agent_id, request.tail or limits.LOGS_TAIL_DEFAULT, raw=request.raw)
+    elif operation == "diff":
+        response.result = diff_result(store, request.agent_id, stat=request.stat, wire_cap=True).to_wire()
+    elif operation == "prune":
+        from courier.runs.prune import prune
+
+        removed = prune(store, request.older_than_ms, dry_run=request.dry_run)
+        response.result = {"dry_run": request.dry_run, "removed": [entry.to_wire() for entry in removed]}
     elif operation == "stop":
         response.result = stop(store, request.agent_id, requester=f"pid {os.getpid()}").to_wire()
+
+
+def diff_result(store: Store, agent_id: str, *, stat: bool, wire_cap: bool) -> DiffResult:
+    """The run's diff (contract §15.1); over the wire a patch over 2 MiB is refused, not cut."""
+    from courier.runs.diff import compute_diff
+
+    record = store.load(agent_id)
+    if not record.worktree_dir:
+        raise Finding(f"agent run {agent_id} has no worktree recorded; there is no change to show")
+    diff = compute_diff(record.worktree_dir, record.base_sha, with_patch=not stat)
+    if wire_cap and len(diff.patch) > limits.DIFF_PATCH_WIRE_MAX_BYTES:
+        raise Finding(
+            f"patch for {agent_id} is {len(diff.patch)} bytes; use --stat, "
+            f"or fetch it on that machine with wb agent diff {agent_id}"
+        )
+    return DiffResult(
+        agent_id=agent_id,
+        base_sha=diff.base_sha,
+        head_sha=diff.head_sha,
+        files=[
+            DiffFile(
+                path=change.path,
+                status=change.status,
+                insertions=change.insertions,
+                deletions=change.deletions,
+                binary=change.binary,
+            )
+            for change in diff.files
+        ],
+        patch=None if stat else diff.patch.decode("utf-8", "surrogateescape"),
+    )
 
 
 def status(store: Store, agent_id: str) -> Result:

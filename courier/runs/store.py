@@ -31,6 +31,7 @@ HOME_ID = "home-id"
 # Stored for the owner's sake, never part of a Result.
 PRIVATE_FIELDS = (
     "schema_version", "timeout_ms", "owner_token", "worker_token", "network", "provider_options", "preexisting_changes",
+    "stall_after_ms", "stop_when_stalled_ms", "resume_session_id",
 )  # fmt: skip
 
 
@@ -45,6 +46,11 @@ class Record(Result):
     provider_options: dict[str, int] | None = None
     owner_token: str | None = None
     worker_token: str | None = None
+    # Contract §15.3: absent means the default (10m); 0 means never stalled.
+    stall_after_ms: int | None = None
+    stop_when_stalled_ms: int | None = None
+    # Contract §15.4: the harness session a continuing run resumes (its parent's session_id).
+    resume_session_id: str | None = None
 
 
 # Derived when a record is rendered, never stored.
@@ -150,6 +156,8 @@ class Store:
                 try:
                     records.append(read_record(os.path.join(entry.path, RECORD)))
                 except WbError as exc:
+                    if not os.path.lexists(entry.path):
+                        continue  # pruned while this list ran (prune renames it away first)
                     warnings.append(ListWarning(agent_id=entry.name, error=exc.message))
         return records, warnings
 
@@ -272,7 +280,41 @@ def render(record: Record, store: Store | None = None) -> Result:
     fields.update(state=state, terminal=is_terminal(state), owner_alive=owner_alive, worker_alive=worker_alive)
     if failure is not None:
         fields["failure"] = failure
+    if state == "running":
+        fields.update(stall_facts(record, store))
     return Result.model_construct(**fields)
+
+
+def stall_after_ms(record: Record) -> int:
+    return limits.STALL_AFTER_DEFAULT_MS if record.stall_after_ms is None else record.stall_after_ms
+
+
+def last_output(record: Record, store: Store | None) -> float | None:
+    """When the harness last wrote, as a Unix time: the owner appends every line it reads to
+    events.jsonl as it comes, so the file's mtime is the last output (one lstat, no extra
+    writes by the owner). Before the first line it is the start of the run."""
+    path = str(store.run_dir(record.agent_id) / EVENTS) if store is not None else record.log_path
+    if path:
+        try:
+            return os.lstat(path).st_mtime
+        except OSError:
+            pass
+    try:
+        return parse_rfc3339(record.started_at).timestamp()
+    except ValueError:
+        return None
+
+
+def stall_facts(record: Record, store: Store | None) -> dict[str, str]:
+    """`last_output_at` of a running run, and `stalled_since` once it wrote nothing for stall_after."""
+    moment = last_output(record, store)
+    if moment is None:
+        return {}
+    facts = {"last_output_at": rfc3339(datetime.fromtimestamp(moment, UTC))}
+    after = stall_after_ms(record)
+    if after > 0 and (time.time() - moment) * 1000 >= after:
+        facts["stalled_since"] = rfc3339(datetime.fromtimestamp(moment + after / 1000, UTC))
+    return facts
 
 
 _PROJECTED = tuple(name for name in Result.model_fields if name not in _DERIVED)
