@@ -162,8 +162,7 @@ def prune_text(outcomes: list[PruneOutcome], dry_run: bool) -> tuple[str, list[s
     for outcome in outcomes:
         if outcome.result is None:
             assert outcome.error is not None
-            prefix = f"{outcome.machine}: " if outcome.machine else ""
-            warnings.append(prefix + outcome.error.message)
+            warnings.append(outcome.error.message)  # a remote error already names its machine
             continue
         for entry in outcome.result.removed:
             ref = format_reference(outcome.machine, entry.agent_id)

@@ -139,7 +139,10 @@ def test_follow_prints_actions_as_they_happen_and_the_terminal_state_last(machin
         first = follower.stdout.readline()
     assert first == "  ran: /bin/bash -lc 'echo step 1'\n"
     assert _status(machine, ref)["state"] == "running"  # printed while the run was still going
-    rest, stderr = follower.communicate(timeout=60)
+    assert follower.stderr is not None
+    with follower.stdout, follower.stderr:
+        rest, stderr = follower.stdout.read(), follower.stderr.read()  # the reader readline buffered into
+    follower.wait(timeout=60)
     assert follower.returncode == 0, stderr
     lines = [first.rstrip("\n"), *rest.splitlines()]
     assert lines[:2] == ["  ran: /bin/bash -lc 'echo step 1'", "  ran: /bin/bash -lc 'echo step 2'"]
