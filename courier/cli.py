@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import codecs
 import os
+import re
 import sys
 from enum import StrEnum
 from pathlib import Path
@@ -14,22 +15,12 @@ from typer._click import exceptions as click_exceptions  # typer vendors its own
 
 from courier import __version__
 from courier.config import Config, load_config
-from courier.errors import (
-    AuthFailed,
-    ConnectFailed,
-    Finding,
-    HostKeyChanged,
-    HostKeyConfigRefused,
-    HostKeyUnknown,
-    Interrupted,
-    UsageError,
-    WbError,
-)
+from courier.errors import Finding, Interrupted, UsageError, WbError
 from courier.render import dispatch_line, is_stalled, list_lines, results_json, sort_results, status_text, to_json
-from courier.route import ask, await_result, is_transport
+from courier.route import ask, await_result
 from courier.text import escape_controls, sanitize
 from protocol import limits
-from protocol.durations import BadDuration, parse_duration_ms
+from protocol.durations import BadDuration, format_duration_ms, parse_duration_ms
 from protocol.models import RemoteRequest, collector_paused
 from protocol.refs import BadName, check_machine_name, format_reference, new_run_id, split_reference
 
@@ -50,6 +41,16 @@ class Format(StrEnum):
 
 FormatOpt = Annotated[Format, typer.Option("--format", help="Output format.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Same as --format json.")]
+
+
+def _default(ms: int) -> str:
+    """A bound from protocol/limits.py as a flag default, in its shortest Go spelling ("30m", "1h")."""
+    return re.sub(r"(?<=h)0m$", "", re.sub(r"(?<=[hm])0s$", "", format_duration_ms(ms)))
+
+
+TIMEOUT_DEFAULT = _default(limits.TIMEOUT_DEFAULT_MS)
+AWAIT_DEFAULT = _default(limits.AWAIT_DEFAULT_MS)
+MACHINE_TIMEOUT_DEFAULT = _default(limits.MACHINE_TIMEOUT_DEFAULT_MS)
 ToOpt = Annotated[str | None, typer.Option("--to", metavar="MACHINE", help="Ask this configured machine.")]
 
 
@@ -189,7 +190,7 @@ def dispatch(
     to: ToOpt = None,
     timeout: Annotated[
         str, typer.Option("--timeout", metavar="DURATION", help="Bound on the run (e.g. 30m, 2h).")
-    ] = "30m",
+    ] = TIMEOUT_DEFAULT,
     fmt: FormatOpt = Format.text,
     json_flag: JsonOpt = False,
 ) -> None:
@@ -225,8 +226,7 @@ def dispatch(
         result = ask(config, machine, request).result_of()
     except WbError as exc:
         # Before authentication nothing was sent; after it, the run may exist.
-        never_sent = (ConnectFailed, AuthFailed, HostKeyUnknown, HostKeyChanged, HostKeyConfigRefused)
-        if machine and is_transport(exc) and not isinstance(exc, never_sent):
+        if machine and exc.request_maybe_sent:
             exc.message += (
                 f"\nthe run may have started; ask for it with: wb agent status {format_reference(machine, agent_id)}"
             )
@@ -252,7 +252,7 @@ def await_(
     reference: Annotated[str, typer.Argument(metavar="REF", help="agt-… or MACHINE:agt-…")],
     wait_timeout: Annotated[
         str, typer.Option("--wait-timeout", metavar="DURATION", help="Bound on the wait (0 = none).")
-    ] = "1h",
+    ] = AWAIT_DEFAULT,
     to: ToOpt = None,
     fmt: FormatOpt = Format.text,
     json_flag: JsonOpt = False,
@@ -278,7 +278,7 @@ def list_(
     all_machines: Annotated[bool, typer.Option("--all", help="This machine and every configured machine.")] = False,
     machine_timeout: Annotated[
         str, typer.Option("--machine-timeout", metavar="DURATION", help="Per-machine deadline with --all.")
-    ] = "30s",
+    ] = MACHINE_TIMEOUT_DEFAULT,
     stalled: Annotated[bool, typer.Option("--stalled", help="Only running runs that went silent (stalled).")] = False,
     fmt: FormatOpt = Format.text,
     json_flag: JsonOpt = False,
@@ -447,8 +447,7 @@ def continue_(
     try:
         result = ask(_config(), machine, request).result_of()
     except WbError as exc:
-        never_sent = (ConnectFailed, AuthFailed, HostKeyUnknown, HostKeyChanged, HostKeyConfigRefused)
-        if machine and is_transport(exc) and not isinstance(exc, never_sent):
+        if machine and exc.request_maybe_sent:
             exc.message += (
                 f"\nthe run may have started; ask for it with: wb agent status {format_reference(machine, new_id)}"
             )
@@ -498,7 +497,7 @@ def machines(
     check: Annotated[bool, typer.Option("--check", help="Probe each machine with the version operation.")] = False,
     machine_timeout: Annotated[
         str, typer.Option("--machine-timeout", metavar="DURATION", help="Per-machine deadline with --check.")
-    ] = "30s",
+    ] = MACHINE_TIMEOUT_DEFAULT,
     fmt: FormatOpt = Format.text,
     json_flag: JsonOpt = False,
 ) -> None:

@@ -39,7 +39,7 @@ def request(operation: str, **fields: object) -> RemoteRequest:
 def fetch_diff(config: Config, machine: str, agent_id: str, *, stat: bool) -> DiffResult:
     """The run's diff; locally without the 2 MiB wire cap, remotely through the `diff` operation."""
     if not machine:
-        from courier.runs.service import diff_result
+        from courier.runs.loop_ops import diff_result
         from courier.runs.store import Store
 
         return diff_result(Store(config.home).ensure(), agent_id, stat=stat, wire_cap=False)

@@ -18,10 +18,6 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, StringConstraint
 from protocol import limits
 
 TERMINAL_STATES = frozenset({"completed", "failed", "timeout", "abandoned"})
-OPERATIONS = ("dispatch", "status", "await", "list", "logs", "stop", "version", "diff", "continue", "prune")
-# Optional features a receiver lists in its `version` reply (contract Part two); a caller uses
-# one with a peer only when the peer lists it.
-CAPABILITIES = ("diff", "follow", "continue", "prune")
 WORKTREE_MODES = ("new", "existing")
 
 _RFC3339 = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{1,9})?(Z|[+-]\d\d:\d\d)"

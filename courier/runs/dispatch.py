@@ -16,21 +16,30 @@ from courier.errors import NotStartable, UsageError
 from courier.runs import process, worktrees
 from courier.runs.changes import count_dirty
 from courier.runs.environment import resolve_credential
+from courier.runs.harness import UnknownHarness, spec_for
 from courier.runs.store import Record, Store, render, rfc3339, utc_now, within_admission_grace
+from protocol.entry import OWNER_ARGUMENT
 from protocol.models import RemoteRequest, Resolved, Result, Routing
 from protocol.refs import format_reference, new_run_id
 
-SUPPORTED_HARNESSES = ("codex",)
-
 
 def resolve_profile(config: Config, name: str) -> tuple[Resolved, bool]:
-    """The profile as it will execute, snapshotted into the record; and its network flag."""
+    """The profile as it will execute, snapshotted into the record; and its network flag.
+
+    Checks made here name the file, the key and the rule, as the file's own checks do (§4).
+    """
     profile = config.profile(name)
-    if profile.harness not in SUPPORTED_HARNESSES:
-        raise UsageError(f'profile {name}: unsupported harness "{profile.harness}" (supported: codex)')
+    try:
+        spec = spec_for(profile.harness)
+    except UnknownHarness as exc:
+        raise UsageError(f"{config.path}: agents.profiles.{name}.harness: {exc}") from None
     provider = config.provider(profile.provider)
-    if profile.harness == "codex" and provider.wire_api != "responses":
-        raise UsageError(f'provider {profile.provider}: Codex needs wire_api "responses" (it no longer accepts chat)')
+    if spec.wire_apis and provider.wire_api not in spec.wire_apis:
+        fitting = " or ".join(f'"{api}"' for api in spec.wire_apis)
+        raise UsageError(
+            f"{config.path}: agents.providers.{profile.provider}.wire_api: {spec.display} needs {fitting}, "
+            f'not "{provider.wire_api}" (profile {name} runs it with harness {spec.name})'
+        )
     routing = Routing(
         base_url=provider.base_url,
         credential_env=provider.credential_env,
@@ -178,7 +187,7 @@ def dispatch(config: Config, request: RemoteRequest) -> Result:
 
 
 def start_owner(run_dir: Path) -> None:
-    argv = [sys.executable, "-m", "courier.main", "--wb-internal-agent-run", "--run-dir", str(run_dir)]
+    argv = [sys.executable, "-m", "courier.main", OWNER_ARGUMENT, "--run-dir", str(run_dir)]
     try:
         process.spawn_detached(argv, dict(os.environ))
     except OSError as exc:

@@ -1,7 +1,8 @@
-"""The worker's environment: an allowlist, the provider's one credential, its own CODEX_HOME (§7.4)."""
+"""The worker's environment: an allowlist plus the provider's one credential (§7.4); the harness adds its home."""
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from dataclasses import dataclass
@@ -45,7 +46,7 @@ def read_credential_file(provider_name: str, path: Path) -> str:
     except FileNotFoundError:
         raise NotStartable(f"{where} does not exist") from None
     except OSError as exc:
-        if exc.errno == 40:  # ELOOP: the last component is a symlink
+        if exc.errno == errno.ELOOP:  # the last component is a symlink
             raise NotStartable(f"{where} is a symlink; point credential_file at the real file") from None
         raise NotStartable(f"{where} cannot be opened: {exc.strerror}") from None
     try:
@@ -76,11 +77,10 @@ def read_credential_file(provider_name: str, path: Path) -> str:
     return value
 
 
-def worker_environment(
-    credential: Credential, harness_home: Path, environ: dict[str, str] | None = None
-) -> dict[str, str]:
+def worker_environment(credential: Credential | None, environ: dict[str, str] | None = None) -> dict[str, str]:
+    """The allowlisted variables, then the one credential (none for a harness without a provider)."""
     environ = dict(os.environ) if environ is None else environ
     env = {name: environ[name] for name in ALLOWLISTED_ENV if name in environ}
-    env[credential.env_name] = credential.value
-    env["CODEX_HOME"] = str(harness_home)
+    if credential is not None:
+        env[credential.env_name] = credential.value
     return env

@@ -1,10 +1,9 @@
 """Worker actions as they happen (contract §15.2): read events.jsonl forward from a byte offset.
 
 Only complete lines are consumed, so an offset never splits a line and a reader that resumes
-from `next_offset` neither repeats nor loses an action. Codex repeats a failed turn's message
-as an `error` event right before `turn.failed`; `logs` shows it once, so while the run is
-live a trailing `error` line is held back (not consumed) until the next line shows whether
-a `turn.failed` follows it.
+from `next_offset` neither repeats nor loses an action. An event the harness may repeat in
+the next one (Codex's `error` before `turn.failed`) is held back, not consumed, while it is
+the last line of a live run, so `--follow` shows exactly what `logs` shows.
 """
 
 from __future__ import annotations
@@ -15,7 +14,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from courier.runs.harness.codex import _action_of, _clean, _decode, _malformed, _message_of
+from courier.runs.harness import harness_for
+from courier.runs.harness.base import Harness, clean, decode_line
+from courier.runs.harness.transcript import action_lines
 from courier.runs.store import EVENTS, Store, render
 from protocol import limits
 from protocol.models import Result
@@ -39,14 +40,14 @@ def _read_from(path: str, offset: int) -> bytes:
 
 
 def _event(line: bytes) -> dict[str, Any] | None:
-    _, event, ok = _decode(line)
+    _, event, ok = decode_line(line)
     return event if ok else None
 
 
-def read_actions(path: str, offset: int, *, final: bool) -> tuple[list[str], int]:
+def read_actions(harness: Harness, path: str, offset: int, *, final: bool) -> tuple[list[str], int]:
     """(actions, next_offset) for the complete lines of `path` from `offset`.
 
-    `final` (the run is terminal, so the file will not grow) releases a held-back trailing line.
+    `final` (the run is terminal, so the file will not grow) releases a held-back last line.
     """
     data = _read_from(path, offset)
     end = data.rfind(b"\n") + 1
@@ -57,33 +58,21 @@ def read_actions(path: str, offset: int, *, final: bool) -> tuple[list[str], int
     actions: list[str] = []
     consumed = 0
     for index, line in enumerate(lines):
-        size = len(line) + 1
         if len(actions) >= ACTIONS_PER_REPLY_MAX:
             break
-        if not line.strip():
-            consumed += size
-            continue
-        event = _event(line)
-        if event is None:
-            text, _, _ = _decode(line)
-            actions.append(_clean(f"diagnostic: malformed event line: {_malformed(text)}", limits.LOG_ACTION_MAX_BYTES))
-            consumed += size
-            continue
-        if event.get("type") == "error":
-            following = next((_event(later) for later in lines[index + 1 :] if later.strip()), None)
-            if following is None and not final and index + 1 >= len(lines):
-                break  # hold it back: the next line decides whether it is a turn.failed's echo
-            if (
-                following is not None
-                and following.get("type") == "turn.failed"
-                and _message_of(following.get("error")) == _message_of(event)
-            ):
-                consumed += size
-                continue
-        action = _action_of(event)
-        if action is not None:
-            actions.append(_clean(action, limits.LOG_ACTION_MAX_BYTES))
-        consumed += size
+        event, found = action_lines(line)
+        if found is None:
+            assert event is not None
+            if harness.may_echo(event):
+                following = next((_event(later) for later in lines[index + 1 :] if later.strip()), None)
+                if following is None and not final:
+                    break  # hold it back: the next event decides whether it is an echo
+                if following is not None and harness.echoed_by(event, following):
+                    found = []
+            if found is None:
+                found = harness.actions_of(event)
+        actions.extend(clean(action, limits.LOG_ACTION_MAX_BYTES) for action in found)
+        consumed += len(line) + 1
     return actions, offset + consumed
 
 
@@ -100,9 +89,12 @@ def follow_once(
     """
     path = str(store.run_dir(agent_id) / EVENTS)
     deadline = time.monotonic() + wait_timeout_ms / 1000
+    harness: Harness | None = None
     while True:
-        result = render(store.load(agent_id), store)
-        actions, next_offset = read_actions(path, offset, final=result.terminal)
+        record = store.load(agent_id)
+        result = render(record, store)
+        harness = harness or harness_for(record.resolved.harness)
+        actions, next_offset = read_actions(harness, path, offset, final=result.terminal)
         now = time.monotonic()
         if actions or result.terminal or now >= deadline or client_gone():
             return actions, next_offset, result

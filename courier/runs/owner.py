@@ -21,7 +21,9 @@ from courier.runs import process
 from courier.runs import store as store_mod
 from courier.runs.changes import summarize_changes
 from courier.runs.environment import Credential, resolve_credential, worker_environment
-from courier.runs.harness.codex import EventSummary, codex_argv, final_message
+from courier.runs.harness import harness_for, spec_for
+from courier.runs.harness.base import EventParser, Harness, Launch
+from courier.runs.harness.message import bounded_message
 from courier.runs.private_tree import make_private
 from courier.runs.store import Record, Store, rfc3339, utc_now, within_admission_grace
 from protocol import limits
@@ -95,7 +97,9 @@ class Owner:
         self.store = store
         self.record = record
         self.run_dir = store.run_dir(record.agent_id)
-        self.summary = EventSummary()
+        self.harness: Harness = harness_for(record.resolved.harness)
+        self.summary: EventParser = self.harness.parser()
+        self.launch: Launch | None = None
         self.diagnostics: list[str] = []
         self.timed_out = False
         self.stalled_since_output: str | None = None  # set when stop_when_stalled stopped the run
@@ -111,8 +115,9 @@ class Owner:
         except (WbError, ValueError) as exc:
             finish(self.store, record, "failed", f"could not start the harness: {exc}")
             return
-        self.secret = credential.value.encode()
-        env = worker_environment(credential, self.run_dir / store_mod.HARNESS_HOME)
+        assert self.launch is not None
+        self.secret = credential.value.encode() if credential else b""
+        env = self.harness.environment(self.launch, worker_environment(credential))
         events_path = self.run_dir / store_mod.EVENTS
         try:
             worker = subprocess.Popen(
@@ -145,29 +150,36 @@ class Owner:
             make_private(self.run_dir / store_mod.HARNESS_HOME)
         self.decide_and_save(exit_code=_exit_code(worker.returncode))
 
-    def prepare(self) -> tuple[Credential, list[str]]:
+    def prepare(self) -> tuple[Credential | None, list[str]]:
+        """The credential and the command line; the harness's private home made ready."""
         record = self.record
-        routing = record.resolved.routing
-        provider = Provider(
-            base_url=routing.base_url,
-            credential_env=routing.credential_env,
-            credential_file=routing.credential_file,
-            wire_api=routing.wire_api,
-            **(record.provider_options or {}),
-        )
-        credential = resolve_credential(record.resolved.provider, provider)
-        argv = codex_argv(
+        harness = self.harness
+        provider: Provider | None = None
+        credential: Credential | None = None
+        if spec_for(record.resolved.harness).wire_apis:
+            routing = record.resolved.routing
+            provider = Provider(
+                base_url=routing.base_url,
+                credential_env=routing.credential_env,
+                credential_file=routing.credential_file,
+                wire_api=routing.wire_api,
+                **(record.provider_options or {}),
+            )
+            credential = resolve_credential(record.resolved.provider, provider)
+        self.launch = Launch(
             worktree=record.worktree_dir or "",
+            run_dir=self.run_dir,
+            home=self.run_dir / store_mod.HARNESS_HOME,
             model=record.resolved.model,
             provider_name=record.resolved.provider,
             provider=provider,
+            env_key=credential.env_name if credential else "",
             reasoning=record.resolved.reasoning,
             network=record.network,
-            last_message_path=str(self.run_dir / store_mod.LAST_MESSAGE),
-            env_key=credential.env_name,
             resume_session=record.resume_session_id,
         )
-        return credential, argv
+        harness.prepare_home(self.launch)
+        return credential, harness.argv(self.launch)
 
     def pump(self, worker: subprocess.Popen[bytes], events_path: Path) -> None:
         """Read the worker's output live: parse each line, store up to the cap, enforce the deadline."""
@@ -251,7 +263,7 @@ class Owner:
 
     def note_session(self) -> None:
         """Save the harness's session ID as soon as it is known, so even an abandoned run can be continued."""
-        thread = self.summary.thread_id
+        thread = self.summary.session_id
         if thread and self.record.session_id != thread:
             self.record.session_id = thread
             with contextlib.suppress(OSError):
@@ -277,32 +289,32 @@ class Owner:
         record = self.record
         summary = self.summary
         stop_at = self.store.stop_requested_at(record.agent_id)
+        failure: str | None
         if stop_at:
             state, failure = "failed", f"stopped on request at {stop_at}"
         elif self.timed_out:
             state, failure = "timeout", f"timed out after {format_duration_ms(record.timeout_ms)}"
         elif self.stalled_since_output is not None:
             state, failure = "failed", f"stalled: no output since {self.stalled_since_output}"
-        elif exit_code not in (None, 0):
-            state, failure = "failed", f"harness exited with code {exit_code}"
-            if summary.turn_failed:
-                failure += f"; harness reported a failed turn: {summary.failure_message or 'no message'}"
-        elif summary.turn_failed:
-            state, failure = "failed", f"harness reported a failed turn: {summary.failure_message or 'no message'}"
-        elif not summary.turn_completed:
-            state, failure = "failed", "no terminal turn event"
         else:
-            state, failure = "completed", None
+            failure = summary.failure(exit_code)
+            state = "failed" if failure else "completed"
         record.exit_code = exit_code
-        record.result = final_message(self.run_dir / store_mod.LAST_MESSAGE, summary, secret=self.secret, mask=REDACTED)
+        record.result = self.final_message()
         record.tool_calls = summary.tool_calls
         record.usage = summary.usage
-        record.session_id = summary.thread_id or record.resume_session_id
+        record.session_id = summary.session_id or record.resume_session_id
         if record.worktree_dir:
             record.changes = summarize_changes(record.worktree_dir, record.base_sha, record.preexisting_changes)
         diagnostics = [*summary.diagnostics, *self.diagnostics]
         record.harness_diagnostics = diagnostics or None
         finish(self.store, record, state, failure)
+
+    def final_message(self) -> str | None:
+        if self.launch is None:
+            return None
+        found = self.harness.final_message(self.launch, self.summary, extra=len(self.secret))
+        return None if found is None else bounded_message(*found, secret=self.secret, mask=REDACTED)
 
 
 def _feed_stdin(worker: subprocess.Popen[bytes], task: bytes) -> None:

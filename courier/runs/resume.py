@@ -28,8 +28,14 @@ from courier.runs.store import HARNESS_HOME, Record, Store, render, rfc3339, utc
 from protocol.models import RemoteRequest, Result
 from protocol.refs import format_reference, new_run_id
 
-# Harnesses whose sessions wb knows how to resume.
-RESUMABLE_HARNESSES = ("codex", "claude", "gemini")
+
+def _can_resume(harness: str) -> bool:
+    from courier.runs.harness import UnknownHarness, spec_for
+
+    try:
+        return spec_for(harness).can_resume
+    except UnknownHarness:
+        return False
 
 
 def check_continuable(store: Store, parent: Record) -> None:
@@ -39,7 +45,7 @@ def check_continuable(store: Store, parent: Record) -> None:
         result = render(parent, store)
         if not result.terminal or process.same_process(parent.worker_pid, parent.worker_token):
             raise Finding(f"agent run {ref} is still running; await or stop it before continuing it")
-    if parent.resolved.harness not in RESUMABLE_HARNESSES:
+    if not _can_resume(parent.resolved.harness):
         raise Finding(
             f"agent run {ref} ran the {parent.resolved.harness} harness, which has no session to continue; "
             "dispatch a new run with --use-worktree instead"

@@ -1,4 +1,4 @@
-"""The run operations on this machine, filling a RemoteResponse (called through operations.perform)."""
+"""The run operations on this machine, each filling a RemoteResponse (handlers of protocol.operations.TABLE)."""
 
 from __future__ import annotations
 
@@ -6,108 +6,75 @@ import os
 import signal
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from pathlib import Path
 
 from courier.errors import Finding, WbError
+from courier.operations import Context
 from courier.runs import process
 from courier.runs.store import EVENTS, Store, render, within_admission_grace
 from protocol import limits
-from protocol.models import (
-    DiffFile,
-    DiffResult,
-    ListWarning,
-    RemoteRequest,
-    RemoteResponse,
-    Result,
-    StopResult,
-    collector_paused,
-)
-
-if TYPE_CHECKING:
-    from courier.config import Config
+from protocol.models import ListWarning, RemoteRequest, RemoteResponse, Result, StopResult, collector_paused
 
 NO_TRANSCRIPT = "(no worker transcript was captured)"
 
 
-def handle(
-    request: RemoteRequest, response: RemoteResponse, client_gone: Callable[[], bool], config: Config | None = None
-) -> None:
-    # Only dispatch needs the whole configuration (and the harness modules); the other
-    # operations need the home, which costs no yaml when there is no wb.yaml.
-    if request.operation == "dispatch":
-        from courier.config import load_config
-        from courier.runs.dispatch import dispatch
+def configured_home() -> Path:
+    """agents.home as `load_config().home` resolves it, without reading wb.yaml when there is none.
 
-        response.result = dispatch(config or load_config(), request).to_wire()
+    The receiver's hot path (status, await, list, logs, stop) needs only the home. With no
+    wb.yaml, `load_config` would resolve it from WB_HOME or ~/.wb and could refuse nothing,
+    so that answer costs no yaml and no config models; when the file exists it is read by
+    `load_config` exactly as for every other command (same refusals).
+    """
+    from courier.paths import config_path, default_home
+
+    path = config_path()
+    if not path.exists():
+        return default_home()
+    from courier.config import load_config
+
+    return load_config(path).home
+
+
+def _store(context: Context) -> Store:
+    # Only dispatch needs the whole configuration (and the harness facts).
+    return Store(context.config.home if context.config else configured_home()).ensure()
+
+
+def dispatch_op(request: RemoteRequest, response: RemoteResponse, context: Context) -> None:
+    from courier.config import load_config
+    from courier.runs.dispatch import dispatch
+
+    response.result = dispatch(context.config or load_config(), request).to_wire()
+
+
+def status_op(request: RemoteRequest, response: RemoteResponse, context: Context) -> None:
+    response.result = status(_store(context), request.agent_id).to_wire()
+
+
+def await_op(request: RemoteRequest, response: RemoteResponse, context: Context) -> None:
+    store = _store(context)
+    response.result = await_run(store, request.agent_id, request.wait_timeout_ms, context.client_gone).to_wire()
+
+
+def list_op(request: RemoteRequest, response: RemoteResponse, context: Context) -> None:
+    results, warnings = list_runs(_store(context))
+    response.set_results(results)
+    response.warnings = warnings or None
+
+
+def logs_op(request: RemoteRequest, response: RemoteResponse, context: Context) -> None:
+    if request.follow:
+        from courier.runs.loop_ops import follow_op
+
+        follow_op(request, response, context)
         return
-    if request.operation == "continue":
-        from courier.config import load_config
-        from courier.runs.resume import continue_run
-
-        response.result = continue_run(config or load_config(), request).to_wire()
-        return
-    from courier.paths import configured_home
-
-    store = Store(config.home if config else configured_home()).ensure()
-    operation = request.operation
-    if operation == "status":
-        response.result = status(store, request.agent_id).to_wire()
-    elif operation == "await":
-        response.result = await_run(store, request.agent_id, request.wait_timeout_ms, client_gone).to_wire()
-    elif operation == "list":
-        results, warnings = list_runs(store)
-        response.set_results(results)
-        response.warnings = warnings or None
-    elif operation == "logs" and request.follow:
-        from courier.runs.follow import follow_once
-
-        wait_ms = min(request.wait_timeout_ms or limits.FOLLOW_WAIT_MAX_MS, limits.FOLLOW_WAIT_MAX_MS)
-        actions, next_offset, result = follow_once(store, request.agent_id, request.follow_from, wait_ms, client_gone)
-        response.logs = "".join(f"  {action}\n" for action in actions)
-        response.next_offset = next_offset
-        response.result = result.to_wire()
-    elif operation == "logs":
-        response.logs = logs_text(store, request.agent_id, request.tail or limits.LOGS_TAIL_DEFAULT, raw=request.raw)
-    elif operation == "diff":
-        response.result = diff_result(store, request.agent_id, stat=request.stat, wire_cap=True).to_wire()
-    elif operation == "prune":
-        from courier.runs.prune import prune
-
-        removed = prune(store, request.older_than_ms, dry_run=request.dry_run)
-        response.result = {"dry_run": request.dry_run, "removed": [entry.to_wire() for entry in removed]}
-    elif operation == "stop":
-        response.result = stop(store, request.agent_id, requester=f"pid {os.getpid()}").to_wire()
+    tail = request.tail or limits.LOGS_TAIL_DEFAULT
+    response.logs = logs_text(_store(context), request.agent_id, tail, raw=request.raw)
 
 
-def diff_result(store: Store, agent_id: str, *, stat: bool, wire_cap: bool) -> DiffResult:
-    """The run's diff (contract §15.1); over the wire a patch over 2 MiB is refused, not cut."""
-    from courier.runs.diff import compute_diff
-
-    record = store.load(agent_id)
-    if not record.worktree_dir:
-        raise Finding(f"agent run {agent_id} has no worktree recorded; there is no change to show")
-    diff = compute_diff(record.worktree_dir, record.base_sha, with_patch=not stat)
-    if wire_cap and len(diff.patch) > limits.DIFF_PATCH_WIRE_MAX_BYTES:
-        raise Finding(
-            f"patch for {agent_id} is {len(diff.patch)} bytes; use --stat, "
-            f"or fetch it on that machine with wb agent diff {agent_id}"
-        )
-    return DiffResult(
-        agent_id=agent_id,
-        base_sha=diff.base_sha,
-        head_sha=diff.head_sha,
-        files=[
-            DiffFile(
-                path=change.path,
-                status=change.status,
-                insertions=change.insertions,
-                deletions=change.deletions,
-                binary=change.binary,
-            )
-            for change in diff.files
-        ],
-        patch=None if stat else diff.patch.decode("utf-8", "surrogateescape"),
-    )
+def stop_op(request: RemoteRequest, response: RemoteResponse, context: Context) -> None:
+    response.result = stop(_store(context), request.agent_id, requester=f"pid {os.getpid()}").to_wire()
 
 
 def status(store: Store, agent_id: str) -> Result:
@@ -136,7 +103,7 @@ def list_runs(store: Store) -> tuple[list[Result], list[ListWarning]]:
 
 
 def logs_text(store: Store, agent_id: str, tail: int, *, raw: bool) -> str:
-    store.load(agent_id)  # an unknown run is a finding, not an empty transcript
+    record = store.load(agent_id)  # an unknown run is a finding, not an empty transcript
     path = store.run_dir(agent_id) / EVENTS
     try:
         size = os.lstat(path).st_size
@@ -150,9 +117,9 @@ def logs_text(store: Store, agent_id: str, tail: int, *, raw: bool) -> str:
             )
         with open(path, "rb") as handle:
             return f"{path}\n" + handle.read().decode("utf-8", "replace")
-    from courier.runs.harness.codex import worker_actions
+    from courier.runs.harness import harness_for
 
-    actions = worker_actions(path, tail)
+    actions = harness_for(record.resolved.harness).worker_actions(path, tail)
     return f"{path}\n" + "".join(f"  {action}\n" for action in actions)
 
 

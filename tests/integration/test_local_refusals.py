@@ -244,8 +244,8 @@ PROFILE_M = "  profiles: {fake: {harness: codex, provider: mock, model: m}}\n"
             "base_url must be https://",
         ),
         (
-            "agents:\n  profiles: {fake: {harness: claude, provider: deepseek, model: m}}\n",
-            'unsupported harness "claude"',
+            "agents:\n  profiles: {fake: {harness: cursor, provider: deepseek, model: m}}\n",
+            'unsupported harness "cursor"',
         ),
         ("agents:\n  profiles: {fake: {harness: codex, provider: ghost, model: m}}\n", 'unknown provider "ghost"'),
         (

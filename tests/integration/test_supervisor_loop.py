@@ -124,7 +124,7 @@ def test_diff_of_an_unknown_run_is_a_finding(machine: Machine) -> None:
 
 def test_follow_prints_actions_as_they_happen_and_the_terminal_state_last(machine: Machine) -> None:
     machine.clone()
-    ref = machine.dispatch(task="scenario:steps steps:4 every:0.4")
+    ref = machine.dispatch(task="scenario:steps steps:4 every:1.5")
     follower = subprocess.Popen(
         [sys.executable, "-m", "courier.main", "agent", "logs", ref, "--follow"],
         stdout=subprocess.PIPE,

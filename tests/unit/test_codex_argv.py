@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 
 from courier.config import Provider
-from courier.runs.harness.codex import FILE_CREDENTIAL_ENV, codex_argv, toml_string
+from courier.runs.environment import FILE_CREDENTIAL_ENV
+from courier.runs.harness.codex import codex_argv, toml_string
 
 TASK = "scenario:complete please write hello.txt"
 

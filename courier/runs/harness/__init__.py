@@ -1,1 +1,57 @@
-"""Coding-agent harness adapters (contract §7.3): argv, event parsing, summaries."""
+"""The harness registry (contract §14): a profile's `harness` name → what it speaks and where it lives.
+
+The facts dispatch and `version` need (fitting wire_api values, the executable, whether it can
+resume) are here; the module itself is imported only by the owner (and `logs`, for worker
+actions), never by the receiver answering `status` or `list`. Adding a harness = one module
+implementing `base.Harness` plus one entry here.
+"""
+
+from __future__ import annotations
+
+import importlib
+import shutil
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from courier.runs.harness.base import Harness
+
+
+@dataclass(frozen=True)
+class HarnessSpec:
+    name: str
+    display: str  # how messages name it ("Codex")
+    target: str  # "module:class"
+    executable: str | None  # None: the profile names its own command
+    wire_apis: tuple[str, ...]  # the provider wire_api values it speaks; () = no provider
+    can_resume: bool
+
+
+REGISTRY: dict[str, HarnessSpec] = {
+    spec.name: spec
+    for spec in (HarnessSpec("codex", "Codex", "courier.runs.harness.codex:Codex", "codex", ("responses",), True),)
+}
+
+HARNESS_NAMES = tuple(REGISTRY)
+
+
+class UnknownHarness(ValueError):
+    """A harness name no module implements."""
+
+
+def spec_for(name: str) -> HarnessSpec:
+    try:
+        return REGISTRY[name]
+    except KeyError:
+        raise UnknownHarness(f'unsupported harness "{name}" (supported: {", ".join(HARNESS_NAMES)})') from None
+
+
+def harness_for(name: str) -> Harness:
+    module_name, class_name = spec_for(name).target.split(":")
+    harness: Harness = getattr(importlib.import_module(module_name), class_name)()
+    return harness
+
+
+def runnable_harnesses() -> list[str]:
+    """The harnesses this machine can run: their executable is on PATH (or they bring their own)."""
+    return [spec.name for spec in REGISTRY.values() if spec.executable is None or shutil.which(spec.executable)]

@@ -1,0 +1,198 @@
+"""The one interface every harness implements (contract §14): how it starts, what its stream says, how it ends.
+
+The owner, dispatch and the worker environment know only this module. A harness is found by
+the profile's `harness` name through `courier.runs.harness.harness_for`; each lives in its
+own module, imported only by the processes that run or summarise a run (never by the receiver
+answering `status` or `list`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from courier.text import clip_bytes, sanitize
+from protocol import limits
+
+if TYPE_CHECKING:
+    from courier.config import Provider
+    from protocol.models import Usage
+
+DIAGNOSTICS_MAX = 50
+DIAGNOSTIC_MAX_BYTES = limits.LOG_ACTION_MAX_BYTES
+FAILURE_MESSAGE_MAX_BYTES = 4096
+MALFORMED_EXCERPT_CHARS = 120
+
+
+@dataclass(frozen=True)
+class Launch:
+    """Everything a harness needs to build its command line and environment. Never the task.
+
+    `env_key` names the variable the harness reads its credential from (the provider's
+    `credential_env`, or WB_AGENT_PROVIDER_CREDENTIAL for a `credential_file` provider);
+    it is "" for a harness without a provider (`command`). `resume_session` is the session
+    to continue (contract §15.4), else None.
+    """
+
+    worktree: str
+    run_dir: Path
+    home: Path
+    model: str
+    provider_name: str
+    provider: Provider | None
+    env_key: str
+    reasoning: str | None = None
+    network: bool = False
+    permissions: str | None = None
+    command: tuple[str, ...] | None = None
+    resume_session: str | None = None
+
+    @property
+    def last_message_path(self) -> Path:
+        from courier.runs.store import LAST_MESSAGE
+
+        return self.run_dir / LAST_MESSAGE
+
+
+def clean(text: str, limit: int = DIAGNOSTIC_MAX_BYTES) -> str:
+    """Sanitised, valid UTF-8 (JSON may decode lone surrogates) and at most `limit` bytes."""
+    return clip_bytes(sanitize(text.encode("utf-8", "replace").decode()), limit)
+
+
+def decode_line(line: bytes) -> tuple[str, Any, bool]:
+    """(text, value, ok): ok is False when the line is not a JSON object."""
+    text = line.decode("utf-8", "replace").rstrip("\r\n")
+    try:
+        value = json.loads(text)
+    except (ValueError, RecursionError):
+        return text, None, False
+    return text, value, isinstance(value, dict)
+
+
+def malformed_excerpt(text: str) -> str:
+    return sanitize(text[:MALFORMED_EXCERPT_CHARS])
+
+
+def plural_files(count: int) -> str:
+    return "changed 1 file" if count == 1 else f"changed {count} files"
+
+
+class EventParser(ABC):
+    """What one harness's output stream said, built one line at a time, in bounded memory.
+
+    Every line the harness writes (stdout and stderr share one pipe) goes to `feed`, with or
+    without its newline, in order; lines are numbered from 1, counting blank lines and those
+    reported through `skipped_oversize_line`. The facts below are what the run's Result takes;
+    `failure` applies the harness's terminal rule.
+    """
+
+    def __init__(self) -> None:
+        self.session_id: str | None = None
+        self.usage: Usage | None = None
+        self.tool_calls = 0
+        self.last_message: str | None = None
+        self.lines = 0
+        self.events = 0
+        self._diagnostics: list[str] = []
+        self._diagnostics_dropped = 0
+
+    @property
+    def diagnostics(self) -> list[str]:
+        """Harness diagnostics in arrival order; the last entry counts any that were dropped."""
+        if not self._diagnostics_dropped:
+            return list(self._diagnostics)
+        return [*self._diagnostics, f"… and {self._diagnostics_dropped} more harness diagnostic(s)"]
+
+    def diagnose(self, text: str) -> bool:
+        """Record one diagnostic; False when the bound made it only a count."""
+        if len(self._diagnostics) >= DIAGNOSTICS_MAX - 1:
+            self._diagnostics_dropped += 1
+            return False
+        self._diagnostics.append(clean(text))
+        return True
+
+    def skipped_oversize_line(self, size: int) -> None:
+        """Record that the owner skipped a line of `size` bytes (over the 8 MiB line bound)."""
+        self.lines += 1
+        self.diagnose(
+            f"skipped event line {self.lines}: {size} bytes is over the {limits.EVENT_LINE_MAX_BYTES}-byte line limit"
+        )
+
+    def feed(self, line: bytes) -> bytes:
+        """Parse one line; return the bytes to store for it (a harness may mask the task it echoes)."""
+        self.lines += 1
+        if not line or line.isspace():
+            return line
+        text, event, ok = decode_line(line)
+        if not ok:
+            self.malformed(text)
+            return line
+        self.events += 1
+        return self.event(event, line)
+
+    def malformed(self, text: str) -> None:
+        self.diagnose(f"malformed event line {self.lines}: {malformed_excerpt(text)}")
+
+    @abstractmethod
+    def event(self, event: dict[str, Any], line: bytes) -> bytes:
+        """Take one well-formed JSON object; return the bytes to store for it."""
+
+    @abstractmethod
+    def failure(self, exit_code: int | None) -> str | None:
+        """The harness's terminal rule (after stop and timeout, which the owner decides): None is success."""
+
+
+class Harness(ABC):
+    """One coding-agent CLI behind the interface of contract §14."""
+
+    # Its facts (name, executable, wire_api values, resumable) are in the registry's HarnessSpec.
+    name: ClassVar[str]
+
+    @abstractmethod
+    def argv(self, launch: Launch) -> list[str]:
+        """The exact command line, task never in it (it goes on stdin). ValueError for what cannot run."""
+
+    def environment(self, launch: Launch, env: dict[str, str]) -> dict[str, str]:
+        """The allowlisted environment plus the credential, completed with this harness's own variables."""
+        return env
+
+    def prepare_home(self, launch: Launch) -> None:  # noqa: B027 - most harnesses need nothing there
+        """Write whatever the harness needs in its private home before it starts."""
+
+    @abstractmethod
+    def parser(self) -> EventParser:
+        """A fresh parser for one run's stream."""
+
+    def final_message(self, launch: Launch, parser: EventParser, extra: int = 0) -> tuple[bytes, int] | None:
+        """(first bytes, full size) of the final message before its 4096-byte bound, or None.
+
+        At least the bound + 1 + `extra` bytes are returned when the message is that long.
+        """
+        from courier.runs.harness.message import message_bytes
+
+        return message_bytes(parser.last_message)
+
+    @abstractmethod
+    def actions_of(self, event: dict[str, Any]) -> list[str]:
+        """The worker actions (§7.6) one well-formed event stands for, unsanitised, oldest first."""
+
+    def echoed_by(self, event: dict[str, Any], following: dict[str, Any]) -> bool:
+        """True when `event` only repeats what `following` (the next event) says, so `logs` shows it once.
+
+        Reading forward (`logs --follow`), an event that may be such an echo is held back until
+        the next event arrives; `may_echo` names those.
+        """
+        return False
+
+    def may_echo(self, event: dict[str, Any]) -> bool:
+        return False
+
+    def worker_actions(self, events_path: str | os.PathLike[str], limit: int) -> list[str]:
+        """The last `limit` worker actions of a stored transcript, oldest first, each sanitised and bounded."""
+        from courier.runs.harness.transcript import last_actions
+
+        return last_actions(events_path, limit, self.actions_of)
