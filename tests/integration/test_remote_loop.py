@@ -115,19 +115,22 @@ def test_remote_diff_is_the_same_patch_and_touches_nothing_there(caller: Caller,
     caller.await_(ref)
     worktree = _worktree(box, "d1")
     (worktree / "icon.bin").write_bytes(bytes(range(256)))
+    (worktree / "latin1.txt").write_bytes(b"caf\xe9 cr\xe8me\n")  # not UTF-8: carried byte for byte
     before = _fingerprint(worktree)
     remote = caller.wb_bytes("agent", "diff", ref)
     assert remote.returncode == 0, remote.stderr
     assert _fingerprint(worktree) == before
     assert b"new file mode 100644" in remote.stdout and b"GIT binary patch" in remote.stdout
+    assert b"+caf\xe9 cr\xe8me\n" in remote.stdout
     check = subprocess.run(["git", "apply", "--check", "-R", "-"], cwd=worktree, input=remote.stdout)
     assert check.returncode == 0  # the patch is exactly the worktree's change: it reverses cleanly there
 
     document = json.loads(caller.wb("agent", "diff", ref, "--json").stdout)
     assert document["machine"] == "box" and document["agent_id"] == ref.split(":", 1)[1]
-    assert sorted(change["path"] for change in document["files"]) == ["hello.txt", "icon.bin"]
+    assert sorted(change["path"] for change in document["files"]) == ["hello.txt", "icon.bin", "latin1.txt"]
+    assert document["patch"].encode("utf-8", "surrogateescape") == remote.stdout  # \udcXX escapes in JSON
     stat = caller.wb("agent", "diff", ref, "--stat")
-    assert stat.stdout.splitlines()[-1] == "2 files changed, +1 -0"
+    assert stat.stdout.splitlines()[-1] == "3 files changed, +2 -0"
 
 
 def test_a_remote_patch_over_2_mib_is_refused_not_cut(caller: Caller, box: SshdServer) -> None:

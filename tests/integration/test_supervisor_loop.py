@@ -367,3 +367,19 @@ def test_prune_runs_safely_beside_a_running_list(machine: Machine) -> None:
 def test_prune_needs_older_than(machine: Machine) -> None:
     done = machine.wb("agent", "prune")
     assert done.returncode == 2 and "--older-than" in done.stderr
+
+
+def test_prune_never_removes_an_abandoned_run_whose_worker_still_lives(machine: Machine) -> None:
+    machine.clone()
+    ref = machine.dispatch(task="scenario:silent")
+    assert wait_for(lambda: _status(machine, ref).get("worker_alive") is True, 20)
+    os.kill(int(_status(machine, ref)["owner_pid"]), signal.SIGKILL)  # type: ignore[call-overload]
+    assert wait_for(lambda: _status(machine, ref)["state"] == "abandoned", 20)
+    assert _status(machine, ref)["worker_alive"] is True
+    done = machine.wb("agent", "prune", "--older-than", "0s")
+    assert done.returncode == 0 and done.stdout == "removed 0 records\n"
+    assert Store(machine.home).exists(ref)
+    assert machine.wb("agent", "stop", ref).returncode == 0
+    done = machine.wb("agent", "prune", "--older-than", "0s")
+    assert done.stdout.splitlines() == [done.stdout.splitlines()[0], "removed 1 record"]
+    assert done.stdout.startswith(f"removed {ref} (failed, finished ")
