@@ -558,8 +558,8 @@ def run(argv: list[str]) -> int:
             sys.stdout.flush()
         except BrokenPipeError:
             _broken_pipe()
-        if isinstance(exc, Interrupted):
-            sys.stderr.write(exc.message + "\n")  # a hint, not an error (contract §3)
+        if isinstance(exc, Interrupted):  # a hint, not an error: printed exactly, without the prefix (§3)
+            sys.stderr.write(f"{exc.message}\n")
         else:
             _error(exc.message)
         return exc.exit_code
