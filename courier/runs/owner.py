@@ -33,6 +33,7 @@ _READ_CHUNK = 1 << 20
 _POLL_S = 0.1
 _DRAIN_POLL_S = 0.05
 _DRAIN_AFTER_EXIT_S = 2.0
+_OUTPUT_MARK_S = 2.0  # at most one extra mtime update per this many seconds of output
 REDACTED = b"[redacted]"
 
 
@@ -193,7 +194,7 @@ class Owner:
         line_number = 0
         exited_at: float | None = None
         stall_stop_s = self.stall_stop_after_s()
-        last_output = time.monotonic()
+        last_output = marked_at = time.monotonic()
         try:
             while True:
                 now = time.monotonic()
@@ -226,6 +227,12 @@ class Owner:
                     worker.wait()
                     break
                 last_output = time.monotonic()
+                if last_output - marked_at >= _OUTPUT_MARK_S:
+                    # The transcript's mtime is the run's last output (stall, §15.3): keep it true when
+                    # what arrived is not stored (a partial line, a skipped line, past the 128 MiB cap).
+                    marked_at = last_output
+                    with contextlib.suppress(OSError):
+                        os.utime(log_fd)
                 pending += chunk
                 while True:
                     newline = pending.find(b"\n")
