@@ -7,12 +7,15 @@ import shutil
 import stat
 from pathlib import Path
 
+from courier.runs.privacy import seal
+
 
 def copy_private_tree(source: Path, destination: Path) -> None:
     """Copy a harness home without following symlinks; every directory 0700 and every file 0600."""
     if os.path.isdir(source) and not os.path.islink(source):
         shutil.copytree(source, destination, symlinks=True, dirs_exist_ok=True, ignore=_special_files)
-    make_private(destination)
+    # 0700 directories, 0600 files, links left alone; what fails here the end of the run seals again.
+    seal(destination, b"")
 
 
 def _special_files(directory: str, names: list[str]) -> set[str]:
@@ -23,13 +26,3 @@ def _special_files(directory: str, names: list[str]) -> set[str]:
         if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode) or stat.S_ISLNK(mode)):
             skipped.add(name)
     return skipped
-
-
-def make_private(root: Path) -> None:
-    """Contract §6.1: what a harness leaves in the run directory ends 0600 (files) and 0700 (directories)."""
-    for directory, _, files in os.walk(root):  # symlinked directories are not entered
-        os.chmod(directory, 0o700)
-        for name in files:
-            path = os.path.join(directory, name)
-            if stat.S_ISREG(os.lstat(path).st_mode):
-                os.chmod(path, 0o600)

@@ -9,6 +9,7 @@ is a normal run: its own record, owner, timeout and stop.
 from __future__ import annotations
 
 import os
+import shutil
 
 from courier.config import Config
 from courier.errors import Finding, NotStartable, UsageError
@@ -111,6 +112,13 @@ def continue_run(config: Config, request: RemoteRequest) -> Result:
             run_dir = store.create(record, request.task)
         except FileExistsError:
             return render(store.load(agent_id), store)
-        copy_private_tree(store.run_dir(parent.agent_id) / HARNESS_HOME, run_dir / HARNESS_HOME)
+        try:
+            copy_private_tree(store.run_dir(parent.agent_id) / HARNESS_HOME, run_dir / HARNESS_HOME)
+        except (OSError, shutil.Error) as exc:
+            from courier.runs.owner import finish
+
+            reason = f"could not copy the harness home of {parent.agent_id}: {exc}"
+            finish(store, record, "failed", reason)
+            raise NotStartable(f"agent run {agent_id} {reason}") from None
         start_owner(run_dir)
     return render(record, store)
