@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import codecs
+import contextlib
 import os
 import re
 import sys
+from collections.abc import Iterator
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
@@ -15,7 +17,7 @@ from typer._click import exceptions as click_exceptions  # typer vendors its own
 
 from courier import __version__
 from courier.config import Config, load_config
-from courier.errors import Finding, Interrupted, UsageError, WbError
+from courier.errors import Finding, Interrupted, TransportError, UsageError, WbError
 from courier.render import dispatch_line, is_stalled, list_lines, results_json, sort_results, status_text, to_json
 from courier.route import ask, await_result
 from courier.text import escape_controls, sanitize
@@ -164,6 +166,17 @@ def _repository(repo: str | None) -> str:
     return found
 
 
+@contextlib.contextmanager
+def _naming(remedy: str) -> Iterator[None]:
+    """A transport failure after the request may have been sent says how to retry (the reference is in `remedy`)."""
+    try:
+        yield
+    except TransportError as exc:
+        if exc.request_maybe_sent:
+            exc.message += f"\n{remedy}"
+        raise
+
+
 # -- agent commands ------------------------------------------------------------------------
 
 
@@ -264,7 +277,8 @@ def await_(
         raise UsageError("--wait-timeout must not be negative (0 means no bound)")
     ref = format_reference(machine, run_id)
     try:
-        result = await_result(_config(), machine, run_id, bound_ms)
+        with _naming(f"the run is not affected; await it again with: wb agent await {ref}"):
+            result = await_result(_config(), machine, run_id, bound_ms)
     except KeyboardInterrupt:
         raise Interrupted(f"interrupted; the run continues; resume with wb agent await {ref}") from None
     _out(to_json(result.to_wire()) if _wants_json(fmt, json_flag) else status_text(result, details=True))
@@ -384,9 +398,10 @@ def stop(
 ) -> None:
     """Stop a running run: its worker is signalled and the run recorded as stopped."""
     machine, run_id = _target(reference, to)
-    response = ask(_config(), machine, _request("stop", agent_id=run_id))
-    stopped = response.stop_result_of()
     ref = format_reference(machine, run_id)
+    with _naming(f"the stop may have reached the run; check it with: wb agent status {ref}"):
+        response = ask(_config(), machine, _request("stop", agent_id=run_id))
+        stopped = response.stop_result_of()
     if stopped.worker_pid:
         _out(f"stopping {ref} worker process {stopped.worker_pid}\n")
     else:
@@ -515,11 +530,17 @@ def machines(
 
 
 @app.command()
-def demo() -> None:
+def demo(
+    harness: Annotated[
+        str, typer.Option("--harness", metavar="codex|claude|gemini", help="The coding agent to run (default codex).")
+    ] = "codex",
+) -> None:
     """Show the product working end to end in a throwaway sandbox (nothing of yours is touched)."""
-    from courier.demo.run import run_demo
+    from courier.demo.run import DEMO_HARNESSES, run_demo
 
-    code = run_demo()
+    if harness not in DEMO_HARNESSES:
+        raise UsageError(f'--harness must be one of {", ".join(sorted(DEMO_HARNESSES))}, not "{harness}"')
+    code = run_demo(harness)
     if code:
         raise typer.Exit(code)
 

@@ -14,12 +14,13 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from courier.capabilities import harnesses_of
 from courier.config import Config, Problem, Target
 from courier.errors import Finding, TransportError, WbError
 from courier.render import list_lines, sort_results, to_json
 from courier.route import raise_failure
 from courier.text import sanitize
-from courier.transport import transport_for
+from courier.transport import connections_shared, transport_for
 from protocol import limits
 from protocol.models import RemoteRequest, RemoteResponse, Result
 from protocol.refs import format_reference
@@ -99,7 +100,11 @@ async def _ask_all(config: Config, machines: list[str], operation: str, deadline
             elapsed = int((time.monotonic() - began) * 1000)
             out[machine] = Answer(response, failure, elapsed, sent_at, time.time())
 
-    await asyncio.gather(*(one(name) for name in machines))
+    if any(machines):
+        async with connections_shared():  # one connection per host (§8.1): aliases of one sshd share it
+            await asyncio.gather(*(one(name) for name in machines))
+    else:
+        await asyncio.gather(*(one(name) for name in machines))
     return out
 
 
@@ -179,6 +184,7 @@ class ProbeRow:
     schema_version: int | None = None
     rtt_ms: int | None = None
     clock_offset_ms: int | None = None
+    harnesses: list[str] | None = None  # from the peer's capabilities; [] when it lists none
 
     def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -233,6 +239,7 @@ def _apply_probe(row: ProbeRow, answer: Answer) -> None:
         return
     row.wb_version = response.wb_version
     row.schema_version = response.schema_version
+    row.harnesses = harnesses_of(response.capabilities)
     row.clock_offset_ms = _offset_ms(response.now, answer.sent_at, answer.received_at)
     if row.clock_offset_ms is not None and abs(row.clock_offset_ms) > limits.CLOCK_OFFSET_WARN_MS:
         sys.stderr.write(
@@ -245,7 +252,7 @@ def _machines_table(rows: list[ProbeRow], check: bool) -> str:
         return "no machines configured (add them under session_move.targets in wb.yaml)\n"
     header = ["MACHINE", "HOST", "USER", "PORT", "WB_PATH", "OK"]
     if check:
-        header += ["WB", "SCHEMA", "RTT", "CLOCK"]
+        header += ["WB", "SCHEMA", "RTT", "CLOCK", "HARNESSES"]
     header.append("ERROR")
     table = [header]
     for r in rows:
@@ -256,6 +263,7 @@ def _machines_table(rows: list[ProbeRow], check: bool) -> str:
                 str(r.schema_version or "-"),
                 f"{r.rtt_ms}ms" if r.rtt_ms is not None else "-",
                 f"{r.clock_offset_ms:+d}ms" if r.clock_offset_ms is not None else "-",
+                ",".join(r.harnesses) if r.harnesses else "-",
             ]
         line.append(sanitize(r.error or ""))
         table.append(line)

@@ -76,7 +76,7 @@ def perform(
 
 
 def version_op(request: RemoteRequest, response: RemoteResponse, context: Context) -> None:
-    from protocol.operations import capabilities
+    from courier.capabilities import capabilities
 
     response.wb_version = __version__
-    response.capabilities = list(capabilities())
+    response.capabilities = capabilities()

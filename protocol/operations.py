@@ -143,9 +143,6 @@ TABLE: dict[str, Operation] = {
     )
 }
 
-# Optional features that are not operations of their own: `follow` is a mode of `logs`.
-EXTRA_CAPABILITIES = ("follow",)
-
 OPERATIONS = tuple(TABLE)
 
 
@@ -156,7 +153,3 @@ def operation(name: str) -> Operation:
         raise RequestRefused(f'unknown operation "{name[:64]}": expected one of {", ".join(OPERATIONS)}')
     return entry
 
-
-def capabilities() -> tuple[str, ...]:
-    """What `version` lists (contract Part two): every optional operation's capability, then the other features."""
-    return tuple(op.capability for op in TABLE.values() if op.capability) + EXTRA_CAPABILITIES

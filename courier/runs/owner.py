@@ -136,6 +136,11 @@ class Owner:
                 start_new_session=True,
                 close_fds=True,
             )
+        except FileNotFoundError:
+            executable = spec_for(record.resolved.harness).executable
+            where = f'harness executable "{argv[0]}" not found on PATH' if executable else f"{argv[0]} does not exist"
+            finish(self.store, record, "failed", f"could not start the harness: {where}")
+            return
         except OSError as exc:
             finish(self.store, record, "failed", f"could not start the harness {argv[0]}: {exc.strerror or exc}")
             return
@@ -165,12 +170,14 @@ class Owner:
         credential: Credential | None = None
         if spec_for(record.resolved.harness).wire_apis:
             routing = record.resolved.routing
-            provider = Provider(
-                base_url=routing.base_url,
-                credential_env=routing.credential_env,
-                credential_file=routing.credential_file,
-                wire_api=routing.wire_api,
-                **(record.provider_options or {}),
+            provider = Provider.model_validate(
+                {
+                    "base_url": routing.base_url,
+                    "credential_env": routing.credential_env,
+                    "credential_file": routing.credential_file,
+                    "wire_api": routing.wire_api,
+                    **(record.provider_options or {}),
+                }
             )
             credential = resolve_credential(record.resolved.provider, provider)
         self.launch = Launch(
@@ -184,6 +191,8 @@ class Owner:
             reasoning=record.resolved.reasoning,
             network=record.network,
             resume_session=record.resume_session_id,
+            permissions=record.permissions,
+            command=tuple(record.command) if record.command else None,
         )
         harness.prepare_home(self.launch)
         return credential, harness.argv(self.launch)
@@ -258,16 +267,15 @@ class Owner:
                     if len(line) > limits.EVENT_LINE_MAX_BYTES:
                         self.summary.skipped_oversize_line(len(line))
                         continue
-                    # Parse the line as the harness wrote it; only what is stored is redacted.
-                    self.summary.feed(line)
-                    line = self.redact(line)
+                    # Parse the line as the harness wrote it; store what the harness returns for it
+                    # (it may mask the task it echoes), redacted.
+                    line = self.redact(self.summary.feed(line))
                     if stored + len(line) <= limits.EVENTS_STORED_MAX_BYTES:
                         self.store_event(log_fd, line)
                         stored += len(line)
                     self.note_session()
             if pending and not skipping:
-                self.summary.feed(pending)
-                line = self.redact(pending)
+                line = self.redact(self.summary.feed(pending))
                 if stored + len(line) <= limits.EVENTS_STORED_MAX_BYTES:
                     self.store_event(log_fd, line)
         finally:

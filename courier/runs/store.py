@@ -48,6 +48,8 @@ class Record(Result):
     timeout_ms: int
     network: bool = False
     provider_options: dict[str, int] | None = None
+    permissions: str | None = None  # the profile's `permissions` (claude: "bypass")
+    command: list[str] | None = None  # the profile's `command` (harness command)
     owner_token: str | None = None
     worker_token: str | None = None
     # Contract §15.3: absent means the default (10m); 0 means never stalled.
