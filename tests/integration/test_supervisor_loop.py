@@ -383,3 +383,29 @@ def test_prune_never_removes_an_abandoned_run_whose_worker_still_lives(machine: 
     done = machine.wb("agent", "prune", "--older-than", "0s")
     assert done.stdout.splitlines() == [done.stdout.splitlines()[0], "removed 1 record"]
     assert done.stdout.startswith(f"removed {ref} (failed, finished ")
+
+
+def test_continue_a_claude_run_resumes_its_session_and_a_command_run_is_refused(machine: Machine) -> None:
+    """Claude Code is started with `--resume=<session>` from a copy of its private config dir; `command` cannot."""
+    from tests.integration.test_claude_and_command import CONFIG, SCRIPT
+
+    script = machine.root / "agent.sh"
+    script.write_text(SCRIPT)
+    script.chmod(0o700)
+    machine.write_config(CONFIG.format(credential_env=CREDENTIAL_ENV, script=script))
+    machine.clone()
+    parent = machine.dispatch("--profile", "sonnet", task="scenario:complete")
+    first = _await(machine, parent)
+    assert first["state"] == "completed" and first["session_id"], first
+    done = machine.wb("agent", "continue", parent, "--task", "scenario:env-dump")
+    assert done.returncode == 0, done.stderr
+    child = done.stdout.split()[0]
+    second = _await(machine, child)
+    assert second["state"] == "completed" and second["parent_id"] == parent, second
+    argv = json.loads((machine.home / "agents" / child / "harness-home" / "argv.json").read_text())
+    assert argv[-1] == f"--resume={first['session_id']}"
+
+    scripted = machine.dispatch("--profile", "script", task="do it", worktree="w2")
+    _await(machine, scripted)
+    refused = machine.wb("agent", "continue", scripted, "--task", "more")
+    assert refused.returncode == 1 and "command harness" in refused.stderr

@@ -120,3 +120,15 @@ def test_an_unknown_operation_refusal_from_a_peer_becomes_the_upgrade_message_ex
     other = RemoteResponse(schema_version=1, operation="diff", failure="unknown agent run x", failure_kind="not_found")
     with pytest.raises(Finding, match=r"^box: unknown agent run"):
         raise_failure("box", other, "diff")
+
+
+def test_claude_resumes_its_session_with_the_equals_form(tmp_path: Path) -> None:
+    """Contract §15.4: `--resume=<session>` after the usual flags; an ID that is not one is refused."""
+    from courier.runs.harness.claude import claude_argv
+    from tests.unit.test_claude_harness import launch
+
+    plain = claude_argv(launch(tmp_path))
+    session = "8f2c1d7e-0b4a-4c1e-9d3f-6a5b4c3d2e1f"
+    assert claude_argv(launch(tmp_path, resume_session=session)) == [*plain, f"--resume={session}"]
+    with pytest.raises(ValueError, match="session ID"):
+        claude_argv(launch(tmp_path, resume_session="--dangerously-skip-permissions"))
