@@ -64,3 +64,11 @@ def test_the_supervisor_loop_runs_as_written(sshd: SshdFactory, tmp_path: Path) 
     # Prune removed the four records (two runs and two continuations) on the two machines.
     pruned = [line for line in lines if line.startswith("removed ")]
     assert pruned[-1] == "removed 4 records", lines
+
+
+def test_the_readme_shows_the_loop_script_exactly() -> None:
+    """The README's copy of the loop is the file the test above runs."""
+    readme = (REPO_ROOT / "README.md").read_text()
+    section = readme[readme.index("## The supervisor's loop") :]
+    script = (REPO_ROOT / "docs" / "supervisor-loop.sh").read_text()
+    assert f"```sh\n{script}```" in section
