@@ -148,9 +148,8 @@ def test_continue_of_a_gemini_run_resumes_its_session_in_the_same_worktree(gem: 
     dumped = _await(gem, child)
     assert dumped["state"] == "completed", dumped
     assert dumped["parent_id"] == first["agent_id"] and dumped["session_id"] == first["session_id"]
-    assert (dumped["worktree"], dumped["worktree_dir"], dumped["base_sha"]) == (
-        first["worktree"], first["worktree_dir"], first["base_sha"]
-    )
+    for key in ("worktree", "worktree_dir", "base_sha"):
+        assert dumped[key] == first[key], key
     home = Path(dumped["log_path"]).parent / "harness-home"
     facts = json.loads((home / "fake-gemini.json").read_text())
     assert facts["argv"][-2:] == ["--resume", first["session_id"]]
