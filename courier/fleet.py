@@ -132,7 +132,7 @@ def _list_row(machine: str, answer: Answer, own_home: str | None, warnings: list
     return row
 
 
-def list_all(config: Config, machine_timeout_s: float, *, as_json: bool) -> None:
+def list_all(config: Config, machine_timeout_s: float, *, as_json: bool, stalled_only: bool = False) -> None:
     """This machine's runs and every configured machine's; partial answers exit 1 with reasons."""
     from courier.runs.store import Store, home_id
 
@@ -150,6 +150,10 @@ def list_all(config: Config, machine_timeout_s: float, *, as_json: bool) -> None
             rows.append(_list_row(machine, answers[machine], own_home, warnings))
 
     results = sort_results([result for row in rows for result in row.results])
+    if stalled_only:
+        from courier.render import is_stalled
+
+        results = [result for result in results if is_stalled(result)]
     if as_json:
         sys.stdout.write(
             to_json({"results": [r.to_wire() for r in results], "machines": [row.to_json() for row in rows]})
