@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import sys
 import time
 from collections.abc import Awaitable, Callable
@@ -39,6 +40,14 @@ from protocol.refs import format_reference
 
 # How often a waiting `await` reports progress (and notices a cancellation).
 AWAIT_PROGRESS_MS = 5_000
+
+
+def progress_interval_ms() -> int:
+    """AWAIT_PROGRESS_MS; a smaller interval can be set for tests."""
+    override = os.environ.get("WB_MCP_PROGRESS_MS", "")
+    if override.isdigit() and 0 < int(override) <= AWAIT_PROGRESS_MS:
+        return int(override)
+    return AWAIT_PROGRESS_MS
 
 INSTRUCTIONS = (
     "wb runs one bounded coding task in one coding-agent harness inside an isolated git worktree, "
@@ -173,7 +182,7 @@ async def _await(call: Call, args: AwaitArgs) -> dict[str, Any]:
     began = time.monotonic()
     deadline = began + bound_ms / 1000 if bound_ms else None
     while True:
-        step = AWAIT_PROGRESS_MS
+        step = progress_interval_ms()
         if deadline is not None:
             step = max(1, min(step, int((deadline - time.monotonic()) * 1000)))
         result: Result = await call.blocking(functools.partial(await_result, config, machine, run_id, step))

@@ -76,8 +76,8 @@ def write(directory: Path) -> list[Path]:
 
 
 def drifted(directory: Path) -> list[str]:
-    """Names whose committed file differs from the models (or is missing), and stray files."""
-    out = [name for name in names() if _read(directory / f"{name}.json") != render(name)]
+    """Files that differ from the models (or are missing), and stray files."""
+    out = [f"{name}.json" for name in names() if _read(directory / f"{name}.json") != render(name)]
     known = {f"{name}.json" for name in names()}
     out += [path.name for path in sorted(directory.glob("*.json")) if path.name not in known]
     return out
@@ -97,8 +97,8 @@ def main(argv: list[str]) -> int:
         return 0
     if len(argv) == 2 and argv[0] == "--check":
         stale = drifted(Path(argv[1]))
-        for name in stale:
-            sys.stderr.write(f"error: {argv[1]}/{name} differs from the models; regenerate: {REGENERATE}\n")
+        for file in stale:
+            sys.stderr.write(f"error: {Path(argv[1]) / file} differs from the models; regenerate: {REGENERATE}\n")
         return 1 if stale else 0
     sys.stderr.write("usage: python -m courier.schemas (--write DIR | --check DIR)\n")
     return 2

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.integration.sshd import SshdFactory, SshdServer
+from tests.json_documents import check_output
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 FAKES = REPO_ROOT / "tests" / "fakes"
@@ -71,7 +72,7 @@ class Machine:
         timeout: float = 120,
     ) -> subprocess.CompletedProcess[str]:
         data = input.decode() if isinstance(input, bytes) else input
-        return subprocess.run(
+        done = subprocess.run(
             [sys.executable, "-m", "courier.main", *args],
             input=data if data is not None else "",
             capture_output=True,
@@ -80,6 +81,8 @@ class Machine:
             env={**self.env, **(env or {})},
             timeout=timeout,
         )
+        check_output(args, done)  # every --json output follows its published schema
+        return done
 
     def wb_json(self, *args: str, **kwargs: object) -> object:
         done = self.wb(*args, "--json", **kwargs)  # type: ignore[arg-type]
