@@ -21,6 +21,7 @@ from courier.commands import (
     still_running,
     wait_bound_ms,
 )
+from courier.commands import default_duration as _default
 from courier.commands import request as _request
 from courier.commands import target as _target
 from courier.config import Config, load_config
@@ -49,6 +50,11 @@ class Format(StrEnum):
 
 FormatOpt = Annotated[Format, typer.Option("--format", help="Output format.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Same as --format json.")]
+
+
+TIMEOUT_DEFAULT = _default(limits.TIMEOUT_DEFAULT_MS)
+AWAIT_DEFAULT = _default(limits.AWAIT_DEFAULT_MS)
+MACHINE_TIMEOUT_DEFAULT = _default(limits.MACHINE_TIMEOUT_DEFAULT_MS)
 ToOpt = Annotated[str | None, typer.Option("--to", metavar="MACHINE", help="Ask this configured machine.")]
 
 
@@ -123,7 +129,7 @@ def dispatch(
     to: ToOpt = None,
     timeout: Annotated[
         str, typer.Option("--timeout", metavar="DURATION", help="Bound on the run (e.g. 30m, 2h).")
-    ] = "30m",
+    ] = TIMEOUT_DEFAULT,
     fmt: FormatOpt = Format.text,
     json_flag: JsonOpt = False,
 ) -> None:
@@ -162,7 +168,7 @@ def await_(
     reference: Annotated[str, typer.Argument(metavar="REF", help="agt-… or MACHINE:agt-…")],
     wait_timeout: Annotated[
         str, typer.Option("--wait-timeout", metavar="DURATION", help="Bound on the wait (0 = none).")
-    ] = "1h",
+    ] = AWAIT_DEFAULT,
     to: ToOpt = None,
     fmt: FormatOpt = Format.text,
     json_flag: JsonOpt = False,
@@ -186,7 +192,7 @@ def list_(
     all_machines: Annotated[bool, typer.Option("--all", help="This machine and every configured machine.")] = False,
     machine_timeout: Annotated[
         str, typer.Option("--machine-timeout", metavar="DURATION", help="Per-machine deadline with --all.")
-    ] = "30s",
+    ] = MACHINE_TIMEOUT_DEFAULT,
     fmt: FormatOpt = Format.text,
     json_flag: JsonOpt = False,
 ) -> None:
@@ -286,7 +292,7 @@ def machines(
     check: Annotated[bool, typer.Option("--check", help="Probe each machine with the version operation.")] = False,
     machine_timeout: Annotated[
         str, typer.Option("--machine-timeout", metavar="DURATION", help="Per-machine deadline with --check.")
-    ] = "30s",
+    ] = MACHINE_TIMEOUT_DEFAULT,
     fmt: FormatOpt = Format.text,
     json_flag: JsonOpt = False,
 ) -> None:

@@ -5,26 +5,28 @@ Nothing here writes to stdout: the MCP server's stdout carries only the protocol
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 from typing import Any, BinaryIO
 
 from courier.config import Config
-from courier.errors import (
-    AuthFailed,
-    ConnectFailed,
-    Finding,
-    HostKeyChanged,
-    HostKeyConfigRefused,
-    HostKeyUnknown,
-    UsageError,
-    WbError,
-)
-from courier.route import ask, is_transport
+from courier.errors import Finding, UsageError, WbError
+from courier.route import ask
 from protocol import limits
-from protocol.durations import BadDuration, parse_duration_ms
+from protocol.durations import BadDuration, format_duration_ms, parse_duration_ms
 from protocol.models import RemoteRequest, Result
 from protocol.refs import BadName, check_machine_name, format_reference, new_run_id, split_reference
+
+
+def default_duration(ms: int) -> str:
+    """A bound from protocol/limits.py as a flag default, in its shortest Go spelling ("30m", "1h")."""
+    return re.sub(r"(?<=h)0m$", "", re.sub(r"(?<=[hm])0s$", "", format_duration_ms(ms)))
+
+
+TIMEOUT_DEFAULT = default_duration(limits.TIMEOUT_DEFAULT_MS)
+AWAIT_DEFAULT = default_duration(limits.AWAIT_DEFAULT_MS)
+MACHINE_TIMEOUT_DEFAULT = default_duration(limits.MACHINE_TIMEOUT_DEFAULT_MS)
 
 
 def duration_ms(text: str, flag: str) -> int:
@@ -145,8 +147,7 @@ def send_starting(config: Config, machine: str, starting: RemoteRequest, run_id:
         return ask(config, machine, starting).result_of()
     except WbError as exc:
         # Before authentication nothing was sent; after it, the run may exist.
-        never_sent = (ConnectFailed, AuthFailed, HostKeyUnknown, HostKeyChanged, HostKeyConfigRefused)
-        if machine and is_transport(exc) and not isinstance(exc, never_sent):
+        if machine and exc.request_maybe_sent:
             exc.message += (
                 f"\nthe run may have started; ask for it with: wb agent status {format_reference(machine, run_id)}"
             )

@@ -4,11 +4,16 @@ WbError (1)
 ├── UsageError (2)            the invocation, request or configuration is invalid
 ├── Finding (1)               a fact about the machine's state
 │   ├── NotFound (1)          unknown run
+│   ├── RecordUnreadable (1)  a record that exists but cannot be trusted
 │   └── NotStartable (1)      clone missing, worktree busy, credential unusable, …
-└── TransportError (255)      the machine could not be asked or its answer not trusted
-    ├── HostKeyUnknown, HostKeyChanged, HostKeyConfigRefused
-    ├── ConnectFailed, AuthFailed, ConnectionLost, CallTimedOut
-    └── ReplyUntrusted, SchemaSkew, RemoteWbMissing
+│       └── GitFailed (1)     a git command the answer needs failed
+├── TransportError (255)      the machine could not be asked or its answer not trusted
+│   ├── before sending:       HostKeyUnknown, HostKeyChanged, HostKeyConfigRefused, ConnectFailed, AuthFailed
+│   └── after (maybe sent):   ConnectionLost, CallTimedOut, ReplyUntrusted, SchemaSkew, RemoteWbMissing
+└── Interrupted (130)         Ctrl-C
+
+`request_maybe_sent` says whether the request may have reached the machine when the error
+happened: a dispatch that fails that way names the reference it intended (contract §3.1).
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from __future__ import annotations
 class WbError(Exception):
     exit_code = 1
     failure_kind = "failed"
+    request_maybe_sent = False
 
     def __init__(self, message: str) -> None:
         super().__init__(message)
@@ -41,11 +47,20 @@ class NotStartable(Finding):
     pass
 
 
+class RecordUnreadable(Finding):
+    """A record that exists but cannot be trusted (corrupt, symlinked, unreadable)."""
+
+
+class GitFailed(NotStartable):
+    """A git command needed for an answer (not just a summary) failed: the run cannot start (exit 1)."""
+
+
 class TransportError(WbError):
     """`cause` is a short classification for fleet views ("auth", "timeout", "unknown host key", …)."""
 
     exit_code = 255
     cause = "transport"
+    request_maybe_sent = True
 
     def __init__(self, message: str, *, cause: str | None = None) -> None:
         super().__init__(message)
@@ -55,22 +70,27 @@ class TransportError(WbError):
 
 class HostKeyUnknown(TransportError):
     cause = "unknown host key"
+    request_maybe_sent = False
 
 
 class HostKeyChanged(TransportError):
     cause = "changed host key"
+    request_maybe_sent = False
 
 
 class HostKeyConfigRefused(TransportError):
     cause = "host key verification disabled"
+    request_maybe_sent = False
 
 
 class ConnectFailed(TransportError):
     cause = "refused"
+    request_maybe_sent = False
 
 
 class AuthFailed(TransportError):
     cause = "auth"
+    request_maybe_sent = False
 
 
 class ConnectionLost(TransportError):

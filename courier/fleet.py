@@ -11,17 +11,18 @@ import asyncio
 import sys
 import time
 from dataclasses import dataclass, field
-from datetime import datetime
 
 from courier.config import Config, Problem, Target
 from courier.errors import Finding, TransportError, WbError
 from courier.render import list_lines, sort_results, to_json
 from courier.route import raise_failure
 from courier.text import sanitize
+from courier.transport import transport_for
 from protocol import limits
 from protocol.documents import FleetDocument, FleetMachine, MachineProbe, MachinesDocument
 from protocol.models import RemoteRequest, RemoteResponse, Result
 from protocol.refs import format_reference
+from protocol.timestamps import parse_rfc3339
 
 DUPLICATE_HOME = "same WB_HOME as this machine"
 
@@ -86,10 +87,12 @@ class Answer:
     received_at: float = 0.0
 
 
-async def _ask_all(config: Config, operation: str, deadline: float) -> dict[str, Answer]:
-    """One call per well-configured machine, concurrently, each bounded by the shared deadline."""
-    from courier.remote.client import call_async
+def _machines(config: Config) -> list[str]:
+    return sorted(name for name, entry in config.targets.items() if isinstance(entry, Target))
 
+
+async def _ask_all(config: Config, machines: list[str], operation: str, deadline: float) -> dict[str, Answer]:
+    """One call per machine ("" = this one) over its transport, concurrently, each bounded by the shared deadline."""
     slots = asyncio.Semaphore(limits.FLEET_MAX_IN_FLIGHT)
     out: dict[str, Answer] = {}
 
@@ -104,15 +107,39 @@ async def _ask_all(config: Config, operation: str, deadline: float) -> dict[str,
             response: RemoteResponse | None = None
             failure: BaseException | None = None
             try:
-                response = await call_async(config, machine, _request(operation), timeout_s=remaining)
+                transport = transport_for(config, machine)
+                response = await transport.ask_async(_request(operation), timeout_s=remaining)
             except Exception as exc:  # each machine's failure is a row, never the whole answer
                 failure = exc
             elapsed = int((time.monotonic() - began) * 1000)
             out[machine] = Answer(response, failure, elapsed, sent_at, time.time())
 
-    machines = [name for name, entry in config.targets.items() if isinstance(entry, Target)]
-    await asyncio.gather(*(one(name) for name in sorted(machines)))
+    await asyncio.gather(*(one(name) for name in machines))
     return out
+
+
+def _list_row(machine: str, answer: Answer, own_home: str | None, warnings: list[str]) -> MachineRow:
+    """One machine's row of `list --all` from its answer (this machine's too); unreadable records go to `warnings`."""
+    row = MachineRow(machine=machine, elapsed_ms=answer.elapsed_ms)
+    response, error = answer.response, answer.error
+    if error is not None or response is None:
+        row.error = _reason(error) if error else "no answer"
+        return row
+    if machine and own_home and response.home_id == own_home:
+        row.ok, row.skipped = True, DUPLICATE_HOME
+        return row
+    try:
+        raise_failure(machine, response)
+        row.results = response.results_of()
+    except WbError as exc:
+        row.error = exc.message
+        return row
+    row.runs = len(row.results)
+    row.ok = not response.warnings
+    if response.warnings:
+        row.error = f"{len(response.warnings)} unreadable record(s)"
+        warnings.extend(f"{format_reference(machine, w.agent_id)}: {sanitize(w.error)}" for w in response.warnings)
+    return row
 
 
 def list_all(config: Config, machine_timeout_s: float, *, as_json: bool) -> None:
@@ -131,63 +158,24 @@ def list_all(config: Config, machine_timeout_s: float, *, as_json: bool) -> None
 
 def gather_all(config: Config, machine_timeout_s: float) -> FleetAnswer:
     """Ask this machine and every configured one; prints nothing (the MCP server calls it too)."""
-    from courier.operations import perform
     from courier.runs.store import Store, home_id
 
-    started = time.monotonic()
-    deadline = started + machine_timeout_s
-    local_row = MachineRow(machine="")
-    local_warnings: list[str] = []
-    try:
-        local = perform(_request("list"), config=config)
-        raise_failure("", local)
-        local_row.results = local.results_of()
-        local_row.ok = not local.warnings
-        local_row.runs = len(local_row.results)
-        for warning in local.warnings or []:
-            local_warnings.append(f"{warning.agent_id}: {warning.error}")
-        if local.warnings:
-            local_row.error = f"{len(local.warnings)} unreadable record(s)"
-    except WbError as exc:
-        local_row.error = exc.message
-    local_row.elapsed_ms = int((time.monotonic() - started) * 1000)
+    deadline = time.monotonic() + machine_timeout_s
+    machines = ["", *_machines(config)]
+    answers = asyncio.run(_ask_all(config, machines, "list", deadline))
     own_home = home_id(Store(config.home))
-
-    answers = asyncio.run(_ask_all(config, "list", deadline)) if config.targets else {}
-    rows = [local_row]
-    for machine in sorted(config.targets):
-        entry = config.targets[machine]
-        row = MachineRow(machine=machine)
-        rows.append(row)
+    warnings: list[str] = []
+    rows: list[MachineRow] = []
+    for machine in ["", *sorted(config.targets)]:
+        entry = config.targets.get(machine)
         if isinstance(entry, Problem):
-            row.error = entry.message
-            continue
-        answer = answers[machine]
-        response, error = answer.response, answer.error
-        row.elapsed_ms = answer.elapsed_ms
-        if error is not None or response is None:
-            row.error = _reason(error) if error else "no answer"
-            continue
-        if own_home and response.home_id == own_home:
-            row.ok, row.skipped = True, DUPLICATE_HOME
-            continue
-        try:
-            raise_failure(machine, response)
-            row.results = response.results_of()
-        except WbError as exc:
-            row.error = exc.message
-            continue
-        row.runs = len(row.results)
-        row.ok = not response.warnings
-        if response.warnings:
-            row.error = f"{len(response.warnings)} unreadable record(s)"
-            local_warnings.extend(
-                f"{format_reference(machine, w.agent_id)}: {sanitize(w.error)}" for w in response.warnings
-            )
+            rows.append(MachineRow(machine=machine, error=entry.message))
+        else:
+            rows.append(_list_row(machine, answers[machine], own_home, warnings))
 
     results = sort_results([result for row in rows for result in row.results])
-    local_warnings.extend(f"{row.machine}: {row.error}" for row in rows if not row.ok and row.machine)
-    return FleetAnswer(rows, results, local_warnings)
+    warnings.extend(f"{row.machine}: {row.error}" for row in rows if not row.ok and row.machine)
+    return FleetAnswer(rows, results, warnings)
 
 
 @dataclass
@@ -212,7 +200,7 @@ def _offset_ms(now: str | None, sent: float, received: float) -> int | None:
     if not now:
         return None
     try:
-        peer = datetime.fromisoformat(now.replace("Z", "+00:00")).timestamp()
+        peer = parse_rfc3339(now).timestamp()
     except ValueError:
         return None
     return int((peer - (sent + received) / 2) * 1000)
@@ -246,7 +234,7 @@ def probe_machines(config: Config, *, check: bool, machine_timeout_s: float) -> 
         )
     if check and rows:
         deadline = time.monotonic() + machine_timeout_s
-        answers = asyncio.run(_ask_all(config, "version", deadline))
+        answers = asyncio.run(_ask_all(config, _machines(config), "version", deadline))
         for row in rows:
             if row.machine in answers:
                 _apply_probe(row, answers[row.machine])

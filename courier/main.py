@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import sys
 
-REMOTE_ARGUMENT = "--wb-internal-agent-remote"
-OWNER_ARGUMENT = "--wb-internal-agent-run"
+from protocol.entry import OWNER_ARGUMENT, REMOTE_ARGUMENT
 
 
 def main() -> None:

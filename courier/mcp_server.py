@@ -76,7 +76,9 @@ class DispatchArgs(Arguments):
     branch: str | None = Field(default=None, description="Branch for a new worktree (default wb/NAME).")
     base: str | None = Field(default=None, description="Commit to start from.")
     to: str | None = TO
-    timeout: str = Field(default="30m", description="Bound on the run, a Go duration (30m, 2h); at most 168h.")
+    timeout: str = Field(
+        default=commands.TIMEOUT_DEFAULT, description="Bound on the run, a Go duration (30m, 2h); at most 168h."
+    )
 
 
 class RefArgs(Arguments):
@@ -86,14 +88,15 @@ class RefArgs(Arguments):
 
 class AwaitArgs(RefArgs):
     wait_timeout: str = Field(
-        default="1h", description="Bound on the wait, a Go duration; 0 = no bound. Past it: a finding error."
+        default=commands.AWAIT_DEFAULT,
+        description="Bound on the wait, a Go duration; 0 = no bound. Past it: a finding error.",
     )
 
 
 class ListArgs(Arguments):
     to: str | None = TO
     all: bool = Field(default=False, description="This machine and every configured machine (not with to).")
-    machine_timeout: str = Field(default="30s", description="Per-machine deadline with all.")
+    machine_timeout: str = Field(default=commands.MACHINE_TIMEOUT_DEFAULT, description="Per-machine deadline with all.")
 
 
 class LogsArgs(RefArgs):
@@ -108,12 +111,16 @@ class DiffArgs(RefArgs):
 class ContinueArgs(RefArgs):
     task: str = Field(description="The follow-up task, at most 1 MiB, not blank.")
     profile: str | None = Field(default=None, description="Default: the profile of the run continued.")
-    timeout: str = Field(default="30m", description="Bound on the new run, a Go duration; at most 168h.")
+    timeout: str = Field(
+        default=commands.TIMEOUT_DEFAULT, description="Bound on the new run, a Go duration; at most 168h."
+    )
 
 
 class MachinesArgs(Arguments):
     check: bool = Field(default=False, description="Probe each machine with the version operation.")
-    machine_timeout: str = Field(default="30s", description="Per-machine deadline with check.")
+    machine_timeout: str = Field(
+        default=commands.MACHINE_TIMEOUT_DEFAULT, description="Per-machine deadline with check."
+    )
 
 
 Handler = Callable[["Call", Any], Awaitable[dict[str, Any]]]
@@ -365,7 +372,7 @@ TOOLS: list[Tool] = [
 
 def available_tools() -> list[Tool]:
     """The tools whose documents this wb has (diff and continue arrive with the supervisor's loop)."""
-    from protocol.models import OPERATIONS
+    from protocol.operations import OPERATIONS
 
     return [tool for tool in TOOLS if tool.name not in ("diff", "continue") or tool.name in OPERATIONS]
 

@@ -6,7 +6,9 @@ both call `perform`, so a run behaves the same whoever asks.
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
@@ -14,17 +16,36 @@ from courier import __version__
 from courier.errors import WbError
 from protocol import limits
 from protocol.models import RemoteRequest, RemoteResponse
+from protocol.operations import operation
+from protocol.timestamps import rfc3339
 
 if TYPE_CHECKING:  # the receiver does not import the configuration unless it dispatches
     from courier.config import Config
 
 
 def now_rfc3339() -> str:
-    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return rfc3339(datetime.now(UTC))
 
 
 def never_gone() -> bool:
     return False
+
+
+@dataclass
+class Context:
+    """What a handler may use besides its request: the caller's configuration (the CLI) and a gone-check."""
+
+    client_gone: Callable[[], bool] = never_gone
+    config: Config | None = None
+
+
+Handler = Callable[[RemoteRequest, RemoteResponse, Context], None]
+
+
+def handler_of(name: str) -> Handler:
+    module_name, function = operation(name).handler.split(":")
+    found: Handler = getattr(importlib.import_module(module_name), function)
+    return found
 
 
 def perform(
@@ -40,7 +61,7 @@ def perform(
     """
     response = RemoteResponse(schema_version=limits.SCHEMA_VERSION, operation=request.operation)
     try:
-        _perform(request, response, client_gone, config)
+        handler_of(request.operation)(request, response, Context(client_gone, config))
     except WbError as exc:
         response.result = None
         response.results = None
@@ -55,13 +76,5 @@ def perform(
     return response
 
 
-def _perform(
-    request: RemoteRequest, response: RemoteResponse, client_gone: Callable[[], bool], config: Config | None
-) -> None:
-    operation = request.operation
-    if operation == "version":
-        response.wb_version = __version__
-        return
-    from courier.runs import service
-
-    service.handle(request, response, client_gone, config)
+def version_op(request: RemoteRequest, response: RemoteResponse, context: Context) -> None:
+    response.wb_version = __version__

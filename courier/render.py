@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Any
 
 import pydantic_core
@@ -11,6 +10,7 @@ from courier.text import sanitize
 from protocol.durations import format_duration_ms
 from protocol.models import Result
 from protocol.refs import format_reference
+from protocol.timestamps import epoch_seconds, parse_rfc3339
 
 
 def ref_of(result: Result) -> str:
@@ -37,10 +37,7 @@ def sort_results(results: list[Result]) -> list[Result]:
 
 
 def _started_key(text: str) -> float:
-    try:
-        return datetime.fromisoformat(text).timestamp()
-    except ValueError:
-        return 0.0
+    return epoch_seconds(text)
 
 
 def dispatch_line(result: Result) -> str:
@@ -53,7 +50,7 @@ def dispatch_line(result: Result) -> str:
 
 def _local_minute(text: str) -> str:
     try:
-        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+        moment = parse_rfc3339(text)
     except ValueError:
         return _s(text)
     return moment.astimezone().strftime("%Y-%m-%d %H:%M")

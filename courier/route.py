@@ -1,7 +1,7 @@
-"""Ask one machine: this one through `operations.perform`, another through the SSH courier.
+"""Ask one machine through its transport and turn an in-band failure into the error class it names.
 
-Both answers are a RemoteResponse; an in-band failure becomes the error class its
-`failure_kind` names, prefixed with the machine when it came from elsewhere.
+An in-band failure becomes the error class its `failure_kind` names, prefixed with the
+machine when it came from elsewhere.
 """
 
 from __future__ import annotations
@@ -10,30 +10,16 @@ import os
 import time
 
 from courier.config import Config
-from courier.errors import UsageError, WbError, error_for_failure_kind
+from courier.errors import error_for_failure_kind
 from courier.text import clip_bytes, sanitize
+from courier.transport import transport_for
 from protocol import limits
 from protocol.models import RemoteRequest, RemoteResponse, Result
-from protocol.validate import RequestRefused, validate_request
-
-
-def validated(request: RemoteRequest) -> RemoteRequest:
-    try:
-        return validate_request(request)
-    except RequestRefused as exc:
-        raise UsageError(str(exc)) from None
 
 
 def ask(config: Config, machine: str, request: RemoteRequest) -> RemoteResponse:
     """Send one request and return its reply; an in-band failure is raised as its error class."""
-    if machine:
-        from courier.remote.client import call
-
-        response = call(config, machine, request)  # validates before connecting
-    else:
-        from courier.operations import perform
-
-        response = perform(validated(request), config=config)
+    response = transport_for(config, machine).ask(request)
     raise_failure(machine, response)
     return response
 
@@ -77,7 +63,3 @@ def await_result(config: Config, machine: str, agent_id: str, wait_timeout_ms: i
         result = ask(config, machine, request).result_of()
         if result.terminal or (deadline is not None and time.monotonic() >= deadline):
             return result
-
-
-def is_transport(exc: WbError) -> bool:
-    return exc.exit_code == 255

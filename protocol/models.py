@@ -18,7 +18,6 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, StringConstraint
 from protocol import limits
 
 TERMINAL_STATES = frozenset({"completed", "failed", "timeout", "abandoned"})
-OPERATIONS = ("dispatch", "status", "await", "list", "logs", "stop", "version")
 WORKTREE_MODES = ("new", "existing")
 
 _RFC3339 = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{1,9})?(Z|[+-]\d\d:\d\d)"

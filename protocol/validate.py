@@ -8,12 +8,12 @@ from typing import Any
 from pydantic import ValidationError
 
 from protocol import limits
-from protocol.models import OPERATIONS, WORKTREE_MODES, RemoteRequest
-from protocol.refs import BadName, check_repository, check_run_id, check_worktree_name
+from protocol.models import RemoteRequest
+from protocol.operations import operation
+from protocol.refs import BadName, check_run_id
+from protocol.rules import RequestRefused
 
-
-class RequestRefused(ValueError):
-    """A request that contract §5.2 refuses; the message says what and how to fix it."""
+__all__ = ["RequestRefused", "check_schema_version", "decode_request", "describe_validation_error", "validate_request"]
 
 
 def describe_validation_error(error: ValidationError) -> str:
@@ -63,76 +63,17 @@ def check_schema_version(version: int, *, peer: str) -> None:
 
 
 def validate_request(request: RemoteRequest) -> RemoteRequest:
-    """Apply contract §5.2's rules; the receiver applies no CLI defaults."""
+    """Apply contract §5.2's rules from the operation table; the receiver applies no CLI defaults."""
     try:
-        _validate(request)
+        if request.schema_version != limits.SCHEMA_VERSION:
+            check_schema_version(request.schema_version, peer="request")
+        entry = operation(request.operation)
+        if entry.needs_agent_id:
+            if not request.agent_id:
+                raise RequestRefused(f"{entry.name} needs agent_id")
+            check_run_id(request.agent_id)
+        if entry.check is not None:
+            entry.check(request)
     except BadName as exc:
         raise RequestRefused(str(exc)) from None
     return request
-
-
-def _validate(request: RemoteRequest) -> None:
-    if request.schema_version != limits.SCHEMA_VERSION:
-        check_schema_version(request.schema_version, peer="request")
-    operation = request.operation
-    if operation not in OPERATIONS:
-        raise RequestRefused(f'unknown operation "{operation[:64]}": expected one of {", ".join(OPERATIONS)}')
-    if operation == "dispatch":
-        _validate_dispatch(request)
-    elif operation in ("status", "await", "logs", "stop"):
-        if not request.agent_id:
-            raise RequestRefused(f"{operation} needs agent_id")
-        check_run_id(request.agent_id)
-    if operation == "await" and request.wait_timeout_ms < 0:
-        raise RequestRefused("wait_timeout_ms must be >= 0 (0 means no bound)")
-    if operation == "logs" and request.tail < 0:
-        raise RequestRefused("tail must be >= 0 (0 means the default of 8)")
-
-
-def _validate_dispatch(request: RemoteRequest) -> None:
-    if request.mode not in WORKTREE_MODES:
-        raise RequestRefused(f'dispatch mode must be "new" or "existing", not "{request.mode[:32]}"')
-    if not request.worktree:
-        raise RequestRefused("dispatch needs worktree")
-    check_worktree_name(request.worktree)
-    if not request.profile.strip():
-        raise RequestRefused("dispatch needs profile")
-    if not request.profile.isprintable() or len(request.profile) > 128:
-        raise RequestRefused("profile must be a printable name of at most 128 characters")
-    check_task(request.task)
-    if request.mode == "new" and not request.repository:
-        raise RequestRefused("dispatch with mode new needs repository (OWNER/REPO)")
-    if request.repository:
-        check_repository(request.repository)
-    if request.branch:
-        if request.mode != "new":
-            raise RequestRefused("branch applies only to mode new (a new worktree)")
-        check_ref_text(request.branch, "branch")
-    if request.base:
-        check_ref_text(request.base, "base")
-    if request.timeout_ms <= 0:
-        raise RequestRefused("timeout_ms must be > 0")
-    if request.timeout_ms > limits.TIMEOUT_MAX_MS:
-        raise RequestRefused(f"timeout_ms must be at most {limits.TIMEOUT_MAX_MS} (168h)")
-    if request.agent_id:
-        check_run_id(request.agent_id)
-
-
-def check_task(task: str) -> None:
-    if not task.strip():
-        raise RequestRefused("task is blank: give the worker something to do")
-    size = len(task.encode("utf-8", "surrogatepass"))
-    if size > limits.TASK_MAX_BYTES:
-        raise RequestRefused(f"task is {size} bytes; the limit is {limits.TASK_MAX_BYTES} bytes (1 MiB)")
-    try:
-        task.encode("utf-8")
-    except UnicodeEncodeError:
-        raise RequestRefused("task is not valid UTF-8") from None
-
-
-def check_ref_text(value: str, what: str) -> None:
-    """Shape checks before git sees the value; git itself has the final word on the target."""
-    if value.startswith("-"):
-        raise RequestRefused(f'{what} "{value[:64]}" must not start with "-"')
-    if len(value) > 256 or not value.isprintable() or any(ch.isspace() for ch in value):
-        raise RequestRefused(f"{what} must be at most 256 printable characters without spaces")

@@ -25,7 +25,7 @@ from typing import Any
 
 import asyncssh
 
-from courier.main import REMOTE_ARGUMENT
+from protocol.entry import REMOTE_ARGUMENT
 
 _CHUNK = 64 * 1024
 _STOP_GRACE_S = 3.0

@@ -24,26 +24,17 @@ from courier.errors import (
     TransportError,
     UsageError,
 )
-from courier.main import REMOTE_ARGUMENT
 from courier.remote import ssh
 from courier.remote.reply import BadReply, find_reply
 from courier.text import clip_bytes, sanitize
 from protocol import limits
 from protocol.durations import format_duration_ms
+from protocol.entry import REMOTE_ARGUMENT
 from protocol.models import RemoteRequest, RemoteResponse, Result, StopResult
+from protocol.operations import TABLE
 from protocol.validate import RequestRefused, describe_validation_error, validate_request
 
-_RESULT_OPERATIONS = ("dispatch", "status", "await")
 _SHORT_TEXT_MAX = 256
-
-
-def describe_transport_cause(exc: BaseException) -> str:
-    """A short cause for a fleet row: "unknown host key", "changed host key", "auth", "refused", "timeout", …"""
-    if isinstance(exc, TransportError):
-        return exc.cause
-    if isinstance(exc, UsageError):
-        return "misconfigured"
-    return "error"
 
 
 def remote_command(target: Target) -> str:
@@ -204,18 +195,19 @@ def _check_envelope(machine: str, response: RemoteResponse) -> None:
 
 
 def _check_results(machine: str, operation: str, response: RemoteResponse) -> None:
+    reply = TABLE[operation].reply if operation in TABLE else "none"
     try:
-        if operation in _RESULT_OPERATIONS:
+        if reply == "result":
             if response.result is None:
                 raise ReplyUntrusted(f"{machine}: the {operation} reply carries no result")
             response.result = _stamped(response.result, machine)
-        elif operation == "stop":
+        elif reply == "stop":
             if response.result is None:
                 raise ReplyUntrusted(f"{machine}: the stop reply carries no result")
             stop = StopResult.model_validate(response.result).to_wire()
             stop["machine"] = machine
             response.result = stop
-        elif operation == "list":
+        elif reply == "results":
             response.results = [_stamped(item, machine) for item in response.results or []]
             response.result = None
         else:

@@ -103,9 +103,10 @@ def answer(data: bytes, oversize: bool, client_gone: Callable[[], bool]) -> Remo
 
 def _home_id() -> str | None:
     try:
-        from courier.runs.store import home_id
+        from courier.runs.service import configured_home
+        from courier.runs.store import Store, home_id
 
-        return home_id()
+        return home_id(Store(configured_home()))
     except Exception:  # an unusable home is reported as null, never as a crash
         return None
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 
-from courier.errors import NotStartable
+from courier.errors import GitFailed
 from courier.runs.git import run_git, stderr_line
 from protocol import limits
 from protocol.models import ChangeSummary
@@ -26,10 +26,6 @@ GIT_TIMEOUT_S = 30.0
 _SHA = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
 _INSERTIONS = re.compile(rb"(\d+) insertions?\(\+\)")
 _DELETIONS = re.compile(rb"(\d+) deletions?\(-\)")
-
-
-class GitFailed(NotStartable):
-    """A git command needed for an answer (not just a summary) failed: the run cannot start (exit 1)."""
 
 
 def porcelain_paths(output: bytes) -> list[str]:

@@ -18,6 +18,7 @@ from courier.runs.changes import count_dirty
 from courier.runs.environment import resolve_credential
 from courier.runs.harness import UnknownHarness, spec_for
 from courier.runs.store import Record, Store, render, rfc3339, utc_now, within_admission_grace
+from protocol.entry import OWNER_ARGUMENT
 from protocol.models import RemoteRequest, Resolved, Result, Routing
 from protocol.refs import format_reference, new_run_id
 
@@ -184,7 +185,7 @@ def dispatch(config: Config, request: RemoteRequest) -> Result:
 
 
 def start_owner(run_dir: Path) -> None:
-    argv = [sys.executable, "-m", "courier.main", "--wb-internal-agent-run", "--run-dir", str(run_dir)]
+    argv = [sys.executable, "-m", "courier.main", OWNER_ARGUMENT, "--run-dir", str(run_dir)]
     try:
         process.spawn_detached(argv, dict(os.environ))
     except OSError as exc:

@@ -1,4 +1,4 @@
-"""The six run operations on this machine, filling a RemoteResponse (called through operations.perform)."""
+"""The run operations on this machine, each filling a RemoteResponse (handlers of protocol.operations.TABLE)."""
 
 from __future__ import annotations
 
@@ -6,47 +6,70 @@ import os
 import signal
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from pathlib import Path
 
 from courier.errors import Finding, WbError
+from courier.operations import Context
 from courier.runs import process
 from courier.runs.store import EVENTS, Store, render, within_admission_grace
 from protocol import limits
 from protocol.models import ListWarning, RemoteRequest, RemoteResponse, Result, StopResult, collector_paused
 
-if TYPE_CHECKING:
-    from courier.config import Config
-
 NO_TRANSCRIPT = "(no worker transcript was captured)"
 
 
-def handle(
-    request: RemoteRequest, response: RemoteResponse, client_gone: Callable[[], bool], config: Config | None = None
-) -> None:
-    # Only dispatch needs the whole configuration (and the harness modules); the other
-    # operations need the home, which costs no yaml when there is no wb.yaml.
-    if request.operation == "dispatch":
-        from courier.config import load_config
-        from courier.runs.dispatch import dispatch
+def configured_home() -> Path:
+    """agents.home as `load_config().home` resolves it, without reading wb.yaml when there is none.
 
-        response.result = dispatch(config or load_config(), request).to_wire()
-        return
-    from courier.paths import configured_home
+    The receiver's hot path (status, await, list, logs, stop) needs only the home. With no
+    wb.yaml, `load_config` would resolve it from WB_HOME or ~/.wb and could refuse nothing,
+    so that answer costs no yaml and no config models; when the file exists it is read by
+    `load_config` exactly as for every other command (same refusals).
+    """
+    from courier.paths import config_path, default_home
 
-    store = Store(config.home if config else configured_home()).ensure()
-    operation = request.operation
-    if operation == "status":
-        response.result = status(store, request.agent_id).to_wire()
-    elif operation == "await":
-        response.result = await_run(store, request.agent_id, request.wait_timeout_ms, client_gone).to_wire()
-    elif operation == "list":
-        results, warnings = list_runs(store)
-        response.set_results(results)
-        response.warnings = warnings or None
-    elif operation == "logs":
-        response.logs = logs_text(store, request.agent_id, request.tail or limits.LOGS_TAIL_DEFAULT, raw=request.raw)
-    elif operation == "stop":
-        response.result = stop(store, request.agent_id, requester=f"pid {os.getpid()}").to_wire()
+    path = config_path()
+    if not path.exists():
+        return default_home()
+    from courier.config import load_config
+
+    return load_config(path).home
+
+
+def _store(context: Context) -> Store:
+    # Only dispatch needs the whole configuration (and the harness facts).
+    return Store(context.config.home if context.config else configured_home()).ensure()
+
+
+def dispatch_op(request: RemoteRequest, response: RemoteResponse, context: Context) -> None:
+    from courier.config import load_config
+    from courier.runs.dispatch import dispatch
+
+    response.result = dispatch(context.config or load_config(), request).to_wire()
+
+
+def status_op(request: RemoteRequest, response: RemoteResponse, context: Context) -> None:
+    response.result = status(_store(context), request.agent_id).to_wire()
+
+
+def await_op(request: RemoteRequest, response: RemoteResponse, context: Context) -> None:
+    store = _store(context)
+    response.result = await_run(store, request.agent_id, request.wait_timeout_ms, context.client_gone).to_wire()
+
+
+def list_op(request: RemoteRequest, response: RemoteResponse, context: Context) -> None:
+    results, warnings = list_runs(_store(context))
+    response.set_results(results)
+    response.warnings = warnings or None
+
+
+def logs_op(request: RemoteRequest, response: RemoteResponse, context: Context) -> None:
+    tail = request.tail or limits.LOGS_TAIL_DEFAULT
+    response.logs = logs_text(_store(context), request.agent_id, tail, raw=request.raw)
+
+
+def stop_op(request: RemoteRequest, response: RemoteResponse, context: Context) -> None:
+    response.result = stop(_store(context), request.agent_id, requester=f"pid {os.getpid()}").to_wire()
 
 
 def status(store: Store, agent_id: str) -> Result:

@@ -8,17 +8,19 @@ import os
 import secrets
 import stat
 import time
-from datetime import UTC, datetime
 from pathlib import Path
 
 from pydantic import ValidationError
 
-from courier.errors import NotFound, UsageError, WbError
+from courier.errors import NotFound, RecordUnreadable, UsageError, WbError
 from courier.runs import process
 from protocol import limits
 from protocol.models import ListWarning, Result, is_terminal
 from protocol.refs import is_run_id
+from protocol.timestamps import parse_rfc3339, rfc3339, utc_now
 from protocol.validate import describe_validation_error
+
+__all__ = ["parse_rfc3339", "rfc3339", "utc_now"]  # re-exported for the run modules
 
 RECORD = "run.json"
 TASK = "task"
@@ -28,10 +30,6 @@ STOP_REQUESTED = "stop-requested"
 HARNESS_HOME = "harness-home"
 OWNER_ERROR = "owner-error"
 HOME_ID = "home-id"
-# Stored for the owner's sake, never part of a Result.
-PRIVATE_FIELDS = (
-    "schema_version", "timeout_ms", "owner_token", "worker_token", "network", "provider_options", "preexisting_changes",
-)  # fmt: skip
 
 
 class Record(Result):
@@ -49,22 +47,6 @@ class Record(Result):
 
 # Derived when a record is rendered, never stored.
 _DERIVED = frozenset({"machine", "terminal", "owner_alive", "worker_alive"})
-
-
-class RecordUnreadable(WbError):
-    """A record that exists but cannot be trusted (corrupt, symlinked, unreadable)."""
-
-
-def utc_now() -> datetime:
-    return datetime.now(UTC)
-
-
-def rfc3339(moment: datetime) -> str:
-    return moment.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
-def parse_rfc3339(text: str) -> datetime:
-    return datetime.fromisoformat(text.replace("Z", "+00:00"))
 
 
 def _check_private_dir(path: Path, what: str) -> None:
@@ -289,13 +271,9 @@ def within_admission_grace(record: Record) -> bool:
     return time.time() - started < limits.ADMISSION_GRACE_S
 
 
-def home_id(store: Store | None = None) -> str | None:
+def home_id(store: Store) -> str | None:
     """This machine's WB_HOME identity, created on first use; None when the home is unusable."""
     try:
-        if store is None:
-            from courier.paths import configured_home
-
-            store = Store(configured_home())
         store.ensure()
         path = store.home / HOME_ID
         try:

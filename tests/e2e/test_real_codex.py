@@ -212,7 +212,7 @@ def test_an_http_500_ends_the_run_failed_with_codexs_generic_message(real: Machi
 
 
 def test_the_worker_cannot_commit_in_a_linked_worktree(real: Machine, server: ModelServer) -> None:
-    """Limits 1 and 2 of contract §7.3: the git dir is read-only to the sandbox; the denied command leaves no event."""
+    """Limits 1 and 2 of contract §7.3: the git dir is read-only to the sandbox; a denial is as Codex reports it."""
     result = _run(real, "commit", "w1")
     assert result["state"] == "completed" and result["result"] == COMMIT_MESSAGE
 
@@ -223,12 +223,13 @@ def test_the_worker_cannot_commit_in_a_linked_worktree(real: Machine, server: Mo
     assert not changes.get("commits")
     assert changes["files"] == ["committed.txt"]  # the echo (inside the worktree) did run
 
-    # The sandbox denied `git add` (index.lock in <clone>/.git/worktrees/w1 is read-only) and
-    # Codex emitted no command_execution item for it: no tool call, nothing for `logs` to show.
-    types = [e.get("type") for e in _events(result)]
-    assert types == ["thread.started", "turn.started", "item.completed", "turn.completed"]
-    assert result["tool_calls"] == 0
-    assert not any(line.startswith("  ran:") for line in _logs(real, result))
+    # The sandbox denied `git add` (index.lock in <clone>/.git/worktrees/w1 is read-only). Codex
+    # 0.169.0 has been seen both emitting no command_execution item for it and emitting one with
+    # the denial: wb counts exactly what the stream reported, as tool calls and `ran:` lines.
+    items = [e for e in _events(result) if e.get("type") == "item.completed"]
+    commands = [e for e in items if e["item"].get("type") == "command_execution"]
+    assert result["tool_calls"] == len(commands) <= 1
+    assert len([line for line in _logs(real, result) if line.startswith("  ran:")]) == len(commands)
 
     # The model did get the denial back as the tool output.
     thread = _thread_id(result)
@@ -243,7 +244,10 @@ def test_commands_have_no_network_unless_the_profile_allows_it(real: Machine, se
     closed = _run(real, "network", "w1")
     assert closed["state"] == "completed" and closed["result"] == NETWORK_MESSAGE
     assert server.pings() == before  # the sandbox refused the socket: nothing reached the server
-    assert closed["tool_calls"] == 0 and not any(line.startswith("  ran:") for line in _logs(real, closed))
+    # Codex 0.169.0 reports a sandbox-denied command inconsistently: seen both with no event at
+    # all and with a command_execution item carrying the denial. wb counts what was reported.
+    ran = [line for line in _logs(real, closed) if line.startswith("  ran:")]
+    assert closed["tool_calls"] == len(ran) and len(ran) in (0, 1)
     thread = _thread_id(closed)
     last = [r for r in server.requests if isinstance(r.body, dict) and r.body.get("prompt_cache_key") == thread][-1]
     output = next(i["output"] for i in last.body["input"] if i.get("type") == "function_call_output")

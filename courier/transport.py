@@ -1,0 +1,122 @@
+"""The transport seam: `ask(request) -> response` for one machine, whatever carries it.
+
+This machine is one more transport (`LocalTransport` runs the operation in-process and keeps
+its typed results); another machine is reached over SSH (`SshTransport`: encode, call,
+decode and validate once); tests use `MockTransport`. The CLI, `route` and `fleet` obtain
+transports only from `transport_for`, so a new carrier (the warm courier of contract §16)
+is one more implementation installed with `use_remote`.
+
+A transport returns the peer's reply as it came, in-band refusals included; raising them as
+errors is `route.raise_failure`'s job. Everything that stops a reply from arriving is a
+TransportError (exit 255).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
+
+from courier.errors import UsageError
+from protocol.models import RemoteRequest, RemoteResponse
+from protocol.validate import RequestRefused, validate_request
+
+if TYPE_CHECKING:
+    from courier.config import Config
+
+
+class Transport(ABC):
+    """One machine's way in. `machine` is "" for this machine."""
+
+    machine: str = ""
+
+    @abstractmethod
+    async def ask_async(self, request: RemoteRequest, *, timeout_s: float | None = None) -> RemoteResponse:
+        """Send one request and return the peer's validated reply (in-band refusals included)."""
+
+    def ask(self, request: RemoteRequest, *, timeout_s: float | None = None) -> RemoteResponse:
+        return asyncio.run(self.ask_async(request, timeout_s=timeout_s))
+
+
+def validated(request: RemoteRequest) -> RemoteRequest:
+    """The caller's check before anything is sent or run: a refusal is a usage error (exit 2)."""
+    try:
+        return validate_request(request)
+    except RequestRefused as exc:
+        raise UsageError(str(exc)) from None
+
+
+class LocalTransport(Transport):
+    """This machine: the operation runs in this process, its results stay typed."""
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+
+    def ask(self, request: RemoteRequest, *, timeout_s: float | None = None) -> RemoteResponse:
+        from courier.operations import perform
+
+        return perform(validated(request), config=self.config)
+
+    async def ask_async(self, request: RemoteRequest, *, timeout_s: float | None = None) -> RemoteResponse:
+        # A fan-out asks this machine beside the others; its own work must not block them.
+        return await asyncio.to_thread(self.ask, request)
+
+
+class SshTransport(Transport):
+    """Another machine over SSH (contract §5.5): validated before connecting, the reply validated once."""
+
+    def __init__(self, config: Config, machine: str) -> None:
+        self.config = config
+        self.machine = machine
+
+    async def ask_async(self, request: RemoteRequest, *, timeout_s: float | None = None) -> RemoteResponse:
+        from courier.remote.client import call_async
+
+        return await call_async(self.config, self.machine, request, timeout_s=timeout_s)
+
+
+class MockTransport(Transport):
+    """For tests of the CLI and the fleet without processes: `handler` answers every request."""
+
+    def __init__(self, machine: str, handler: Callable[[RemoteRequest], RemoteResponse]) -> None:
+        self.machine = machine
+        self.handler = handler
+        self.requests: list[RemoteRequest] = []
+
+    async def ask_async(self, request: RemoteRequest, *, timeout_s: float | None = None) -> RemoteResponse:
+        self.requests.append(request)
+        return self.handler(validated(request))
+
+
+RemoteFactory = Callable[["Config", str], Transport]
+_remote_factory: RemoteFactory = SshTransport
+_override: Callable[[Config, str], Transport] | None = None
+
+
+def transport_for(config: Config, machine: str) -> Transport:
+    """The transport to `machine` ("" = this machine). An unknown or misconfigured machine is a usage error."""
+    if _override is not None:
+        return _override(config, machine)
+    if not machine:
+        return LocalTransport(config)
+    config.target(machine)  # refuses an unknown or misconfigured machine before anything else
+    return _remote_factory(config, machine)
+
+
+def use_remote(factory: RemoteFactory) -> None:
+    """Carry calls to other machines with `factory` from now on (the warm courier installs itself here)."""
+    global _remote_factory
+    _remote_factory = factory
+
+
+@contextlib.contextmanager
+def overridden(factory: Callable[[Config, str], Transport]) -> Iterator[None]:
+    """Answer every machine, this one included, with `factory` for the span (tests)."""
+    global _override
+    previous, _override = _override, factory
+    try:
+        yield
+    finally:
+        _override = previous

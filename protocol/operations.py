@@ -1,0 +1,111 @@
+"""The operation table (contract §5.2, §15): one entry per operation, read by every side.
+
+An entry holds what the operation takes (`fields`, `check`), what its reply carries (`reply`)
+and who handles it on the receiving machine (`handler`, "module:function", imported only
+there). The validator, the receiver and the caller's reply checks all read this table, so
+adding an operation is one entry here, its handler, its CLI command and its tests.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal
+
+from protocol import limits
+from protocol.models import WORKTREE_MODES, RemoteRequest
+from protocol.refs import check_repository, check_run_id, check_worktree_name
+from protocol.rules import RequestRefused, check_ref_text, check_task, check_timeout_ms
+
+# What a reply carries besides the envelope: one Result, a list of Results, transcript text,
+# stop's own three-field result, or nothing.
+Reply = Literal["result", "results", "logs", "stop", "none"]
+
+
+@dataclass(frozen=True)
+class Operation:
+    name: str
+    reply: Reply
+    handler: str  # "module:function" on the receiving machine
+    fields: tuple[str, ...] = ()  # the request fields it reads, besides schema_version and operation
+    needs_agent_id: bool = False
+    check: Callable[[RemoteRequest], None] | None = None
+    # An optional feature of Part two: used with a peer only when its `version` lists it.
+    capability: str | None = None
+
+
+def _check_dispatch(request: RemoteRequest) -> None:
+    if request.mode not in WORKTREE_MODES:
+        raise RequestRefused(f'dispatch mode must be "new" or "existing", not "{request.mode[:32]}"')
+    if not request.worktree:
+        raise RequestRefused("dispatch needs worktree")
+    check_worktree_name(request.worktree)
+    if not request.profile.strip():
+        raise RequestRefused("dispatch needs profile")
+    if not request.profile.isprintable() or len(request.profile) > 128:
+        raise RequestRefused("profile must be a printable name of at most 128 characters")
+    check_task(request.task)
+    if request.mode == "new" and not request.repository:
+        raise RequestRefused("dispatch with mode new needs repository (OWNER/REPO)")
+    if request.repository:
+        check_repository(request.repository)
+    if request.branch:
+        if request.mode != "new":
+            raise RequestRefused("branch applies only to mode new (a new worktree)")
+        check_ref_text(request.branch, "branch")
+    if request.base:
+        check_ref_text(request.base, "base")
+    check_timeout_ms(request.timeout_ms)
+    if request.agent_id:
+        check_run_id(request.agent_id)
+
+
+def _check_await(request: RemoteRequest) -> None:
+    if request.wait_timeout_ms < 0:
+        raise RequestRefused("wait_timeout_ms must be >= 0 (0 means no bound)")
+
+
+def _check_logs(request: RemoteRequest) -> None:
+    if request.tail < 0:
+        raise RequestRefused(f"tail must be >= 0 (0 means the default of {limits.LOGS_TAIL_DEFAULT})")
+
+
+_SERVICE = "courier.runs.service"
+
+TABLE: dict[str, Operation] = {
+    op.name: op
+    for op in (
+        Operation(
+            "dispatch",
+            "result",
+            f"{_SERVICE}:dispatch_op",
+            ("mode", "worktree", "profile", "task", "repository", "branch", "base", "timeout_ms", "agent_id"),
+            check=_check_dispatch,
+        ),
+        Operation("status", "result", f"{_SERVICE}:status_op", ("agent_id",), needs_agent_id=True),
+        Operation(
+            "await",
+            "result",
+            f"{_SERVICE}:await_op",
+            ("agent_id", "wait_timeout_ms"),
+            needs_agent_id=True,
+            check=_check_await,
+        ),
+        Operation("list", "results", f"{_SERVICE}:list_op"),
+        Operation(
+            "logs", "logs", f"{_SERVICE}:logs_op", ("agent_id", "raw", "tail"), needs_agent_id=True, check=_check_logs
+        ),
+        Operation("stop", "stop", f"{_SERVICE}:stop_op", ("agent_id",), needs_agent_id=True),
+        Operation("version", "none", "courier.operations:version_op"),
+    )
+}
+
+OPERATIONS = tuple(TABLE)
+
+
+def operation(name: str) -> Operation:
+    """The table entry for `name`; an unknown operation is a refusal naming the known ones."""
+    entry = TABLE.get(name)
+    if entry is None:
+        raise RequestRefused(f'unknown operation "{name[:64]}": expected one of {", ".join(OPERATIONS)}')
+    return entry

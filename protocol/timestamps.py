@@ -1,0 +1,26 @@
+"""The one RFC 3339 rule (contract §6.3): UTC, millisecond precision, `Z`; parsing accepts any offset."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+
+def utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+def rfc3339(moment: datetime) -> str:
+    return moment.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def parse_rfc3339(text: str) -> datetime:
+    """ValueError for text that is not a timestamp."""
+    return datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+def epoch_seconds(text: str, default: float = 0.0) -> float:
+    """The timestamp as seconds since the epoch, `default` when it does not parse."""
+    try:
+        return parse_rfc3339(text).timestamp()
+    except ValueError:
+        return default

@@ -1,0 +1,188 @@
+"""The three seams (transport, operation, harness) and an import graph without circles, tested without processes."""
+
+from __future__ import annotations
+
+import ast
+import json
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from tests_support import sample_record
+
+from courier import cli
+from courier.config import Config
+from courier.errors import ConnectionLost, HostKeyUnknown, TransportError
+from courier.runs.harness import REGISTRY, harness_for, spec_for
+from courier.runs.harness.base import Harness
+from courier.transport import MockTransport, Transport, overridden
+from protocol import limits
+from protocol.models import RemoteRequest, RemoteResponse
+from protocol.operations import TABLE
+from protocol.validate import RequestRefused, validate_request
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def wb_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    config = tmp_path / "config" / "wb.yaml"
+    config.parent.mkdir(mode=0o700)
+    config.write_text("session_move:\n  targets:\n    m1: {ssh: {host: 127.0.0.2}}\n    m2: {ssh: {host: 127.0.0.3}}\n")
+    config.chmod(0o600)
+    monkeypatch.setenv("WB_CONFIG", str(config))
+    monkeypatch.setenv("WB_HOME", str(tmp_path / "home"))
+    return tmp_path
+
+
+def _reply(request: RemoteRequest, **fields: object) -> RemoteResponse:
+    return RemoteResponse.model_validate(
+        {"schema_version": limits.SCHEMA_VERSION, "operation": request.operation, **fields}
+    )
+
+
+def _machines(answers: dict[str, Callable[[RemoteRequest], RemoteResponse]]) -> Callable[[Config, str], Transport]:
+    def factory(config: Config, machine: str) -> Transport:
+        return MockTransport(machine, answers[machine])
+
+    return factory
+
+
+def _run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    code = cli.run(argv)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_status_of_a_qualified_reference_goes_through_that_machines_transport(
+    wb_env: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    record = sample_record(state="completed")
+    seen: list[RemoteRequest] = []
+
+    def m1(request: RemoteRequest) -> RemoteResponse:
+        seen.append(request)
+        result = record.model_copy(update={"machine": "m1"}).to_wire()
+        return _reply(request, result=result)
+
+    with overridden(_machines({"m1": m1})):
+        code, out, err = _run(["agent", "status", f"m1:{record.agent_id}", "--json"], capsys)
+    assert code == 0, err
+    assert [r.operation for r in seen] == ["status"] and seen[0].agent_id == record.agent_id
+    assert json.loads(out)["machine"] == "m1"
+
+
+def test_a_refusal_with_failure_kind_request_exits_2_prefixed_with_the_machine(
+    wb_env: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def m1(request: RemoteRequest) -> RemoteResponse:
+        return _reply(request, failure="no such thing", failure_kind="request")
+
+    with overridden(_machines({"m1": m1})):
+        code, out, err = _run(["agent", "list", "--to", "m1"], capsys)
+    assert (code, out) == (2, "") and err == "error: m1: no such thing\n"
+
+
+@pytest.mark.parametrize(
+    ("error", "names_the_reference"),
+    [(ConnectionLost("m1: connection lost"), True), (HostKeyUnknown("m1: unknown host key"), False)],
+)
+def test_dispatch_names_the_intended_reference_only_when_the_request_may_have_been_sent(
+    wb_env: Path, capsys: pytest.CaptureFixture[str], error: TransportError, names_the_reference: bool
+) -> None:
+    def m1(request: RemoteRequest) -> RemoteResponse:
+        raise error
+
+    argv = ["agent", "dispatch", "--to", "m1", "--repo", "acme/widget", "--new-worktree", "w", "--profile", "p"]
+    with overridden(_machines({"m1": m1})):
+        code, out, err = _run([*argv, "--task", "do it"], capsys)
+    assert (code, out) == (255, "")
+    assert ("the run may have started; ask for it with: wb agent status m1:agt-" in err) is names_the_reference
+
+
+def test_the_fleet_fans_out_over_transports_with_one_row_logic(
+    wb_env: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    local, remote = sample_record(state="completed"), sample_record(state="running")
+
+    def here(request: RemoteRequest) -> RemoteResponse:
+        return _reply(request, results=[local.to_wire()])
+
+    def m1(request: RemoteRequest) -> RemoteResponse:
+        return _reply(request, results=[remote.model_copy(update={"machine": "m1"}).to_wire()])
+
+    def m2(request: RemoteRequest) -> RemoteResponse:
+        raise ConnectionLost("m2: connection lost during the handshake")
+
+    with overridden(_machines({"": here, "m1": m1, "m2": m2})):
+        code, out, err = _run(["agent", "list", "--all", "--json"], capsys)
+    assert code == 1
+    fleet = json.loads(out)
+    assert {(r.get("machine", ""), r["agent_id"]) for r in fleet["results"]} == {
+        ("", local.agent_id),
+        ("m1", remote.agent_id),
+    }
+    rows = {row["machine"]: row for row in fleet["machines"]}
+    assert [rows[m]["ok"] for m in ("", "m1", "m2")] == [True, True, False]
+    assert rows["m2"]["runs"] == 0 and "connection lost" in rows["m2"]["error"]
+    assert "warning: m2: m2: connection lost during the handshake" in err
+
+
+def test_every_operation_in_the_table_has_a_handler_and_the_validator_reads_the_table() -> None:
+    from courier.operations import handler_of
+
+    for name in TABLE:
+        assert callable(handler_of(name)), name
+    with pytest.raises(RequestRefused, match="expected one of " + ", ".join(TABLE)):
+        validate_request(RemoteRequest(schema_version=1, operation="explode"))
+    for name, entry in TABLE.items():
+        if entry.needs_agent_id:
+            with pytest.raises(RequestRefused, match=f"{name} needs agent_id"):
+                validate_request(RemoteRequest(schema_version=1, operation=name))
+
+
+def test_every_registered_harness_implements_the_protocol() -> None:
+    for name in REGISTRY:
+        harness = harness_for(name)
+        assert isinstance(harness, Harness) and harness.name == name == spec_for(name).name
+
+
+def _module_imports(path: Path, package_root: Path) -> Iterator[str]:
+    """Module-level imports of one file (TYPE_CHECKING blocks and function bodies excluded)."""
+    tree = ast.parse(path.read_text())
+    for node in tree.body:
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            continue
+        if isinstance(node, ast.Import):
+            yield from (alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            yield node.module
+            yield from (f"{node.module}.{alias.name}" for alias in node.names)
+
+
+def test_the_package_import_graph_has_no_circle() -> None:
+    modules: dict[str, Path] = {}
+    for package in ("courier", "protocol"):
+        for path in (REPO / package).rglob("*.py"):
+            parts = path.relative_to(REPO).with_suffix("").parts
+            name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+            modules[name] = path
+    graph = {
+        name: {target for target in _module_imports(path, REPO) if target in modules and target != name}
+        for name, path in modules.items()
+    }
+    state: dict[str, int] = {}  # 1 = on the current path, 2 = done
+
+    def visit(name: str, trail: list[str]) -> None:
+        state[name] = 1
+        for target in sorted(graph[name]):
+            if state.get(target) == 1:
+                circle = [*trail[trail.index(target) :], target] if target in trail else [name, target]
+                pytest.fail("import circle: " + " -> ".join(circle))
+            if target not in state:
+                visit(target, [*trail, target])
+        state[name] = 2
+
+    for name in sorted(graph):
+        if name not in state:
+            visit(name, [name])
