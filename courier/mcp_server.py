@@ -1,9 +1,8 @@
 """`wb mcp`: the wb operations as Model Context Protocol tools on stdio. The only module importing `mcp`.
 
 Each tool validates and builds its request with the CLI's own functions (courier/commands.py)
-and answers with the documents of `wb schema`. A refusal is an MCP tool error whose structured
-content is the `error` document: the message the CLI prints and its class (usage, finding,
-transport). Blocking work runs in worker threads; `await` waits in short chunks, reporting
+and answers with the documents of `wb schema`. A refusal is an MCP tool error whose text is
+the `error` document: the message the CLI prints and its class (usage, finding, transport). Blocking work runs in worker threads; `await` waits in short chunks, reporting
 progress between them, so a cancelled call returns at once while the run goes on.
 Nothing but the protocol reaches stdout: the SDK points fd 1 at stderr while serving, and
 sys.stdout is stderr too.
@@ -421,11 +420,14 @@ def tool_definitions() -> list[types.Tool]:
 
 
 def _error(exc: WbError) -> types.CallToolResult:
+    """A tool error whose one text block is the `error` document (message, class, exit_code).
+
+    Not structured content: clients (the TypeScript SDK's among them) check structured content
+    against the tool's output schema even on errors, and the error is not that document.
+    """
     document = ErrorDocument(message=exc.message, error_class=error_class(exc.exit_code), exit_code=exc.exit_code)
     return types.CallToolResult(
-        content=[types.TextContent(text=f"{document.error_class}: {exc.message}")],
-        structured_content=document.to_json(),
-        is_error=True,
+        content=[types.TextContent(text=json.dumps(document.to_json(), ensure_ascii=False))], is_error=True
     )
 
 
