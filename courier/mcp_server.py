@@ -2,8 +2,9 @@
 
 Each tool validates and builds its request with the CLI's own functions (courier/commands.py)
 and answers with the documents of `wb schema`. A refusal is an MCP tool error whose text is
-the `error` document: the message the CLI prints and its class (usage, finding, transport). Blocking work runs in worker threads; `await` waits in short chunks, reporting
-progress between them, so a cancelled call returns at once while the run goes on.
+the `error` document: the message the CLI prints and its class (usage, finding, transport).
+Blocking work runs in worker threads; `await` waits in short chunks, reporting progress
+between them, so a cancelled call returns at once while the run goes on.
 Nothing but the protocol reaches stdout: the SDK points fd 1 at stderr while serving, and
 sys.stdout is stderr too.
 """
@@ -297,7 +298,9 @@ TOOLS: list[Tool] = [
     Tool(
         "dispatch",
         "Start one task in a git worktree (new or existing) with a configured profile, here or on a configured "
-        "machine. Returns the run's result at once (state running); follow it with await or status.",
+        "machine (to). Returns the run's result at once (state running): its agent_id, and machine when it runs "
+        'elsewhere; pass "MACHINE:agent_id" (or agent_id alone for this machine) as ref to await, status, diff.',
+
         DispatchArgs,
         "result",
         _dispatch,
