@@ -374,7 +374,10 @@ def run(argv: list[str]) -> int:
             sys.stdout.flush()
         except BrokenPipeError:
             _broken_pipe()
-        _error(exc.message)
+        if isinstance(exc, Interrupted):  # a hint, not an error: printed exactly, without the prefix (§3)
+            sys.stderr.write(f"{exc.message}\n")
+        else:
+            _error(exc.message)
         return exc.exit_code
     except click_exceptions.ClickException as exc:
         _error(exc.format_message())

@@ -414,6 +414,8 @@ def _targets(section: dict[str, Any], path: Path) -> dict[str, Target | Problem]
     out: dict[str, Target | Problem] = {}
     for name, body in section.items():
         key = f"session_move.targets.{name}"
+        if body is None or (isinstance(body, dict) and "ssh" not in body):
+            continue  # no ssh block: not a machine (it may serve another WB transport), skipped silently (§3.7)
         try:
             check_machine_name(str(name))
         except BadName as exc:

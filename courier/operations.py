@@ -63,16 +63,15 @@ def perform(
     try:
         handler_of(request.operation)(request, response, Context(client_gone, config))
     except WbError as exc:
-        response.result = None
-        response.results = None
+        response.clear_results()
         response.failure = exc.message
         response.failure_kind = exc.failure_kind
     except Exception as exc:
-        response.result = None
-        response.results = None
+        response.clear_results()
         response.failure = f"internal: {type(exc).__name__}: {exc}"
         response.failure_kind = "failed"
     response.now = now_rfc3339()
+    response.wb_version = __version__  # on every reply, not only `version` (§5.4)
     return response
 
 

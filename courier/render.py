@@ -41,7 +41,8 @@ def _started_key(text: str) -> float:
 
 
 def dispatch_line(result: Result) -> str:
-    location = result.worktree_dir or result.worktree
+    """`<ref> <state> <location> (<provider>/<model>)`; the location is the worktree name (§3.1)."""
+    location = result.worktree
     if result.machine:
         location = f"{result.machine}:{location}"
     model = f"{_s(result.resolved.provider)}/{_s(result.resolved.model)}"
@@ -109,7 +110,7 @@ def status_text(result: Result, *, details: bool = False) -> str:
         c = r.changes
         parts = [f"{c.files_changed} file{'s' if c.files_changed != 1 else ''} changed"]
         if c.insertions is not None or c.deletions is not None:
-            parts.append(f"+{c.insertions or 0} -{c.deletions or 0} (tracked files)")
+            parts.append(f"+{c.insertions or 0} -{c.deletions or 0}")
         if c.commits:
             parts.append(f"{c.commits} commit{'s' if c.commits != 1 else ''}")
         if c.preexisting_changes:

@@ -100,6 +100,7 @@ class ChangeSummary(WireModel):
     files: list[str] | None = Field(default=None, max_length=limits.CHANGED_FILES_MAX)
     insertions: int | None = Field(default=None, ge=0)
     deletions: int | None = Field(default=None, ge=0)
+    new_files: int | None = Field(default=None, ge=0)  # untracked, non-ignored new files (§7.6)
     commits: int | None = Field(default=None, ge=0)
     files_truncated: bool | None = None
     preexisting_changes: int | None = Field(default=None, ge=0)
@@ -176,9 +177,10 @@ class Result(WireModel):
 
 
 class StopResult(WireModel):
-    """The stop reply's own three-field `result` (contract §5.3)."""
+    """The stop reply's own three-field `result` (contract §5.3); `machine` is stamped by the caller."""
 
     agent_id: str
+    machine: str | None = None
     worker_pid: int = Field(default=0, ge=0)
     state: Annotated[str, StringConstraints(pattern=_PLAIN_PATTERN, max_length=64)]
 
@@ -234,16 +236,28 @@ class RemoteResponse(WireModel):
     now: Timestamp | None = None
     warnings: list[ListWarning] | None = None
     home_id: str | None = None
-    # Results made on this machine, kept typed so a local caller never re-validates them.
+    # Results already validated (made on this machine, or checked once by the caller's decoder),
+    # kept typed so nobody validates them again.
+    _typed_result: Result | StopResult | None = PrivateAttr(default=None)
     _typed_results: list[Result] | None = PrivateAttr(default=None)
+
+    def set_result(self, result: Result | StopResult) -> None:
+        self._typed_result = result
+        self.result = None
 
     def set_results(self, results: list[Result]) -> None:
         self._typed_results = results
         self.results = None
 
+    def clear_results(self) -> None:
+        self.result = self.results = None
+        self._typed_result = self._typed_results = None
+
     def encode(self) -> bytes:
         body: dict[str, Any] = {"schema_version": self.schema_version, "operation": self.operation}
-        if self.result is not None:
+        if self._typed_result is not None:
+            body["result"] = self._typed_result.to_wire()
+        elif self.result is not None:
             body["result"] = self.result
         if self.operation == "list":
             if self._typed_results is not None:
@@ -262,9 +276,13 @@ class RemoteResponse(WireModel):
         return json.dumps(body, ensure_ascii=False, indent=None, separators=(",", ":")).encode() + b"\n"
 
     def result_of(self) -> Result:
+        if isinstance(self._typed_result, Result):
+            return self._typed_result
         return Result.model_validate(self.result or {})
 
     def stop_result_of(self) -> StopResult:
+        if isinstance(self._typed_result, StopResult):
+            return self._typed_result
         return StopResult.model_validate(self.result or {})
 
     def results_of(self) -> list[Result]:

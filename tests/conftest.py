@@ -11,6 +11,7 @@ import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NoReturn
 
 import pytest
 
@@ -224,3 +225,57 @@ def pid_alive(pid: int) -> bool:
     except (OSError, IndexError):
         return False
     return state not in (b"Z", b"X")
+
+
+# --------------------------------------------------------------------------- real CLIs for the e2e tiers
+
+
+def in_ci() -> bool:
+    """True when CI is set (CI=true, as .ci/run's callers set it): a missing tool is then a failure."""
+    return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
+
+
+def unavailable(reason: str) -> NoReturn:
+    """Skip saying why on a developer machine; fail in CI, where a skip would hide a tier that did not run."""
+    if in_ci():
+        pytest.fail(f"{reason} (CI is set, so this fails instead of skipping)", pytrace=False)
+    pytest.skip(reason)
+
+
+@dataclass(frozen=True)
+class RealCli:
+    """A real harness CLI found for an e2e tier: its executable and the PATH directories it needs."""
+
+    executable: str
+    dirs: list[str]  # the executable's directory, then node's for an npm launcher (`#!/usr/bin/env node`)
+
+
+def require_cli(name: str, version: str, *, install: str | None = None) -> RealCli:
+    """The real `name` at exactly `version`, or a skip (a failure under CI) naming what is missing and the fix.
+
+    Looks on PATH without tests/fakes, then in npm's global bin; `<name> --version` must
+    print `version` as one of its words ("codex-cli 0.169.0", "2.1.328 (Claude Code)", "0.61.0").
+    """
+    hint = install or f"install {name} {version}"
+    search = os.pathsep.join(
+        d for d in os.environ.get("PATH", "").split(os.pathsep) if d and Path(d).resolve() != FAKES.resolve()
+    )
+    executable = shutil.which(name, path=search)
+    if executable is None and shutil.which("npm", path=search):
+        npm = subprocess.run(["npm", "prefix", "-g"], capture_output=True, text=True, timeout=60)
+        prefix = npm.stdout.strip()
+        executable = shutil.which(name, path=os.path.join(prefix, "bin")) if prefix else None
+    if executable is None:
+        unavailable(f"the real {name} CLI ({version}) is not installed: {hint}")
+    try:
+        done = subprocess.run([executable, "--version"], capture_output=True, text=True, timeout=60)
+        reported = (done.stdout or done.stderr).strip()
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        reported = f"no version ({exc})"
+    if version not in [word.removeprefix("v") for word in reported.split()]:
+        unavailable(f"{executable} reports {reported!r}, expected {name} {version}: {hint}")
+    dirs = [str(Path(executable).parent)]
+    node = shutil.which("node", path=search)
+    if node is not None and str(Path(node).parent) not in dirs:
+        dirs.append(str(Path(node).parent))
+    return RealCli(executable, dirs)

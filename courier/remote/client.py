@@ -30,7 +30,7 @@ from courier.text import clip_bytes, sanitize
 from protocol import limits
 from protocol.durations import format_duration_ms
 from protocol.entry import REMOTE_ARGUMENT
-from protocol.models import RemoteRequest, RemoteResponse, Result, StopResult
+from protocol.models import RemoteRequest, RemoteResponse, Result, StopResult, collector_paused
 from protocol.operations import TABLE
 from protocol.validate import RequestRefused, describe_validation_error, validate_request
 
@@ -180,8 +180,7 @@ def decode_response(machine: str, request: RemoteRequest, document: dict[str, An
         )
     _check_envelope(machine, response)
     if response.failure:
-        response.result = None
-        response.results = None
+        response.clear_results()
         return response
     _check_results(machine, request.operation, response)
     return response
@@ -195,20 +194,24 @@ def _check_envelope(machine: str, response: RemoteResponse) -> None:
 
 
 def _check_results(machine: str, operation: str, response: RemoteResponse) -> None:
+    """Validate what the reply carries, once, and keep it typed; results get `machine`."""
     reply = TABLE[operation].reply if operation in TABLE else "none"
     try:
         if reply == "result":
             if response.result is None:
                 raise ReplyUntrusted(f"{machine}: the {operation} reply carries no result")
-            response.result = _stamped(response.result, machine)
+            response.set_result(_stamped(response.result, machine))
         elif reply == "stop":
             if response.result is None:
                 raise ReplyUntrusted(f"{machine}: the stop reply carries no result")
-            stop = StopResult.model_validate(response.result).to_wire()
-            stop["machine"] = machine
-            response.result = stop
+            body = dict(response.result)
+            body.pop("machine", None)
+            stopped = StopResult.model_validate(body)
+            stopped.machine = machine
+            response.set_result(stopped)
         elif reply == "results":
-            response.results = [_stamped(item, machine) for item in response.results or []]
+            with collector_paused():
+                response.set_results([_stamped(item, machine) for item in response.results or []])
             response.result = None
         else:
             response.result = None
@@ -218,9 +221,9 @@ def _check_results(machine: str, operation: str, response: RemoteResponse) -> No
         ) from None
 
 
-def _stamped(item: dict[str, Any], machine: str) -> dict[str, Any]:
+def _stamped(item: dict[str, Any], machine: str) -> Result:
     body = dict(item)
     body.pop("machine", None)  # the receiver never sets it; this side decides which machine answered
     result = Result.model_validate(body)
     result.machine = machine
-    return result.to_wire()
+    return result

@@ -12,6 +12,7 @@ import select
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from courier import __version__
 from protocol import limits
 
 if TYPE_CHECKING:
@@ -71,6 +72,7 @@ def _refusal(message: str, operation: str = "") -> RemoteResponse:
         failure=message,
         failure_kind="request",
         now=now_rfc3339(),
+        wb_version=__version__,
     )
 
 
@@ -164,6 +166,7 @@ def serve(argv: list[str]) -> int:
                     "operation": "",
                     "failure": f"internal: {type(exc).__name__}: {str(exc)[:512]}",
                     "failure_kind": "failed",
+                    "wb_version": __version__,
                     "home_id": None,
                 }
             ).encode()

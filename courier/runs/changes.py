@@ -3,8 +3,11 @@
 - files: `git status --porcelain -z` entries (git's default untracked mode: a new directory
   whose files are all untracked is one entry `dir/`); at most 50 listed, `files_truncated`
   when there are more.
+- new_files: the untracked, non-ignored files (`git ls-files --others --exclude-standard`).
 - insertions/deletions: `git diff --shortstat <base>`, i.e. the working tree against the
-  base commit. Tracked files only: untracked files count in `files_changed` but add no lines.
+  base commit, new files included: they are marked intent-to-add in a temporary copy of the
+  worktree's index (GIT_INDEX_FILE), so their lines count as added (a binary file adds none)
+  while the worktree and its own index are never touched.
 - commits: `git rev-list --count <base>..HEAD`.
 
 Without a base SHA, the line counts are against HEAD and `commits` is omitted. A git
@@ -14,7 +17,10 @@ worktree, git missing, timeout) there is no summary at all (None).
 
 from __future__ import annotations
 
+import os
 import re
+import shutil
+import tempfile
 
 from courier.errors import GitFailed
 from courier.runs.git import run_git, stderr_line
@@ -67,13 +73,62 @@ def count_dirty(worktree_dir: str) -> int:
     return len(porcelain_paths(done.stdout))
 
 
-def _shortstat(worktree_dir: str, base: str) -> tuple[int, int] | None:
-    done = run_git(["diff", "--shortstat", base, "--"], cwd=worktree_dir, timeout=GIT_TIMEOUT_S)
+def _new_files(worktree_dir: str) -> list[bytes] | None:
+    done = run_git(["ls-files", "-z", "--others", "--exclude-standard"], cwd=worktree_dir, timeout=GIT_TIMEOUT_S)
+    if done.returncode != 0:
+        return None
+    return [path for path in done.stdout.split(b"\0") if path]
+
+
+def _shortstat(worktree_dir: str, base: str, new_files: list[bytes]) -> tuple[int, int] | None:
+    """Lines added and deleted against `base`, new files included, from a throwaway index.
+
+    The copy of the index and any object git writes for it (the empty blob of an
+    intent-to-add entry) live in a scratch directory, so the repository is not written at all.
+    """
+    args = ["rev-parse", "--git-path", "index", "--git-path", "objects"]
+    done = run_git(args, cwd=worktree_dir, timeout=GIT_TIMEOUT_S)
+    paths = done.stdout.decode("utf-8", "surrogateescape").splitlines()
+    if done.returncode != 0 or len(paths) != 2:
+        return None
+    index, objects = (os.path.join(worktree_dir, path) for path in paths)  # relative to the worktree, or absolute
+    try:
+        scratch = tempfile.mkdtemp(prefix="wb-changes-")
+    except OSError:  # no room for the scratch index: only the line counts degrade
+        return None
+    try:
+        temp_index = os.path.join(scratch, "index")
+        os.mkdir(os.path.join(scratch, "objects"))  # git refuses an object directory that does not exist
+        if os.path.isfile(index):
+            shutil.copyfile(index, temp_index)
+        env = {
+            "GIT_INDEX_FILE": temp_index,
+            "GIT_OBJECT_DIRECTORY": os.path.join(scratch, "objects"),
+            "GIT_ALTERNATE_OBJECT_DIRECTORIES": _quoted(objects),
+            "GIT_LITERAL_PATHSPECS": "1",
+        }
+        if new_files:
+            pathspecs = os.path.join(scratch, "new-files")
+            with open(pathspecs, "wb") as handle:
+                handle.write(b"\0".join(new_files) + b"\0")
+            args = ["add", "--intent-to-add", f"--pathspec-from-file={pathspecs}", "--pathspec-file-nul"]
+            if run_git(args, cwd=worktree_dir, timeout=GIT_TIMEOUT_S, env=env).returncode != 0:
+                return None
+        done = run_git(["diff", "--shortstat", base, "--"], cwd=worktree_dir, timeout=GIT_TIMEOUT_S, env=env)
+    except OSError:
+        return None
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
     if done.returncode != 0:
         return None
     insertions = _INSERTIONS.search(done.stdout)
     deletions = _DELETIONS.search(done.stdout)
     return (int(insertions.group(1)) if insertions else 0, int(deletions.group(1)) if deletions else 0)
+
+
+def _quoted(path: str) -> str:
+    """One entry of GIT_ALTERNATE_OBJECT_DIRECTORIES, C-quoted as git reads it (a path may hold ':')."""
+    return '"' + path.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
 def _commits(worktree_dir: str, base: str) -> int | None:
@@ -95,7 +150,8 @@ def summarize_changes(worktree_dir: str, base_sha: str | None, preexisting: int 
         if paths is None:
             return None
         base = base_sha if base_sha is not None and _SHA.fullmatch(base_sha) else None
-        stat = _shortstat(worktree_dir, base or "HEAD")
+        new_files = _new_files(worktree_dir)
+        stat = _shortstat(worktree_dir, base or "HEAD", new_files) if new_files is not None else None
         commits = _commits(worktree_dir, base) if base is not None else None
     except Exception:  # a summary degrades; it never fails the run
         return None
@@ -105,6 +161,7 @@ def summarize_changes(worktree_dir: str, base_sha: str | None, preexisting: int 
         files=paths[: limits.CHANGED_FILES_MAX] or None,
         insertions=stat[0] if stat else None,
         deletions=stat[1] if stat else None,
+        new_files=len(new_files) if new_files is not None else None,
         commits=commits,
         files_truncated=True if truncated else None,
         preexisting_changes=preexisting,

@@ -45,16 +45,16 @@ def dispatch_op(request: RemoteRequest, response: RemoteResponse, context: Conte
     from courier.config import load_config
     from courier.runs.dispatch import dispatch
 
-    response.result = dispatch(context.config or load_config(), request).to_wire()
+    response.set_result(dispatch(context.config or load_config(), request))
 
 
 def status_op(request: RemoteRequest, response: RemoteResponse, context: Context) -> None:
-    response.result = status(_store(context), request.agent_id).to_wire()
+    response.set_result(status(_store(context), request.agent_id))
 
 
 def await_op(request: RemoteRequest, response: RemoteResponse, context: Context) -> None:
     store = _store(context)
-    response.result = await_run(store, request.agent_id, request.wait_timeout_ms, context.client_gone).to_wire()
+    response.set_result(await_run(store, request.agent_id, request.wait_timeout_ms, context.client_gone))
 
 
 def list_op(request: RemoteRequest, response: RemoteResponse, context: Context) -> None:
@@ -69,7 +69,7 @@ def logs_op(request: RemoteRequest, response: RemoteResponse, context: Context) 
 
 
 def stop_op(request: RemoteRequest, response: RemoteResponse, context: Context) -> None:
-    response.result = stop(_store(context), request.agent_id, requester=f"pid {os.getpid()}").to_wire()
+    response.set_result(stop(_store(context), request.agent_id, requester=f"pid {os.getpid()}"))
 
 
 def status(store: Store, agent_id: str) -> Result:

@@ -12,6 +12,7 @@ from protocol.refs import BadName, check_repository
 
 WORKTREES_DIR = ".wb-worktrees"
 _GIT_TIMEOUT = 60.0
+_EXISTING_SHOWN = 20  # names listed when --use-worktree NAME does not exist (§7.1)
 _URL_PATH = re.compile(r"(?:^[a-z+]+://[^/]+/|^[^/:@]+@[^:]+:|^[^/:]+:)(?P<path>.+?)(?:\.git)?/?$")
 
 
@@ -120,11 +121,36 @@ def find_existing(projects_root: Path, repository: str | None, name: str) -> tup
         require_clone(projects_root, repository)
     if not matches:
         where = f"in {clone_path(projects_root, repository)}" if repository else f"in any clone under {projects_root}"
-        raise NotStartable(f'no registered worktree "{name}" {where}; create it with --new-worktree {name}')
+        existing = _existing_names(projects_root, candidates)
+        raise NotStartable(
+            f'no registered worktree "{name}" {where}; existing: {existing}; create it with --new-worktree {name}'
+        )
     if len(matches) > 1:
         listed = ", ".join(match[0] for match in matches)
         raise NotStartable(f'worktree "{name}" exists in several clones ({listed}); pass --repo OWNER/REPO')
     return matches[0]
+
+
+def _existing_names(projects_root: Path, repositories: list[str]) -> str:
+    """The wb worktree names registered for these repositories, sorted, at most 20 (§7.1).
+
+    With one repository the bare names; with several (no --repo) each as OWNER/REPO/NAME.
+    """
+    names: list[str] = []
+    for repository in repositories:
+        clone = clone_path(projects_root, repository)
+        if not (clone / ".git").exists():
+            continue
+        parent = worktree_path(projects_root, repository, "x").parent
+        for path in registered_worktrees(clone):
+            if path.parent in (parent, parent.resolve()):
+                names.append(path.name if len(repositories) == 1 else f"{repository}/{path.name}")
+    names.sort()
+    if not names:
+        return "none"
+    shown = ", ".join(names[:_EXISTING_SHOWN])
+    more = len(names) - _EXISTING_SHOWN
+    return shown + (f", … and {more} more" if more > 0 else "")
 
 
 def _all_clone_repositories(projects_root: Path) -> list[str]:

@@ -38,21 +38,22 @@ def repo(tmp_path: Path) -> tuple[Path, str]:
 def test_clean_worktree(repo: tuple[Path, str]) -> None:
     path, base = repo
     assert summarize_changes(str(path), base, None) == ChangeSummary(
-        files_changed=0, insertions=0, deletions=0, commits=0
+        files_changed=0, insertions=0, deletions=0, new_files=0, commits=0
     )
     assert count_dirty(str(path)) == 0
 
 
 def test_new_modified_and_deleted_files(repo: tuple[Path, str]) -> None:
     path, base = repo
-    (path / "hello.txt").write_text("hello\n")  # untracked: listed, no lines counted
+    (path / "hello.txt").write_text("hello\n")  # untracked: listed, a new file, its line counted
     (path / "README.md").write_text("one\n2\nthree\nfour\n")  # 2 insertions, 1 deletion
     (path / "gone.txt").unlink()  # 1 deletion
     summary = summarize_changes(str(path), base, 3)
     assert summary is not None
     assert summary.files_changed == 3
     assert sorted(summary.files or []) == ["README.md", "gone.txt", "hello.txt"]
-    assert (summary.insertions, summary.deletions) == (2, 2)
+    assert (summary.insertions, summary.deletions) == (3, 2)
+    assert summary.new_files == 1
     assert summary.commits == 0
     assert summary.files_truncated is None
     assert summary.preexisting_changes == 3
@@ -154,3 +155,39 @@ def test_porcelain_paths_parses_renames_and_odd_names() -> None:
     output = b" M a b.txt\0R  new.txt\0old.txt\0?? caf\xc3\xa9\n.txt\0A  x\0"
     assert porcelain_paths(output) == ["a b.txt", "new.txt", "café\n.txt", "x"]
     assert porcelain_paths(b"") == []
+
+
+def _snapshot(path: Path) -> tuple[bytes, bytes, set[str]]:
+    """The worktree's index bytes, `git status` output and every file under its git dir."""
+    git_dir = Path(git(path, "rev-parse", "--absolute-git-dir").strip())
+    common = Path(git(path, "rev-parse", "--path-format=absolute", "--git-common-dir").strip())
+    status = subprocess.run(["git", "status", "--porcelain=v2", "-z", "--untracked-files=all"], cwd=path,
+                            capture_output=True, check=True).stdout  # fmt: skip
+    files = {str(p) for p in common.rglob("*")}
+    return (git_dir / "index").read_bytes(), status, files
+
+
+def test_new_files_count_with_their_lines_and_nothing_is_touched(repo: tuple[Path, str], tmp_path: Path) -> None:
+    """§7.6: untracked, non-ignored new files are counted, binary ones without lines, via a temporary index."""
+    clone, _ = repo
+    (clone / ".gitignore").write_text("*.log\n")
+    git(clone, "add", ".gitignore")
+    git(clone, "commit", "-q", "-m", "ignore logs")
+    base = git(clone, "rev-parse", "HEAD").strip()
+    path = tmp_path / "linked"  # a linked worktree, as wb makes: its index is under the clone's git dir
+    git(clone, "worktree", "add", "-q", "-b", "wb/x", str(path), base)
+    (path / "hello.txt").write_text("hello\n")
+    (path / "pkg").mkdir()
+    (path / "pkg" / "a.py").write_text("a = 1\nb = 2\n")
+    (path / "pkg" / "*[x].txt").write_text("glob\n")  # a pathspec-looking name is taken literally
+    (path / "blob.bin").write_bytes(b"\0\1\2" * 100)
+    (path / "debug.log").write_text("ignored\nlines\n")
+    (path / "README.md").write_text("one\ntwo\n")  # 1 deletion
+    (path / "gone.txt").unlink()  # 1 deletion
+    before = _snapshot(path)
+    summary = summarize_changes(str(path), base, None)
+    assert summary is not None
+    assert summary.new_files == 4  # hello.txt, pkg/a.py, pkg/*[x].txt, blob.bin; not the ignored debug.log
+    assert (summary.insertions, summary.deletions) == (1 + 2 + 1, 2)  # the binary file adds no lines
+    assert summary.files_changed == 5  # README.md, gone.txt, blob.bin, hello.txt, pkg/ (one status entry)
+    assert _snapshot(path) == before  # index, status and git dir byte for byte: no lock, no blob, no temp file

@@ -97,4 +97,4 @@ def test_version_and_list_through_a_container(
     version = client.call(config, "box", RemoteRequest(schema_version=1, operation="version"))
     assert version.wb_version == __version__ and version.home_id
     listing = client.call(config, "box", RemoteRequest(schema_version=1, operation="list"))
-    assert listing.failure == "" and listing.results == []
+    assert listing.failure == "" and listing.results_of() == []

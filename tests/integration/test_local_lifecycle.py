@@ -297,7 +297,7 @@ def test_ctrl_c_during_await_exits_130_and_says_the_run_continues(machine: Machi
     waiter.send_signal(signal.SIGINT)
     _, err = waiter.communicate(timeout=20)
     assert waiter.returncode == 130, err
-    assert f"interrupted; the run continues; resume with wb agent await {ref}" in err
+    assert err == f"interrupted; the run continues; resume with wb agent await {ref}\n"  # exactly, no "error: "
     assert _status(machine, ref)["state"] == "running"
     machine.wb("agent", "stop", ref)
 

@@ -81,7 +81,10 @@ class Caller:
             *extra,
         )
         assert done.returncode == 0, done.stderr
-        return done.stdout.split()[0]
+        ref = done.stdout.split()[0]
+        if "--json" not in extra:  # §3.1: the location is `<machine>:<worktree name>`, not a path
+            assert done.stdout == f"{ref} running box:{worktree} (mock/gpt-5.5)\n"
+        return ref
 
 
 @pytest.fixture(scope="module")

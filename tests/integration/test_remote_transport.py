@@ -95,7 +95,7 @@ def test_version_round_trip_reports_the_remote_home(sshd: SshdFactory, server: S
 
 def test_list_on_an_empty_home_returns_no_results(sshd: SshdFactory, server: SshdServer) -> None:
     response = client.call(config_for(sshd, server), "m1", LIST)
-    assert (response.failure, response.results, response.home_id) == ("", [], response.home_id)
+    assert (response.failure, response.results_of(), response.home_id) == ("", [], response.home_id)
     assert response.home_id
 
 

@@ -140,3 +140,16 @@ def test_hosts_a_shell_or_ssh_could_reinterpret_are_refused_before_any_connectio
     config = _load(tmp_path, "session_move:\n  targets:\n    m:\n      ssh:\n        host: " + json.dumps(host) + "\n")
     with pytest.raises(UsageError, match="host must match"):
         config.target("m")
+
+
+def test_a_target_without_an_ssh_block_is_not_a_machine(tmp_path: Path) -> None:
+    """§3.7: it may serve another transport of WB's; --to naming it is the unknown-machine error."""
+    text = "session_move:\n  targets:\n    box: {ssh: {host: b}}\n    docker-1: {docker: {image: x}}\n    bare:\n"
+    config = _load(tmp_path, text)
+    assert set(config.targets) == {"box"}
+    with pytest.raises(UsageError, match='unknown machine "docker-1": configured machines: box '):
+        config.target("docker-1")
+    with pytest.raises(UsageError, match='unknown machine "bare": configured machines: box '):
+        config.target("bare")
+    broken = _load(tmp_path, "session_move:\n  targets:\n    half: {ssh: 'host'}\n").targets["half"]
+    assert isinstance(broken, Problem) and "session_move.targets.half.ssh: must be a mapping" in broken.message

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 from tests_support import sample_record
 
-from courier.render import list_lines, sort_results, status_text
+from courier.render import dispatch_line, list_lines, sort_results, status_text
 from courier.text import clip_bytes, sanitize
 from protocol.durations import BadDuration, format_duration_ms, parse_duration_ms
-from protocol.models import Result
+from protocol.models import ChangeSummary, Result
 
 
 @pytest.mark.parametrize(
@@ -74,3 +74,19 @@ def test_list_is_newest_first_with_ties_by_machine_then_id() -> None:
     assert ordered == [newer_local, newer_remote, older]
     assert list_lines([]) == "no dispatched agent runs\n"
     assert list_lines([newer_remote]).startswith(f"box:{newer_remote.agent_id}\tabandoned\tfake\t")
+
+
+def test_dispatch_line_names_the_worktree_not_its_path() -> None:
+    """§3.1: `<ref> <state> <location> (<provider>/<model>)`, the location `<machine>:<name>` for a remote run."""
+    path = "/home/ai/projects/.wb-worktrees/acme/widget/fix-login"
+    local = _result(worktree="fix-login", worktree_dir=path, state="running")
+    assert dispatch_line(local) == f"{local.agent_id} {local.state} fix-login (mock/gpt-5.5)\n"
+    remote = _result(worktree="fix-login", worktree_dir=path, machine="m1")
+    assert dispatch_line(remote) == f"m1:{remote.agent_id} {remote.state} m1:fix-login (mock/gpt-5.5)\n"
+
+
+def test_changes_line_counts_lines_of_every_file() -> None:
+    """§7.6: insertions include new files' lines, so the line no longer says "(tracked files)"."""
+    changes = ChangeSummary(files_changed=1, files=["hello.txt"], insertions=1, deletions=0, new_files=1)
+    result = _result(changes=changes)
+    assert "changes:  1 file changed, +1 -0\n" in status_text(result)

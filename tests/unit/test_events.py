@@ -35,12 +35,17 @@ def write_events(path: Path, *lines: bytes) -> Path:
     return path
 
 
-def test_fixtures_are_the_real_transcripts() -> None:
-    shared = Path(__file__).resolve().parents[3] / "shared/reference/harness-transcripts/codex-0.169.0"
-    # CI lays shared/ beside the checkout, as every developer machine has it.
-    assert shared.is_dir(), f"the shared reference transcripts should be at {shared}"
-    for copy in FIXTURES.glob("*.jsonl"):
-        assert copy.read_bytes() == (shared / copy.name).read_bytes(), copy.name
+def test_fixtures_are_the_captured_transcripts_unchanged() -> None:
+    """Every transcript here is pinned by SHA256SUMS (see the fixtures' README), and every one is pinned."""
+    import hashlib
+
+    pinned = {}
+    for entry in (FIXTURES / "SHA256SUMS").read_text().splitlines():
+        digest, name = entry.split(maxsplit=1)
+        pinned[name.lstrip("*")] = digest
+    assert sorted(pinned) == sorted(path.name for path in FIXTURES.glob("*.jsonl"))
+    for name, digest in pinned.items():
+        assert hashlib.sha256((FIXTURES / name).read_bytes()).hexdigest() == digest, name
 
 
 # --------------------------------------------------------------------------- EventSummary on real transcripts

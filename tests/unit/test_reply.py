@@ -203,17 +203,16 @@ def test_operation_mismatch_is_untrusted_but_an_unparsed_refusal_is_returned() -
 
 def test_status_result_is_stamped_and_terminal_rederived() -> None:
     document = {"schema_version": 1, "operation": "status", "result": result(machine="evil", extra="ignored")}
-    response = decode_response("gpu-box", STATUS, document)
-    assert response.result is not None
-    assert response.result["machine"] == "gpu-box"
-    assert response.result["terminal"] is True
-    assert "extra" not in response.result
+    stamped = decode_response("gpu-box", STATUS, document).result_of().to_wire()
+    assert stamped["machine"] == "gpu-box"
+    assert stamped["terminal"] is True
+    assert "extra" not in stamped
 
 
 def test_unknown_state_is_accepted_and_not_terminal() -> None:
     document = {"schema_version": 1, "operation": "status", "result": result(state="paused", terminal=True)}
     response = decode_response("m", STATUS, document)
-    assert response.result is not None and response.result["terminal"] is False
+    assert response.result_of().terminal is False
 
 
 @pytest.mark.parametrize(
@@ -242,8 +241,8 @@ def test_missing_result_is_untrusted() -> None:
 def test_list_results_are_each_validated_and_stamped() -> None:
     request = RemoteRequest(schema_version=1, operation="list")
     response = decode_response("m", request, {"schema_version": 1, "operation": "list", "results": [result()]})
-    assert [item["machine"] for item in response.results or []] == ["m"]
-    assert decode_response("m", request, {"schema_version": 1, "operation": "list", "results": None}).results == []
+    assert [item.machine for item in response.results_of()] == ["m"]
+    assert decode_response("m", request, {"schema_version": 1, "operation": "list", "results": None}).results_of() == []
     with pytest.raises(ReplyUntrusted):
         decode_response("m", request, {"schema_version": 1, "operation": "list", "results": [result(agent_id="../x")]})
 
@@ -252,7 +251,7 @@ def test_stop_result_is_decoded_as_its_own_shape() -> None:
     request = RemoteRequest(schema_version=1, operation="stop", agent_id=RUN_ID)
     body = {"agent_id": RUN_ID, "worker_pid": 42, "state": "running"}
     response = decode_response("m", request, {"schema_version": 1, "operation": "stop", "result": body})
-    assert response.result == {**body, "machine": "m"}
+    assert response.stop_result_of().to_wire() == {**body, "machine": "m"}
 
 
 def test_a_failure_is_returned_without_results() -> None:

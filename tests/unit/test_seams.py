@@ -186,3 +186,28 @@ def test_the_package_import_graph_has_no_circle() -> None:
     for name in sorted(graph):
         if name not in state:
             visit(name, [name])
+
+
+def test_a_remote_result_is_validated_once_on_its_way_to_the_caller(monkeypatch: pytest.MonkeyPatch) -> None:
+    from courier.remote.client import decode_response
+    from protocol.models import Result
+
+    calls: list[object] = []
+    original = Result.model_validate.__func__  # type: ignore[attr-defined]
+
+    def counting(cls: type[Result], obj: object, **kwargs: object) -> Result:
+        calls.append(obj)
+        return original(cls, obj, **kwargs)  # type: ignore[no-any-return]
+
+    records = [sample_record(state="completed").to_wire() for _ in range(3)]
+    monkeypatch.setattr(Result, "model_validate", classmethod(counting))
+    request = RemoteRequest(schema_version=1, operation="list")
+    response = decode_response("m1", request, {"schema_version": 1, "operation": "list", "results": records})
+    results = response.results_of()
+    status = decode_response(
+        "m1",
+        RemoteRequest(schema_version=1, operation="status", agent_id=records[0]["agent_id"]),
+        {"schema_version": 1, "operation": "status", "result": records[0]},
+    ).result_of()
+    assert [r.machine for r in results] == ["m1"] * 3 and status.machine == "m1"
+    assert len(calls) == 4
