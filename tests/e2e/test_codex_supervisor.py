@@ -17,10 +17,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import CREDENTIAL_ENV, CREDENTIAL_VALUE, REPO_ROOT, make_machine, prepare_remote
+from conftest import CREDENTIAL_ENV, CREDENTIAL_VALUE, REPO_ROOT, make_machine, prepare_remote, require_cli
 
 from courier.demo.model_server import ModelServer, mcp_tool
-from tests.e2e.test_real_codex import _real_codex_dirs
 from tests.integration.sshd import SshdFactory, SshdServer, sshd_unavailable_reason
 
 pytestmark = [
@@ -31,6 +30,7 @@ pytestmark = [
 # Not in Codex's bundled model catalogue: Codex then offers MCP tools directly (a `mcp__wb`
 # namespace) instead of deferring them behind its tool_search tool.
 SUPERVISOR_MODEL = "wb-scripted-supervisor"
+CODEX_VERSION = "0.169.0"
 
 
 def _toml(value: str) -> str:
@@ -67,7 +67,7 @@ def _codex_home(root: Path, server: ModelServer, mcp_env: dict[str, str]) -> Pat
 
 
 def test_codex_dispatches_and_awaits_a_run_through_wb_mcp(sshd: SshdFactory, tmp_path: Path) -> None:
-    codex_dirs = _real_codex_dirs()
+    codex_dirs = require_cli("codex", CODEX_VERSION, install="run `bash scripts/install-codex.sh`").dirs
     box: SshdServer = sshd.start("127.0.0.4")
     prepare_remote(box)
     supervisor = make_machine(tmp_path / "supervisor")

@@ -6,15 +6,13 @@ a run on a loopback sshd machine.
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import Machine, make_machine, prepare_remote
+from conftest import Machine, RealCli, make_machine, prepare_remote, require_cli
 
 from courier.mcp_server import available_tools
 from tests import json_documents
@@ -26,25 +24,10 @@ INSPECTOR_VERSION = "2.12.0"
 TOOL_ERROR_EXIT = 5  # the Inspector's exit code for a tool result with isError: true
 
 
-def _inspector() -> str:
-    found = shutil.which("mcp-inspector")
-    if found is None and shutil.which("npm"):
-        prefix = subprocess.run(["npm", "prefix", "-g"], capture_output=True, text=True).stdout.strip()
-        found = shutil.which("mcp-inspector", path=os.path.join(prefix, "bin")) if prefix else None
-    missing = "the MCP Inspector is not installed: run `bash scripts/install-inspector.sh`"
-    if found is None:
-        if os.environ.get("CI") == "true":
-            pytest.fail(missing)
-        pytest.skip(missing)
-    version = subprocess.run([found, "--version"], capture_output=True, text=True, timeout=60).stdout.strip()
-    if version != INSPECTOR_VERSION:
-        pytest.fail(f"{found} reports {version!r}, expected {INSPECTOR_VERSION}; run scripts/install-inspector.sh")
-    return found
-
-
 @pytest.fixture(scope="module")
-def inspector() -> str:
-    return _inspector()
+def inspector() -> RealCli:
+    """The pinned Inspector: a skip naming the install step on a developer machine, a failure under CI."""
+    return require_cli("mcp-inspector", INSPECTOR_VERSION, install="run `bash scripts/install-inspector.sh`")
 
 
 @pytest.fixture(scope="module")
@@ -62,21 +45,21 @@ def supervisor(sshd: SshdFactory, box: SshdServer, tmp_path: Path) -> Machine:
     return caller
 
 
-def run(inspector: str, machine: Machine, *args: str) -> subprocess.CompletedProcess[str]:
+def run(inspector: RealCli, machine: Machine, *args: str) -> subprocess.CompletedProcess[str]:
     """One Inspector CLI call: it starts `wb mcp` with the machine's environment, asks, and exits."""
     server_env = [f"-e{key}={value}" for key, value in machine.env.items()]
     server = [sys.executable, "-m", "courier.main", "mcp"]
     return subprocess.run(
-        [inspector, "--cli", "--cwd", str(machine.root), *server_env, *server, *args],
+        [inspector.executable, "--cli", "--cwd", str(machine.root), *server_env, *server, *args],
         capture_output=True,
         text=True,
-        env={**machine.env, "PATH": f"{Path(inspector).parent}:{machine.env['PATH']}"},
+        env={**machine.env, "PATH": ":".join([*inspector.dirs, machine.env["PATH"]])},
         timeout=300,
         stdin=subprocess.DEVNULL,
     )
 
 
-def call(inspector: str, machine: Machine, tool: str, **arguments: str) -> dict[str, Any]:
+def call(inspector: RealCli, machine: Machine, tool: str, **arguments: str) -> dict[str, Any]:
     done = run(
         inspector,
         machine,
@@ -95,7 +78,7 @@ def call(inspector: str, machine: Machine, tool: str, **arguments: str) -> dict[
     return document
 
 
-def test_the_inspector_lists_the_tools_with_portable_schemas(inspector: str, supervisor: Machine) -> None:
+def test_the_inspector_lists_the_tools_with_portable_schemas(inspector: RealCli, supervisor: Machine) -> None:
     done = run(inspector, supervisor, "--method", "tools/list", "--strict")
     assert done.returncode == 0, done.stderr  # --strict exits 6 on an error-severity schema problem
     tools = {tool["name"]: tool for tool in json.loads(done.stdout)["tools"]}
@@ -106,7 +89,7 @@ def test_the_inspector_lists_the_tools_with_portable_schemas(inspector: str, sup
 
 
 def test_the_inspector_dispatches_awaits_and_diffs_a_run_on_a_loopback_machine(
-    inspector: str, supervisor: Machine, box: SshdServer
+    inspector: RealCli, supervisor: Machine, box: SshdServer
 ) -> None:
     started = call(
         inspector,
