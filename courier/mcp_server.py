@@ -34,8 +34,8 @@ from courier.errors import UsageError, WbError
 from courier.route import ask
 from courier.schemas import DOCUMENTS, schema
 from protocol import limits
-from protocol.documents import ErrorDocument, FleetDocument, FleetMachine, LogsDocument, StopDocument, error_class
-from protocol.models import Result, collector_paused
+from protocol.documents import ErrorDocument, FleetDocument, FleetMachine, LogsDocument, error_class
+from protocol.models import RemoteResponse, Result, collector_paused
 from protocol.refs import format_reference
 
 # How often a waiting `await` reports progress (and notices a cancellation).
@@ -250,9 +250,8 @@ async def _stop(call: Call, args: RefArgs) -> dict[str, Any]:
     machine, run_id = commands.target(args.ref, args.to)
     config = await call.config()
     request = commands.request("stop", agent_id=run_id)
-    response = await call.blocking(lambda: ask(config, machine, request))
-    stopped = response.stop_result_of()
-    return StopDocument(**stopped.model_dump(), machine=machine or None).to_wire()
+    response: RemoteResponse = await call.blocking(lambda: ask(config, machine, request))
+    return response.stop_result_of().to_wire()  # `machine` is stamped for a remote run
 
 
 async def _diff(call: Call, args: DiffArgs) -> dict[str, Any]:

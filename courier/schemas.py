@@ -20,9 +20,8 @@ from protocol.documents import (
     ListDocument,
     LogsDocument,
     MachinesDocument,
-    StopDocument,
 )
-from protocol.models import RemoteRequest, RemoteResponse, Result
+from protocol.models import RemoteRequest, RemoteResponse, Result, StopResult
 
 REGENERATE = "python -m courier.schemas --write docs/schema"
 DRAFT = "https://json-schema.org/draft/2020-12/schema"
@@ -37,7 +36,7 @@ DOCUMENTS: dict[str, tuple[type[BaseModel], str]] = {
     "response": (RemoteResponse, "the reply wb --wb-internal-agent-remote writes"),
     "error": (ErrorDocument, "a refusal: the MCP tools' error; the CLI prints its message as `error: ...`"),
     "logs": (LogsDocument, "the MCP logs tool"),
-    "stop": (StopDocument, "the MCP stop tool"),
+    "stop": (StopResult, "the MCP stop tool"),
 }
 
 

@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, RootModel
 
-from protocol.models import Result, StopResult
+from protocol.models import Result
 
 ErrorClass = Literal["usage", "finding", "transport"]
 
@@ -74,12 +74,6 @@ class LogsDocument(Document):
     agent_id: str
     machine: str | None = Field(default=None, exclude_if=lambda value: value is None)
     logs: str
-
-
-class StopDocument(StopResult):
-    """The MCP `stop` tool's answer: the run, its worker's PID (0 before it started) and the stored state."""
-
-    machine: str | None = Field(default=None, exclude_if=lambda value: value is None)
 
 
 class ErrorDocument(Document):
