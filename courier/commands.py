@@ -141,6 +141,28 @@ def build_dispatch(
     )
 
 
+def build_continue(
+    *,
+    reference: str,
+    task: str | None,
+    task_file: str | None,
+    profile: str | None,
+    timeout: str,
+    to: str | None,
+    stdin: BinaryIO | None = None,
+) -> tuple[str, RemoteRequest, str]:
+    """(machine, continue request, the new run's minted ID), or the CLI's usage error."""
+    bound = timeout_ms(timeout)
+    machine, run_id = target(reference, to)
+    text = read_task(task, task_file, stdin)
+    new_id = new_run_id()
+    return (
+        machine,
+        request("continue", agent_id=run_id, task=text, profile=profile or "", timeout_ms=bound, new_agent_id=new_id),
+        new_id,
+    )
+
+
 def send_starting(config: Config, machine: str, starting: RemoteRequest, run_id: str) -> Result:
     """Send a request that starts a run; a transport failure after sending names the intended reference."""
     try:

@@ -268,19 +268,11 @@ async def _diff(call: Call, args: DiffArgs) -> dict[str, Any]:
 
 
 async def _continue(call: Call, args: ContinueArgs) -> dict[str, Any]:
-    from protocol.refs import new_run_id
-
-    machine, run_id = commands.target(args.ref, args.to)
-    bound = commands.timeout_ms(args.timeout)
-    text = commands.read_task(args.task, None)
-    fields: dict[str, Any] = {"agent_id": run_id, "task": text, "timeout_ms": bound, "new_agent_id": new_run_id()}
-    if args.profile is not None:
-        fields["profile"] = args.profile
-    request = commands.request("continue", **fields)
-    config = await call.config()
-    result: Result = await call.blocking(
-        lambda: commands.send_starting(config, machine, request, fields["new_agent_id"])
+    machine, request, new_id = commands.build_continue(
+        reference=args.ref, task=args.task, task_file=None, profile=args.profile, timeout=args.timeout, to=args.to
     )
+    config = await call.config()
+    result: Result = await call.blocking(lambda: commands.send_starting(config, machine, request, new_id))
     return result.to_wire()
 
 
