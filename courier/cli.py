@@ -246,18 +246,19 @@ def logs(
 
 def _local_raw_logs(config: Config, run_id: str) -> None:
     from courier.runs.service import NO_TRANSCRIPT
-    from courier.runs.store import EVENTS, Store
+    from courier.runs.store import Store
 
     store = Store(config.home).ensure()
     store.load(run_id)
-    path = store.run_dir(run_id) / EVENTS
-    if not path.exists():
+    opened = store.open_transcript(run_id)  # no link, FIFO or hard link is followed
+    if opened is None:
         _out(NO_TRANSCRIPT + "\n")
         return
+    fd, _, path = opened
     _out(f"{path}\n")
     terminal = sys.stdout.isatty()
     decoder = codecs.getincrementaldecoder("utf-8")("replace")  # a character may span two chunks
-    with open(path, "rb") as handle:
+    with os.fdopen(fd, "rb") as handle:
         while chunk := handle.read(1 << 20):
             if terminal:
                 sys.stdout.write(escape_controls(decoder.decode(chunk)))
@@ -276,12 +277,15 @@ def stop(
 ) -> None:
     """Stop a running run: its worker is signalled and the run recorded as stopped."""
     machine, run_id = _target(reference, to)
-    stopped = ask(_config(), machine, _request("stop", agent_id=run_id)).stop_result_of()
+    response = ask(_config(), machine, _request("stop", agent_id=run_id))
+    stopped = response.stop_result_of()
     ref = format_reference(machine, run_id)
     if stopped.worker_pid:
         _out(f"stopping {ref} worker process {stopped.worker_pid}\n")
     else:
         _out(f"stopping {ref} before its worker started\n")
+    for warning in response.warnings or []:  # processes of the worker that outlived SIGKILL
+        _warn(f"{ref}: {warning.error}")
 
 
 # -- fleet, demo ---------------------------------------------------------------------------
@@ -340,11 +344,12 @@ def demo() -> None:
 
 
 def _warn(message: str) -> None:
-    sys.stderr.write(f"warning: {message}\n")
+    # Messages quote foreign text (a peer's warnings and failures): one sanitiser on the way out.
+    sys.stderr.write(f"warning: {sanitize(message, keep_newlines=True)}\n")
 
 
 def _error(message: str) -> None:
-    sys.stderr.write(f"error: {message}\n")
+    sys.stderr.write(f"error: {sanitize(message, keep_newlines=True)}\n")
 
 
 def _broken_pipe() -> NoReturn:

@@ -35,6 +35,8 @@ MACHINE_TIMEOUT_DEFAULT_MS = 30 * MS_PER_SECOND
 LOGS_TAIL_DEFAULT = 8
 ADMISSION_GRACE_S = 60.0
 STOP_GRACE_S = 3.0
+# How long stop waits for an owner that is recording the terminal state (it holds the run's lock).
+RUN_LOCK_WAIT_S = 40.0
 TIMEOUT_KILL_GRACE_S = 0.25
 TERMINAL_SAVE_TRIES = 5
 TERMINAL_SAVE_SPAN_S = 30.0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from pydantic import ValidationError
@@ -40,6 +41,7 @@ def decode_request(data: bytes) -> RemoteRequest:
         raise RequestRefused(f"request is not valid JSON: {str(exc)[:200]}") from None
     if not isinstance(document, dict):
         raise RequestRefused("request must be a JSON object")
+    check_unicode(document)
     version = document.get("schema_version")
     if type(version) is not int:
         raise RequestRefused("request schema_version must be the integer 1")
@@ -50,6 +52,17 @@ def decode_request(data: bytes) -> RemoteRequest:
         raise RequestRefused(f"invalid request: {describe_validation_error(exc)}") from None
     validate_request(request)
     return request
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def check_unicode(document: dict[str, Any]) -> None:
+    """JSON may spell a lone surrogate (`"\\ud800"`), which no UTF-8 text can hold: refuse the field."""
+    for key in RemoteRequest.model_fields:
+        value = document.get(key)
+        if isinstance(value, str) and _SURROGATE.search(value):
+            raise RequestRefused(f"{key} is not valid Unicode text (it contains a lone surrogate)")
 
 
 def check_schema_version(version: int, *, peer: str) -> None:

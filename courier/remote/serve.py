@@ -69,7 +69,8 @@ def _refusal(message: str, operation: str = "") -> RemoteResponse:
     return RemoteResponse(
         schema_version=limits.SCHEMA_VERSION,
         operation=operation,
-        failure=message,
+        # Whatever the message quotes, the reply must stay encodable UTF-8.
+        failure=message.encode("utf-8", "backslashreplace").decode(),
         failure_kind="request",
         now=now_rfc3339(),
         wb_version=__version__,
@@ -111,6 +112,12 @@ def _home_id() -> str | None:
         return home_id(Store(configured_home()))
     except Exception:  # an unusable home is reported as null, never as a crash
         return None
+
+
+def _now() -> str:
+    from protocol.timestamps import rfc3339, utc_now  # the one RFC 3339 rule, even for the last-resort reply
+
+    return rfc3339(utc_now())
 
 
 def client_watch(reply_fd: int) -> Callable[[], bool]:
@@ -167,8 +174,10 @@ def serve(argv: list[str]) -> int:
                     "failure": f"internal: {type(exc).__name__}: {str(exc)[:512]}",
                     "failure_kind": "failed",
                     "wb_version": __version__,
+                    "now": _now(),
                     "home_id": None,
-                }
+                },
+                ensure_ascii=True,
             ).encode()
             + b"\n"
         )

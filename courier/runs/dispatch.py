@@ -17,7 +17,7 @@ from courier.runs import process, worktrees
 from courier.runs.changes import count_dirty
 from courier.runs.environment import resolve_credential
 from courier.runs.harness import UnknownHarness, spec_for
-from courier.runs.store import Record, Store, render, rfc3339, utc_now, within_admission_grace
+from courier.runs.store import Record, RecordNotCreated, Store, render, rfc3339, utc_now, within_admission_grace
 from protocol.entry import OWNER_ARGUMENT
 from protocol.models import RemoteRequest, Resolved, Result, Routing
 from protocol.refs import format_reference, new_run_id
@@ -82,9 +82,13 @@ def deferred_signals() -> Iterator[None]:
 @contextlib.contextmanager
 def clone_lock(store: Store, repository: str) -> Iterator[None]:
     lock_dir = store.home / "locks"
-    lock_dir.mkdir(mode=0o700, exist_ok=True)
     path = lock_dir / (repository.replace("/", "__") + ".lock")
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        lock_dir.mkdir(mode=0o700, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    except OSError as exc:  # a full disk or a read-only home: say where, not "internal"
+        reason = (exc.strerror or str(exc)).lower()
+        raise NotStartable(f"cannot create the clone lock {path}: {reason}") from None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield
@@ -180,6 +184,10 @@ def dispatch(config: Config, request: RemoteRequest) -> Result:
             run_dir = store.create(record, request.task)
         except FileExistsError:
             return render(store.load(agent_id), store)
+        except RecordNotCreated:
+            if request.mode == "new" and branch:  # nothing partial stays: the worktree just made goes too
+                worktrees.remove_worktree(clone, path, branch)
+            raise
         start_owner(run_dir)
     return render(record, store)
 

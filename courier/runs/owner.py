@@ -16,7 +16,7 @@ from pathlib import Path
 
 from courier.config import Provider
 from courier.errors import WbError
-from courier.runs import process
+from courier.runs import descendants, privacy, process
 from courier.runs import store as store_mod
 from courier.runs.changes import summarize_changes
 from courier.runs.environment import Credential, resolve_credential, worker_environment
@@ -59,10 +59,12 @@ def owner_main(argv: list[str]) -> int:
     return 0
 
 
-def finish(store: Store, record: Record, state: str, failure: str | None) -> None:
+def finish(store: Store, record: Record, state: str, failure: str | None, secret: bytes = b"") -> None:
     finished = utc_now()
     record.state = state
     record.failure = failure
+    store.release_reserve(record.agent_id)  # its space is for this save on a full disk; the run ends here
+    privacy.end_of_run(store.run_dir(record.agent_id), record, secret)
     record.finished_at = rfc3339(finished)
     with contextlib.suppress(ValueError):
         started = store_mod.parse_rfc3339(record.started_at)
@@ -101,9 +103,12 @@ class Owner:
         self.diagnostics: list[str] = []
         self.timed_out = False
         self.secret = b""
+        self.events_lost = False
 
     def run(self) -> None:
         record = self.record
+        # Held until the worker is recorded (or the owner exits): a stop sees the worker or keeps it from starting.
+        self.store.hold_run_lock(record.agent_id)
         if self.store.stop_requested_at(record.agent_id):
             self.decide_and_save(exit_code=None)
             return
@@ -116,6 +121,7 @@ class Owner:
         self.secret = credential.value.encode() if credential else b""
         env = self.harness.environment(self.launch, worker_environment(credential))
         events_path = self.run_dir / store_mod.EVENTS
+        tracker = descendants.track_worker_tree()
         try:
             worker = subprocess.Popen(
                 argv,
@@ -134,6 +140,7 @@ class Owner:
         record.worker_token = process.start_token(worker.pid)
         record.log_path = str(events_path)
         self.store.save(record)
+        self.store.release_run_lock(record.agent_id)
         task = self.store.read_task(record.agent_id).encode()
         threading.Thread(target=_feed_stdin, args=(worker, task), daemon=True).start()
         assert worker.stdout is not None
@@ -143,6 +150,8 @@ class Owner:
             self.diagnostics.append(
                 f"killed {left} leftover process(es) of the worker's group after the harness exited"
             )
+        # Also those that left the group (setsid): found by ancestry, the owner being their subreaper.
+        self.diagnostics += descendants.describe(*tracker.end(limits.TIMEOUT_KILL_GRACE_S))
         self.decide_and_save(exit_code=_exit_code(worker.returncode))
 
     def prepare(self) -> tuple[Credential | None, list[str]]:
@@ -228,20 +237,31 @@ class Owner:
                     if len(line) > limits.EVENT_LINE_MAX_BYTES:
                         self.summary.skipped_oversize_line(len(line))
                         continue
+                    # Parse the line as the harness wrote it; only what is stored is redacted.
+                    self.summary.feed(line)
                     line = self.redact(line)
                     if stored + len(line) <= limits.EVENTS_STORED_MAX_BYTES:
-                        os.write(log_fd, line)
+                        self.store_event(log_fd, line)
                         stored += len(line)
-                    self.summary.feed(line)
             if pending and not skipping:
+                self.summary.feed(pending)
                 line = self.redact(pending)
                 if stored + len(line) <= limits.EVENTS_STORED_MAX_BYTES:
-                    os.write(log_fd, line)
-                self.summary.feed(line)
+                    self.store_event(log_fd, line)
         finally:
             os.close(log_fd)
             worker.stdout.close()
         worker.wait()
+
+    def store_event(self, log_fd: int, line: bytes) -> None:
+        """Append one line to events.jsonl; a failed write (a full disk) stops storing, never the run."""
+        if self.events_lost:
+            return
+        try:
+            store_mod.write_all(log_fd, line)
+        except OSError as exc:
+            self.events_lost = True
+            self.diagnostics.append(f"stopped storing events in {store_mod.EVENTS}: {exc.strerror or exc}")
 
     def redact(self, line: bytes) -> bytes:
         return line.replace(self.secret, REDACTED) if self.secret else line
@@ -249,6 +269,17 @@ class Owner:
     def decide_and_save(self, exit_code: int | None) -> None:
         record = self.record
         summary = self.summary
+        record.exit_code = exit_code
+        record.result = self.final_message()
+        record.tool_calls = summary.tool_calls
+        record.usage = summary.usage
+        if record.worktree_dir:
+            record.changes = summarize_changes(record.worktree_dir, record.base_sha, record.preexisting_changes)
+        diagnostics = [*summary.diagnostics, *self.diagnostics]
+        record.harness_diagnostics = diagnostics or None
+        # From here to the saved terminal state, stop waits: it either came first (and is honoured)
+        # or finds the run terminal and is refused; never a stop the state does not show (§3.6, §7.5).
+        self.store.hold_run_lock(record.agent_id)
         stop_at = self.store.stop_requested_at(record.agent_id)
         failure: str | None
         if stop_at:
@@ -258,15 +289,8 @@ class Owner:
         else:
             failure = summary.failure(exit_code)
             state = "failed" if failure else "completed"
-        record.exit_code = exit_code
-        record.result = self.final_message()
-        record.tool_calls = summary.tool_calls
-        record.usage = summary.usage
-        if record.worktree_dir:
-            record.changes = summarize_changes(record.worktree_dir, record.base_sha, record.preexisting_changes)
-        diagnostics = [*summary.diagnostics, *self.diagnostics]
-        record.harness_diagnostics = diagnostics or None
-        finish(self.store, record, state, failure)
+        finish(self.store, record, state, failure, self.secret)
+        self.store.release_run_lock(record.agent_id)
 
     def final_message(self) -> str | None:
         if self.launch is None:

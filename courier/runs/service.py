@@ -10,8 +10,8 @@ from pathlib import Path
 
 from courier.errors import Finding, WbError
 from courier.operations import Context
-from courier.runs import process
-from courier.runs.store import EVENTS, Store, render, within_admission_grace
+from courier.runs import descendants, process
+from courier.runs.store import Store, read_fd, render, within_admission_grace
 from protocol import limits
 from protocol.models import ListWarning, RemoteRequest, RemoteResponse, Result, StopResult, collector_paused
 
@@ -69,7 +69,9 @@ def logs_op(request: RemoteRequest, response: RemoteResponse, context: Context) 
 
 
 def stop_op(request: RemoteRequest, response: RemoteResponse, context: Context) -> None:
-    response.set_result(stop(_store(context), request.agent_id, requester=f"pid {os.getpid()}"))
+    survivors: list[int] = []
+    response.set_result(stop(_store(context), request.agent_id, f"pid {os.getpid()}", survivors))
+    response.warnings = descendants.survivor_warnings(request.agent_id, survivors)
 
 
 def status(store: Store, agent_id: str) -> Result:
@@ -99,32 +101,43 @@ def list_runs(store: Store) -> tuple[list[Result], list[ListWarning]]:
 
 def logs_text(store: Store, agent_id: str, tail: int, *, raw: bool) -> str:
     record = store.load(agent_id)  # an unknown run is a finding, not an empty transcript
-    path = store.run_dir(agent_id) / EVENTS
-    try:
-        size = os.lstat(path).st_size
-    except FileNotFoundError:
+    opened = store.open_transcript(agent_id)
+    if opened is None:
         return NO_TRANSCRIPT + "\n"
-    if raw:
-        if size > limits.REMOTE_TRANSCRIPT_MAX_BYTES:
-            raise Finding(
-                f"transcript for {agent_id} is {size} bytes; "
-                f"fetch it on that machine with wb agent logs {agent_id} --raw"
-            )
-        with open(path, "rb") as handle:
-            return f"{path}\n" + handle.read().decode("utf-8", "replace")
-    from courier.runs.harness import harness_for
+    fd, size, path = opened
+    try:
+        if raw:
+            data = read_fd(fd, limits.REMOTE_TRANSCRIPT_MAX_BYTES + 1)
+            if max(size, len(data)) > limits.REMOTE_TRANSCRIPT_MAX_BYTES:
+                raise Finding(
+                    f"transcript for {agent_id} is {max(size, len(data))} bytes; "
+                    f"fetch it on that machine with wb agent logs {agent_id} --raw"
+                )
+            return f"{path}\n" + data.decode("utf-8", "replace")
+        from courier.runs.harness import harness_for
 
-    actions = harness_for(record.resolved.harness).worker_actions(path, tail)
+        actions = harness_for(record.resolved.harness).worker_actions(fd, tail)
+    finally:
+        os.close(fd)
     return f"{path}\n" + "".join(f"  {action}\n" for action in actions)
 
 
-def stop(store: Store, agent_id: str, requester: str) -> StopResult:
+def stop(store: Store, agent_id: str, requester: str, survivors: list[int] | None = None) -> StopResult:
     record = store.load(agent_id)
     if record.state != "running":
         raise Finding(f"agent run {agent_id} is already {record.state}")
-    store.request_stop(agent_id, requester)
+    # Under the run's lock the owner is neither deciding the terminal state nor starting the
+    # worker: either the stored state is terminal now (refused), or the owner will honour the
+    # request; the worker seen here is the one to stop (§3.6, §7.5).
+    with store.run_lock(agent_id, wait_s=limits.RUN_LOCK_WAIT_S):
+        record = store.load(agent_id)
+        if record.state != "running":
+            raise Finding(f"agent run {agent_id} is already {record.state}")
+        store.request_stop(agent_id, requester)
     delivered_pid = 0
     pid, token = record.worker_pid, record.worker_token
+    # Its processes that left its group (setsid), taken while the worker's tree is intact.
+    stragglers = descendants.of_run(record.owner_pid, record.owner_token, pid, token)
     if pid and process.same_process(pid, token):
         if process.signal_group(pid, signal.SIGTERM):
             delivered_pid = pid
@@ -136,6 +149,9 @@ def stop(store: Store, agent_id: str, requester: str) -> StopResult:
         if not process.wait_until(worker_gone, limits.STOP_GRACE_S):
             process.signal_group(pid, signal.SIGKILL)
             process.wait_until(worker_gone, 2.0)
+    left = descendants.end(stragglers, limits.STOP_GRACE_S)
+    if survivors is not None:
+        survivors += left
     # The owner records the outcome; when it is gone, nobody else will, so stop does.
     owner_gone = not process.same_process(record.owner_pid, record.owner_token)
     if owner_gone and (record.owner_pid or not within_admission_grace(record)):
@@ -147,4 +163,5 @@ def stop(store: Store, agent_id: str, requester: str) -> StopResult:
             from courier.runs.owner import finish
 
             finish(store, current, "failed", f"stopped on request at {store.stop_requested_at(agent_id)}")
-    return StopResult(agent_id=agent_id, worker_pid=delivered_pid, state=record.state)
+    # A worker that was started is named even when it had already exited: the run is still stopped.
+    return StopResult(agent_id=agent_id, worker_pid=delivered_pid or pid or 0, state=record.state)

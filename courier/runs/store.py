@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import contextlib
+import errno
+import fcntl
 import json
 import os
 import secrets
 import stat
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from pydantic import ValidationError
 
-from courier.errors import NotFound, RecordUnreadable, UsageError, WbError
+from courier.errors import Finding, NotFound, RecordUnreadable, UsageError, WbError
 from courier.runs import process
 from protocol import limits
 from protocol.models import ListWarning, Result, is_terminal
@@ -30,6 +33,9 @@ STOP_REQUESTED = "stop-requested"
 HARNESS_HOME = "harness-home"
 OWNER_ERROR = "owner-error"
 HOME_ID = "home-id"
+# Space set aside at dispatch and given up on a full disk, so the terminal state can still be saved.
+RESERVE = ".reserve"
+RESERVE_BYTES = 128 * 1024
 
 
 class Record(Result):
@@ -49,6 +55,10 @@ class Record(Result):
 _DERIVED = frozenset({"machine", "terminal", "owner_alive", "worker_alive"})
 
 
+class RecordNotCreated(Finding):
+    """A new record could not be written (a full disk, a read-only home); nothing of it is left."""
+
+
 def _check_private_dir(path: Path, what: str) -> None:
     info = os.lstat(path)
     if stat.S_ISLNK(info.st_mode) or not stat.S_ISDIR(info.st_mode):
@@ -57,6 +67,10 @@ def _check_private_dir(path: Path, what: str) -> None:
         raise UsageError(f"{what} {path} is not owned by you; fix its owner or set WB_HOME elsewhere")
     if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
         raise UsageError(f"{what} {path} is writable by group or others; run chmod 700 {path}")
+
+
+# Run locks this process holds: run directory → (descriptor, depth).
+_HELD_LOCKS: dict[str, tuple[int, int]] = {}
 
 
 class Store:
@@ -91,18 +105,47 @@ class Store:
         return os.path.lexists(self.run_dir(agent_id))
 
     def create(self, record: Record, task: str) -> Path:
+        """The new record, whole or not at all: any other failure than FileExistsError removes
+        what was made and raises RecordNotCreated naming the path and the reason."""
         self.ensure()
         run_dir = self.run_dir(record.agent_id)
-        os.mkdir(run_dir, 0o700)  # must not pre-exist: FileExistsError is the caller's signal
-        (run_dir / HARNESS_HOME).mkdir(mode=0o700)
-        write_private(run_dir / TASK, task.encode())
-        self.save(record)
+        try:
+            os.mkdir(run_dir, 0o700)  # must not pre-exist: FileExistsError is the caller's signal
+        except FileExistsError:
+            raise
+        except OSError as exc:
+            raise RecordNotCreated(f"cannot create the run record {run_dir}: {_reason(exc)}") from None
+        try:
+            (run_dir / HARNESS_HOME).mkdir(mode=0o700)
+            write_private(run_dir / TASK, task.encode())
+            _reserve_space(run_dir / RESERVE)
+            self.save(record)
+        except OSError as exc:
+            import shutil  # only here: the receiver's hot path does not pay for it
+
+            shutil.rmtree(run_dir, ignore_errors=True)
+            raise RecordNotCreated(f"cannot create the run record {run_dir}: {_reason(exc)}") from None
         return run_dir
 
     def save(self, record: Record) -> None:
         body = record.model_dump(mode="json", exclude_none=True, exclude=set(_DERIVED))
         data = json.dumps(body, ensure_ascii=False, indent=2).encode() + b"\n"
-        write_private(self.run_dir(record.agent_id) / RECORD, data)
+        path = self.run_dir(record.agent_id) / RECORD
+        try:
+            write_private(path, data)
+        except OSError as exc:
+            # A full disk: give up the space set aside when the record was made, and try once more.
+            if exc.errno != errno.ENOSPC or not self.release_reserve(record.agent_id):
+                raise
+            write_private(path, data)
+
+    def release_reserve(self, agent_id: str) -> bool:
+        """Free the run's reserved space; False when there was none left."""
+        try:
+            os.unlink(self.run_dir(agent_id) / RESERVE)
+            return True
+        except OSError:
+            return False
 
     def load(self, agent_id: str) -> Record:
         self.ensure()
@@ -113,7 +156,10 @@ class Store:
             raise NotFound(f"unknown agent run {agent_id} (no record under {self.root})") from None
         if stat.S_ISLNK(info.st_mode) or not stat.S_ISDIR(info.st_mode):
             raise RecordUnreadable(f"{run_dir} is a symlink or not a directory; refusing to follow it")
-        return read_record(run_dir / RECORD)
+        problem = record_dir_problem(info)
+        if problem:
+            raise RecordUnreadable(f"{run_dir} {problem}")
+        return read_record_of(run_dir, agent_id)
 
     def read_task(self, agent_id: str) -> str:
         return read_private(self.run_dir(agent_id) / TASK, limits.TASK_MAX_BYTES).decode()
@@ -130,12 +176,75 @@ class Store:
                     warnings.append(ListWarning(agent_id=entry.name, error="symlinked run directory skipped"))
                     continue
                 try:
-                    records.append(read_record(os.path.join(entry.path, RECORD)))
+                    problem = record_dir_problem(entry.stat(follow_symlinks=False))
+                    if problem:
+                        raise RecordUnreadable(f"{entry.path} {problem}")
+                    records.append(read_record_of(Path(entry.path), entry.name))
+                except OSError as exc:
+                    warnings.append(ListWarning(agent_id=entry.name, error=f"cannot read {entry.path}: {exc.strerror}"))
                 except WbError as exc:
                     warnings.append(ListWarning(agent_id=entry.name, error=exc.message))
         return records, warnings
 
+    # -- the run's lock: stop and the owner's decisions exclude each other (§3.6, §7.5) ---
+
+    def hold_run_lock(self, agent_id: str, wait_s: float | None = None) -> bool:
+        """Take the run's lock (flock on its directory) for this process; reentrant. With `wait_s`,
+        give up after that long and return False. Released by release_run_lock or at exit."""
+        key = str(self.run_dir(agent_id))
+        if key in _HELD_LOCKS:
+            fd, depth = _HELD_LOCKS[key]
+            _HELD_LOCKS[key] = (fd, depth + 1)
+            return True
+        fd = os.open(key, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        deadline = None if wait_s is None else time.monotonic() + wait_s
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | (0 if deadline is None else fcntl.LOCK_NB))
+                break
+            except BlockingIOError:
+                if deadline is not None and time.monotonic() >= deadline:
+                    os.close(fd)
+                    return False
+                time.sleep(0.02)
+        _HELD_LOCKS[key] = (fd, 1)
+        return True
+
+    def release_run_lock(self, agent_id: str) -> None:
+        key = str(self.run_dir(agent_id))
+        if key not in _HELD_LOCKS:
+            return
+        fd, depth = _HELD_LOCKS[key]
+        if depth > 1:
+            _HELD_LOCKS[key] = (fd, depth - 1)
+            return
+        del _HELD_LOCKS[key]
+        os.close(fd)  # closing the only descriptor releases the flock
+
+    @contextlib.contextmanager
+    def run_lock(self, agent_id: str, wait_s: float | None = None) -> Iterator[bool]:
+        held = self.hold_run_lock(agent_id, wait_s)
+        try:
+            yield held
+        finally:
+            if held:
+                self.release_run_lock(agent_id)
+
     # -- run artefacts -------------------------------------------------------------------
+
+    def open_transcript(self, agent_id: str) -> tuple[int, int, Path] | None:
+        """(descriptor, size, path) of the run's events.jsonl, checked as every store file is;
+        None when there is none. A link, FIFO or hard-linked file is a finding naming it."""
+        path = self.run_dir(agent_id) / EVENTS
+        try:
+            fd, info = open_private(path)
+        except FileNotFoundError:
+            return None
+        except UnsafeStoreFile as exc:
+            raise Finding(str(exc)) from None
+        except OSError as exc:
+            raise Finding(f"cannot read {path}: {exc.strerror or exc}") from None
+        return fd, info.st_size, path
 
     def request_stop(self, agent_id: str, requester: str) -> bool:
         """Create stop-requested exclusively; False when it already existed."""
@@ -165,11 +274,52 @@ class Store:
             return None
 
 
+def _reason(exc: OSError) -> str:
+    """An OSError's reason as a clause: "no space left on device"."""
+    text = exc.strerror or str(exc)
+    return text[:1].lower() + text[1:]
+
+
+def _reserve_space(path: Path) -> None:
+    """Set space aside in the run directory, so the terminal state can be saved on a disk that fills."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        try:
+            os.posix_fallocate(fd, 0, RESERVE_BYTES)
+        except OSError as exc:
+            if exc.errno == errno.ENOSPC:
+                raise
+            write_all(fd, bytes(RESERVE_BYTES))  # a filesystem without fallocate
+    finally:
+        os.close(fd)
+
+
+def record_dir_problem(info: os.stat_result) -> str | None:
+    """Why a record directory cannot be trusted (checked as WB_HOME is, §6.1), or None."""
+    if info.st_uid != os.getuid():
+        return f"is owned by uid {info.st_uid}, not by you; remove it or fix its owner"
+    if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        return "is writable by group or others; run chmod 700 on it"
+    return None
+
+
+def read_record_of(run_dir: Path, agent_id: str) -> Record:
+    """The record of `run_dir`, which must name the run its directory is named after."""
+    record = read_record(run_dir / RECORD)
+    if record.agent_id != agent_id:
+        raise RecordUnreadable(
+            f"{run_dir / RECORD} names run {record.agent_id}, not {agent_id} (copied or linked from another run)"
+        )
+    return record
+
+
 def read_record(path: str | Path) -> Record:
     try:
         raw = read_private(path, 16 * limits.MIB)
     except FileNotFoundError:
         raise RecordUnreadable(f"{path} is missing") from None
+    except UnsafeStoreFile as exc:
+        raise RecordUnreadable(str(exc)) from None
     except OSError as exc:
         reason = "is a symlink" if exc.errno == 40 else (exc.strerror or str(exc))
         raise RecordUnreadable(f"cannot read {path}: {reason}") from None
@@ -179,22 +329,55 @@ def read_record(path: str | Path) -> Record:
         raise RecordUnreadable(f"{path} is corrupt ({describe_validation_error(exc)})") from None
 
 
-def read_private(path: str | Path, limit: int) -> bytes:
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+class UnsafeStoreFile(OSError):
+    """A store file that is a symlink, not a regular file, or hard-linked elsewhere (§6.1, §9)."""
+
+    def __str__(self) -> str:
+        return self.strerror or ""
+
+
+def open_private(path: str | Path) -> tuple[int, os.stat_result]:
+    """Open a store file for reading without following a link or blocking on a FIFO, and check
+    the open descriptor: a regular file with exactly one link. FileNotFoundError passes through;
+    every other refusal is an UnsafeStoreFile naming the file."""
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise OSError(f"{path} is not a regular file")
-        chunks = []
-        remaining = limit
-        while remaining > 0:
-            chunk = os.read(fd, min(remaining, 1 << 20))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            remaining -= len(chunk)
-        return b"".join(chunks)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise UnsafeStoreFile(errno.ELOOP, f"{path} is a symbolic link; refusing to follow it") from None
+        raise
+    info = os.fstat(fd)
+    problem = None
+    if not stat.S_ISREG(info.st_mode):
+        kind = "a FIFO" if stat.S_ISFIFO(info.st_mode) else "not a regular file"
+        problem = f"{path} is {kind}; refusing to read it"
+    elif info.st_nlink != 1:
+        problem = f"{path} has {info.st_nlink} hard links; refusing a store file linked from elsewhere"
+    if problem:
+        os.close(fd)
+        raise UnsafeStoreFile(errno.EPERM, problem)
+    return fd, info
+
+
+def read_private(path: str | Path, limit: int) -> bytes:
+    fd, _ = open_private(path)
+    try:
+        return read_fd(fd, limit)
     finally:
         os.close(fd)
+
+
+def read_fd(fd: int, limit: int) -> bytes:
+    """At most `limit` bytes from fd's current offset."""
+    chunks = []
+    remaining = limit
+    while remaining > 0:
+        chunk = os.read(fd, min(remaining, 1 << 20))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        remaining -= len(chunk)
+    return b"".join(chunks)
 
 
 def write_private(path: Path, data: bytes, *, exclusive: bool = False) -> None:

@@ -95,6 +95,17 @@ def add_worktree(clone: Path, path: Path, branch: str, sha: str) -> None:
         raise NotStartable(f"git worktree add failed in {clone}: {_git_error(done)}")
 
 
+def remove_worktree(clone: Path, path: Path, branch: str) -> None:
+    """Undo add_worktree after a dispatch that could not finish: the worktree and its new branch."""
+    run_git(["worktree", "remove", "--force", "--", str(path)], cwd=clone, timeout=_GIT_TIMEOUT)
+    if os.path.lexists(path):
+        import shutil
+
+        shutil.rmtree(path, ignore_errors=True)
+        run_git(["worktree", "prune"], cwd=clone, timeout=_GIT_TIMEOUT)
+    run_git(["branch", "-D", "--", branch], cwd=clone, timeout=_GIT_TIMEOUT)
+
+
 def registered_worktrees(clone: Path) -> set[Path]:
     done = run_git(["worktree", "list", "--porcelain", "-z"], cwd=clone, timeout=_GIT_TIMEOUT)
     if done.returncode != 0:

@@ -180,8 +180,9 @@ class Harness(ABC):
     def actions_of(self, event: dict[str, Any]) -> list[str]:
         """The worker actions (§7.6) one well-formed event stands for, unsanitised, oldest first."""
 
-    def worker_actions(self, events_path: str | os.PathLike[str], limit: int) -> list[str]:
-        """The last `limit` worker actions of a stored transcript, oldest first, each sanitised and bounded."""
+    def worker_actions(self, events_path: str | os.PathLike[str] | int, limit: int) -> list[str]:
+        """The last `limit` worker actions of a stored transcript (a path, or a descriptor the store
+        opened and checked), oldest first, each sanitised and bounded."""
         from courier.runs.harness.transcript import last_actions
 
         return last_actions(events_path, limit, self.actions_of)

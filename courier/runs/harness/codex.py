@@ -261,7 +261,7 @@ def _action_of(event: dict[str, Any]) -> str | None:
     return None
 
 
-def worker_actions(events_path: str | os.PathLike[str], limit: int) -> list[str]:
+def worker_actions(events_path: str | os.PathLike[str] | int, limit: int) -> list[str]:
     """The last `limit` worker actions of a Codex transcript, oldest first (contract §3.5, §7.6).
 
     As `transcript.last_actions`, except that the `error` event Codex repeats right before a
@@ -343,5 +343,5 @@ class Codex(Harness):
         action = _action_of(event)
         return [] if action is None else [action]
 
-    def worker_actions(self, events_path: str | os.PathLike[str], limit: int) -> list[str]:
+    def worker_actions(self, events_path: str | os.PathLike[str] | int, limit: int) -> list[str]:
         return worker_actions(events_path, limit)

@@ -34,7 +34,7 @@ def read_message_file(path: str | os.PathLike[str], extra: int = 0) -> tuple[byt
         return None
     try:
         info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
+        if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1:  # a store file linked from elsewhere is not read
             return None
         want = limits.FINAL_MESSAGE_MAX_BYTES + 1 + extra
         data = b""

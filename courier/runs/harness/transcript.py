@@ -13,17 +13,19 @@ from protocol import limits
 _BLOCK = 1 << 20
 
 
-def lines_backwards(path: str | os.PathLike[str], block: int = _BLOCK) -> Iterator[bytes | None]:
+def lines_backwards(path: str | os.PathLike[str] | int, block: int = _BLOCK) -> Iterator[bytes | None]:
     """The file's lines from last to first (without their newlines), read in blocks from the end.
 
     The empty text after a final newline comes out as a blank line. A line longer than
     `limits.EVENT_LINE_MAX_BYTES` is not accumulated: it comes out as None (the owner never
     stores one, so it means the file was written by something else).
     """
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    # An int is a descriptor the store already opened and checked: read a duplicate of it.
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    fd = os.dup(path) if isinstance(path, int) else os.open(path, flags)
     with os.fdopen(fd, "rb") as handle:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise OSError(f"{os.fspath(path)} is not a regular file")
+            raise OSError(f"{path} is not a regular file")
         position = handle.seek(0, os.SEEK_END)
         carry = b""  # the start of the file's unread part holds the rest of this line
         oversize = False  # the line being accumulated is too long: its bytes are dropped
@@ -65,7 +67,7 @@ def action_lines(line: bytes | None) -> tuple[dict[str, Any] | None, list[str] |
 
 
 def last_actions(
-    path: str | os.PathLike[str], limit: int, actions_of: Callable[[dict[str, Any]], list[str]]
+    path: str | os.PathLike[str] | int, limit: int, actions_of: Callable[[dict[str, Any]], list[str]]
 ) -> list[str]:
     """The last `limit` worker actions of a transcript, oldest first (contract §3.5, §7.6).
 

@@ -1,0 +1,175 @@
+"""A run directory made private when the run ends (§6.1), the credential masked in what a harness left (§7.4)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import stat
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from courier.runs.store import Record
+
+REDACTED = "[redacted]"
+_CHUNK = 1 << 20
+# A clipped text (ending in "…") may end with the start of the credential: a fragment this long is masked too.
+_FRAGMENT_MIN = 4
+# Files wb writes itself never hold the credential; a harness's may (its final message, its session files).
+_HARNESS_FILES = ("last-message.txt", "harness-home")
+
+
+def end_of_run(run_dir: Path, record: Record, secret: bytes) -> None:
+    """Before the terminal save: the credential out of every stored text, the run directory private."""
+    text = secret.decode("utf-8", "replace")
+    record.failure = redact_text(record.failure, text)
+    record.result = redact_text(record.result, text)
+    diagnostics = [redact_text(line, text) or "" for line in record.harness_diagnostics or []]
+    diagnostics += seal(run_dir, secret)
+    record.harness_diagnostics = diagnostics or None
+
+
+def redact_text(text: str | None, secret: str) -> str | None:
+    """`text` with every occurrence of `secret` masked, including a fragment a cut left at its end."""
+    if not text or not secret:
+        return text
+    # Idempotent: a mask already there is kept whole, even when the secret is one of its letters.
+    text = REDACTED.join(part.replace(secret, REDACTED) for part in text.split(REDACTED))
+    if text.endswith("…"):
+        body = text[:-1]
+        for size in range(min(len(secret) - 1, len(body)), _FRAGMENT_MIN - 1, -1):
+            if body.endswith(secret[:size]):
+                return body[:-size] + REDACTED + "…"
+    return text
+
+
+def seal(run_dir: Path, secret: bytes) -> list[str]:
+    """Make every file under run_dir 0600 and every directory 0700, without following links, and
+    rewrite the harness's files that hold `secret` with it masked. Returns what could not be done."""
+    problems: list[str] = []
+    for top, dirs, files in os.walk(run_dir, followlinks=False):
+        top_path = Path(top)
+        _chmod_dir(top_path, problems)
+        harness_owned = top_path != run_dir  # below the run directory is only harness-home
+        for name in files:
+            path = top_path / name
+            redact = bool(secret) and (harness_owned or name in _HARNESS_FILES)
+            _seal_file(path, secret if redact else b"", problems)
+        # A symlinked directory is listed among dirs but never walked into; leave the link itself.
+        dirs[:] = [name for name in dirs if not os.path.islink(top_path / name)]
+    return problems
+
+
+def _chmod_dir(path: Path, problems: list[str]) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as exc:
+        problems.append(f"could not make {path} private: {exc.strerror or exc}")
+        return
+    try:
+        os.fchmod(fd, 0o700)
+    except OSError as exc:
+        problems.append(f"could not make {path} private: {exc.strerror or exc}")
+    finally:
+        os.close(fd)
+
+
+def _seal_file(path: Path, secret: bytes, problems: list[str]) -> None:
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if stat.S_ISLNK(info.st_mode):
+        return  # a link has no mode of its own; what it points to is not ours to change
+    if not stat.S_ISREG(info.st_mode):
+        try:
+            # A FIFO or socket: chmod by name (opening a FIFO could block); the worker is gone by now.
+            os.chmod(path, 0o600)
+        except OSError as exc:
+            problems.append(f"could not make {path} private: {exc.strerror or exc}")
+        return
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        problems.append(f"could not make {path} private: {exc.strerror or exc}")
+        return
+    try:
+        opened = os.fstat(fd)
+        if not stat.S_ISREG(opened.st_mode):
+            return
+        if opened.st_nlink > 1:
+            # Linked from elsewhere: this name gets a private copy; the other name's mode is not ours.
+            try:
+                _rewrite(fd, path, secret)
+            except OSError as exc:
+                os.unlink(path)
+                problems.append(f"removed {path}, linked from elsewhere, that could not be copied: {exc.strerror}")
+            return
+        os.fchmod(fd, 0o600)  # first, so a failed rewrite (a full disk) still leaves it private
+        if secret and _contains(fd, secret):
+            os.lseek(fd, 0, os.SEEK_SET)
+            _rewrite(fd, path, secret)
+    except OSError as exc:
+        problems.append(f"could not make {path} private: {exc.strerror or exc}")
+    finally:
+        os.close(fd)
+
+
+def _contains(fd: int, secret: bytes) -> bool:
+    carry = b""
+    while chunk := os.read(fd, _CHUNK):
+        buffer = carry + chunk
+        if secret in buffer:
+            return True
+        carry = buffer[-(len(secret) - 1) :] if len(secret) > 1 else b""
+    return False
+
+
+def _rewrite(fd: int, path: Path, secret: bytes) -> None:
+    """Replace path by a 0600 copy of fd (from its current offset) with `secret` masked."""
+    temp = path.with_name(f".{path.name}.{secrets.token_hex(6)}.redact")
+    out = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        try:
+            _copy_redacted(fd, out, secret)
+            os.fsync(out)
+        finally:
+            os.close(out)
+        os.replace(temp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temp)
+        raise
+
+
+def _copy_redacted(source: int, target: int, secret: bytes) -> bool:
+    """Stream source to target masking `secret` (also across chunk boundaries); True when it occurred."""
+    mask = REDACTED.encode()
+    found = False
+    carry = b""
+    while chunk := os.read(source, _CHUNK):
+        buffer = carry + chunk
+        if not secret:
+            _write_all(target, buffer)
+            continue
+        # A match starting before `complete` lies wholly in the buffer; later ones may continue in the next chunk.
+        complete = len(buffer) - len(secret) + 1
+        pieces = []
+        position = 0
+        while (hit := buffer.find(secret, position)) >= 0 and hit < complete:
+            pieces += [buffer[position:hit], mask]
+            position = hit + len(secret)
+            found = True
+        keep = max(position, complete)
+        pieces.append(buffer[position:keep])
+        carry = buffer[keep:]
+        _write_all(target, b"".join(pieces))
+    _write_all(target, carry)
+    return found
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
