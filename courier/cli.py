@@ -22,6 +22,7 @@ from courier.commands import (
     wait_bound_ms,
 )
 from courier.commands import default_duration as _default
+from courier.commands import naming as _naming
 from courier.commands import request as _request
 from courier.commands import target as _target
 from courier.config import Config, load_config
@@ -178,7 +179,8 @@ def await_(
     bound_ms = wait_bound_ms(wait_timeout)
     ref = format_reference(machine, run_id)
     try:
-        result = await_result(_config(), machine, run_id, bound_ms)
+        with _naming(f"the run is not affected; await it again with: wb agent await {ref}"):
+            result = await_result(_config(), machine, run_id, bound_ms)
     except KeyboardInterrupt:
         raise Interrupted(f"interrupted; the run continues; resume with wb agent await {ref}") from None
     _out(to_json(result.to_wire()) if _wants_json(fmt, json_flag) else status_text(result, details=True))
@@ -277,9 +279,10 @@ def stop(
 ) -> None:
     """Stop a running run: its worker is signalled and the run recorded as stopped."""
     machine, run_id = _target(reference, to)
-    response = ask(_config(), machine, _request("stop", agent_id=run_id))
-    stopped = response.stop_result_of()
     ref = format_reference(machine, run_id)
+    with _naming(f"the stop may have reached the run; check it with: wb agent status {ref}"):
+        response = ask(_config(), machine, _request("stop", agent_id=run_id))
+        stopped = response.stop_result_of()
     if stopped.worker_pid:
         _out(f"stopping {ref} worker process {stopped.worker_pid}\n")
     else:

@@ -5,13 +5,15 @@ Nothing here writes to stdout: the MCP server's stdout carries only the protocol
 
 from __future__ import annotations
 
+import contextlib
 import re
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
 from courier.config import Config
-from courier.errors import Finding, UsageError, WbError
+from courier.errors import Finding, TransportError, UsageError, WbError
 from courier.route import ask
 from protocol import limits
 from protocol.durations import BadDuration, format_duration_ms, parse_duration_ms
@@ -173,6 +175,17 @@ def send_starting(config: Config, machine: str, starting: RemoteRequest, run_id:
             exc.message += (
                 f"\nthe run may have started; ask for it with: wb agent status {format_reference(machine, run_id)}"
             )
+        raise
+
+
+@contextlib.contextmanager
+def naming(remedy: str) -> Iterator[None]:
+    """A transport failure after the request may have been sent says how to retry (the reference is in `remedy`)."""
+    try:
+        yield
+    except TransportError as exc:
+        if exc.request_maybe_sent:
+            exc.message += f"\n{remedy}"
         raise
 
 

@@ -17,7 +17,7 @@ from courier.errors import Finding, TransportError, WbError
 from courier.render import list_lines, sort_results, to_json
 from courier.route import raise_failure
 from courier.text import sanitize
-from courier.transport import transport_for
+from courier.transport import connections_shared, transport_for
 from protocol import limits
 from protocol.documents import FleetDocument, FleetMachine, MachineProbe, MachinesDocument
 from protocol.models import RemoteRequest, RemoteResponse, Result
@@ -114,7 +114,11 @@ async def _ask_all(config: Config, machines: list[str], operation: str, deadline
             elapsed = int((time.monotonic() - began) * 1000)
             out[machine] = Answer(response, failure, elapsed, sent_at, time.time())
 
-    await asyncio.gather(*(one(name) for name in machines))
+    if any(machines):
+        async with connections_shared():  # one connection per host (§8.1): aliases of one sshd share it
+            await asyncio.gather(*(one(name) for name in machines))
+    else:
+        await asyncio.gather(*(one(name) for name in machines))
     return out
 
 

@@ -192,7 +192,8 @@ async def _await(call: Call, args: AwaitArgs) -> dict[str, Any]:
         step = progress_interval_ms()
         if deadline is not None:
             step = max(1, min(step, int((deadline - time.monotonic()) * 1000)))
-        result: Result = await call.blocking(functools.partial(await_result, config, machine, run_id, step))
+        with commands.naming(f"the run is not affected; await it again with: wb agent await {ref}"):
+            result: Result = await call.blocking(functools.partial(await_result, config, machine, run_id, step))
         if result.terminal:
             return result.to_wire()
         if deadline is not None and time.monotonic() >= deadline:
@@ -250,7 +251,9 @@ async def _stop(call: Call, args: RefArgs) -> dict[str, Any]:
     machine, run_id = commands.target(args.ref, args.to)
     config = await call.config()
     request = commands.request("stop", agent_id=run_id)
-    response: RemoteResponse = await call.blocking(lambda: ask(config, machine, request))
+    ref = format_reference(machine, run_id)
+    with commands.naming(f"the stop may have reached the run; check it with: wb agent status {ref}"):
+        response: RemoteResponse = await call.blocking(lambda: ask(config, machine, request))
     return response.stop_result_of().to_wire()  # `machine` is stamped for a remote run
 
 

@@ -10,16 +10,18 @@ import os
 import time
 
 from courier.config import Config
-from courier.errors import error_for_failure_kind
+from courier.errors import CallTimedOut, error_for_failure_kind
 from courier.text import clip_bytes, sanitize
 from courier.transport import transport_for
 from protocol import limits
+from protocol.durations import format_duration_ms
 from protocol.models import RemoteRequest, RemoteResponse, Result
+from protocol.refs import format_reference
 
 
-def ask(config: Config, machine: str, request: RemoteRequest) -> RemoteResponse:
+def ask(config: Config, machine: str, request: RemoteRequest, *, timeout_s: float | None = None) -> RemoteResponse:
     """Send one request and return its reply; an in-band failure is raised as its error class."""
-    response = transport_for(config, machine).ask(request)
+    response = transport_for(config, machine).ask(request, timeout_s=timeout_s)
     raise_failure(machine, response)
     return response
 
@@ -45,7 +47,12 @@ def await_chunk_ms() -> int:
 
 
 def await_result(config: Config, machine: str, agent_id: str, wait_timeout_ms: int) -> Result:
-    """Await a run; a remote await is sent in chunks so no remote poller outlives a dead client."""
+    """Await a run; a remote await is sent in chunks so no remote poller outlives a dead client.
+
+    Each chunk's call is bounded by the chunk plus a small slack (connect and reply), so the
+    whole wait ends by the user's bound plus that slack even when the peer never answers:
+    with the last observation when there is one, else the call's transport error.
+    """
     if not machine:
         request = RemoteRequest(
             schema_version=limits.SCHEMA_VERSION, operation="await", agent_id=agent_id, wait_timeout_ms=wait_timeout_ms
@@ -53,6 +60,8 @@ def await_result(config: Config, machine: str, agent_id: str, wait_timeout_ms: i
         return ask(config, machine, request).result_of()
     deadline = time.monotonic() + wait_timeout_ms / 1000 if wait_timeout_ms > 0 else None
     chunk = await_chunk_ms()
+    slack_s = limits.AWAIT_CALL_SLACK_MS / limits.MS_PER_SECOND
+    last: Result | None = None
     while True:
         this_chunk = chunk
         if deadline is not None:
@@ -60,6 +69,18 @@ def await_result(config: Config, machine: str, agent_id: str, wait_timeout_ms: i
         request = RemoteRequest(
             schema_version=limits.SCHEMA_VERSION, operation="await", agent_id=agent_id, wait_timeout_ms=this_chunk
         )
-        result = ask(config, machine, request).result_of()
+        try:
+            result = ask(config, machine, request, timeout_s=this_chunk / limits.MS_PER_SECOND + slack_s).result_of()
+        except CallTimedOut:
+            if deadline is None or time.monotonic() < deadline:
+                raise  # silent for a whole chunk and its slack, long before the user's bound
+            if last is not None:
+                return last  # the bound passed while the peer was silent: report what it said last
+            raise CallTimedOut(
+                f"{machine} did not answer the await of {format_reference(machine, agent_id)} within the wait bound "
+                f"({format_duration_ms(wait_timeout_ms)}, plus {format_duration_ms(limits.AWAIT_CALL_SLACK_MS)} "
+                "to connect and reply)"
+            ) from None
+        last = result
         if result.terminal or (deadline is not None and time.monotonic() >= deadline):
             return result

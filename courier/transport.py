@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import TYPE_CHECKING
 
 from courier.errors import UsageError
@@ -103,6 +103,15 @@ def transport_for(config: Config, machine: str) -> Transport:
         return LocalTransport(config)
     config.target(machine)  # refuses an unknown or misconfigured machine before anything else
     return _remote_factory(config, machine)
+
+
+@contextlib.asynccontextmanager
+async def connections_shared() -> AsyncIterator[None]:
+    """Within it, SSH calls to one host share one connection (contract §8.1): a fan-out's scope."""
+    from courier.remote.pool import pooled
+
+    async with pooled():
+        yield
 
 
 def use_remote(factory: RemoteFactory) -> None:

@@ -28,6 +28,8 @@ TIMEOUT_MAX_MS = 168 * MS_PER_HOUR
 AWAIT_DEFAULT_MS = 1 * MS_PER_HOUR
 AWAIT_CHUNK_MS = 5 * MS_PER_MINUTE
 REMOTE_CALL_MAX_MS = 10 * MS_PER_MINUTE
+# A remote await call may outlast its chunk by this much (connect, receiver start, reply).
+AWAIT_CALL_SLACK_MS = 5 * MS_PER_SECOND
 
 FLEET_MAX_IN_FLIGHT = 32
 MACHINE_TIMEOUT_DEFAULT_MS = 30 * MS_PER_SECOND
@@ -45,8 +47,16 @@ AWAIT_POLL_S = 0.05
 SSH_CONNECT_TIMEOUT_S = 10.0
 SSH_KEEPALIVE_INTERVAL_S = 15.0
 SSH_KEEPALIVE_COUNT_MAX = 3
+# Sessions run at once over one shared connection: below OpenSSH's default MaxSessions (10).
+SSH_CHANNELS_PER_CONNECTION_MAX = 8
 CLOCK_OFFSET_WARN_MS = 5000
 
 # Hostile-reply containment: a reply nested deeper than this is refused
 # before the JSON decoder can recurse into it.
 REPLY_MAX_NESTING = 64
+# A valid result encodes to at least about 250 bytes, so a 4 MiB reply holds fewer than
+# 17,000: a list reply with more results (or warnings) is refused before any model is built.
+REPLY_RESULTS_MAX = 20_000
+# JSON objects and arrays in one reply (a result has at most seven), counted before decoding,
+# so a reply of a million tiny `{}` never becomes a million Python objects.
+REPLY_CONTAINERS_MAX = 8 * REPLY_RESULTS_MAX

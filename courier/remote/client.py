@@ -24,13 +24,13 @@ from courier.errors import (
     TransportError,
     UsageError,
 )
-from courier.remote import ssh
+from courier.remote import pool, ssh
 from courier.remote.reply import BadReply, find_reply
 from courier.text import clip_bytes, sanitize
 from protocol import limits
 from protocol.durations import format_duration_ms
 from protocol.entry import REMOTE_ARGUMENT
-from protocol.models import RemoteRequest, RemoteResponse, Result, StopResult, collector_paused
+from protocol.models import ListWarning, RemoteRequest, RemoteResponse, Result, StopResult, collector_paused
 from protocol.operations import TABLE
 from protocol.validate import RequestRefused, describe_validation_error, validate_request
 
@@ -89,8 +89,11 @@ async def call_async(
     command = remote_command(target)
     try:
         async with asyncio.timeout(bound_s):
+            shared = pool.active()
             if connection is not None:
                 outcome = await connection.run(command, payload)
+            elif shared is not None:
+                outcome = await shared.run(endpoint_of(machine, target), command, payload)
             else:
                 async with await ssh.connect(endpoint_of(machine, target)) as opened:
                     outcome = await opened.run(command, payload)
@@ -166,6 +169,7 @@ def decode_response(machine: str, request: RemoteRequest, document: dict[str, An
         remedy = f"upgrade wb on {machine}" if version < limits.SCHEMA_VERSION else "upgrade wb here"
         shown = version if abs(version) < 10**6 else "(out of range)"
         raise SchemaSkew(f"{machine} speaks protocol schema {shown}, this wb speaks {limits.SCHEMA_VERSION}: {remedy}")
+    _check_counts(machine, request.operation, document)
     try:
         response = RemoteResponse.model_validate(document)
     except ValidationError as exc:
@@ -184,6 +188,28 @@ def decode_response(machine: str, request: RemoteRequest, document: dict[str, An
         return response
     _check_results(machine, request.operation, response)
     return response
+
+
+def _check_counts(machine: str, operation: str, document: dict[str, Any]) -> None:
+    """Before any model is built: no more results or warnings than a real list reply can carry."""
+    for name in ("results", "warnings"):
+        items = document.get(name)
+        if isinstance(items, list) and len(items) > limits.REPLY_RESULTS_MAX:
+            raise ReplyUntrusted(
+                f"{machine}: the {operation} reply carries {len(items)} {name}; "
+                f"more than {limits.REPLY_RESULTS_MAX} cannot be a real answer, refused"
+            )
+
+
+def _check_unique(machine: str, results: list[Result], warnings: list[ListWarning]) -> None:
+    """One machine lists each run once: a repeated agent ID (in results or warnings) is a hostile reply."""
+    seen: set[str] = set()
+    for agent_id in [result.agent_id for result in results] + [warning.agent_id for warning in warnings]:
+        if agent_id in seen:
+            raise ReplyUntrusted(
+                f"{machine}: the list reply names agent run {sanitize(agent_id)[:64]} more than once; refused"
+            )
+        seen.add(agent_id)
 
 
 def _check_envelope(machine: str, response: RemoteResponse) -> None:
@@ -211,7 +237,9 @@ def _check_results(machine: str, operation: str, response: RemoteResponse) -> No
             response.set_result(stopped)
         elif reply == "results":
             with collector_paused():
-                response.set_results([_stamped(item, machine) for item in response.results or []])
+                results = [_stamped(item, machine) for item in response.results or []]
+            _check_unique(machine, results, response.warnings or [])
+            response.set_results(results)
             response.result = None
         else:
             response.result = None

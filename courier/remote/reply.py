@@ -132,11 +132,27 @@ def _decode_at(text: str, start: int, end: int) -> dict[str, Any]:
     return document
 
 
+# A JSON string on one line (an unterminated one runs to the end of its line).
+_STRING = re.compile(r'"(?:[^"\\\n]|\\.)*"?')
+
+
+def _containers(text: str) -> int:
+    """How many `{` and `[` stand outside strings: at C speed, and exact only when the quick count is over."""
+    quick = text.count("{") + text.count("[")
+    if quick <= limits.REPLY_CONTAINERS_MAX:
+        return quick
+    bare = _STRING.sub("", text)
+    return bare.count("{") + bare.count("[")
+
+
 def find_reply(data: bytes) -> dict[str, Any]:
     """The reply document in a remote's stdout; BadReply saying why when there is none."""
     if not data.strip():
         raise BadReply("the reply is empty")
     text = data.decode("utf-8", "surrogateescape")
+    if _containers(text) > limits.REPLY_CONTAINERS_MAX:
+        # Refused before decoding or scanning it: each would build one Python object per bracket.
+        raise BadReply(f"it holds more than {limits.REPLY_CONTAINERS_MAX} JSON objects and arrays")
     end = len(text.rstrip(_WHITESPACE))
     start = _document_start(text, end)
     try:

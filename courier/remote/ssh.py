@@ -43,6 +43,7 @@ KEEPALIVE_ENV = "WB_SSH_KEEPALIVE_S"
 DEFAULT_PORT = 22
 _READ_CHUNK = 64 * limits.KIB
 _DEV_NULL = "/dev/null"
+_ADDRESS_OPTIONS = frozenset({"Hostname", "Port", "User"})
 _STRICT_OPTION = re.compile(r"^\s*StrictHostKeyChecking\b", re.IGNORECASE | re.MULTILINE)
 
 
@@ -81,6 +82,7 @@ class _Settings:
     keepalive_interval_s: float
     keepalive_count_max: int
     host_key_alias: str | None
+    options: str = ""  # every other ssh option that applies, as one comparable text
 
     @property
     def address(self) -> str:
@@ -145,7 +147,18 @@ def _resolve(endpoint: Endpoint) -> _Settings:
         if isinstance(count_max, int) and count_max > 0
         else limits.SSH_KEEPALIVE_COUNT_MAX,
         host_key_alias=alias if isinstance(alias, str) and alias else None,
+        options=repr(sorted((k, repr(v)) for k, v in config.get_options(False).items() if k not in _ADDRESS_OPTIONS)),
     )
+
+
+def connection_key(endpoint: Endpoint) -> tuple[str, str]:
+    """(address, key) of an endpoint: endpoints with one key may share a connection (aliases of one host do).
+
+    The key is the user, host and port the ssh config resolves to plus every other option
+    that applies (identity, proxy, known hosts, …), so sharing never changes how one connects.
+    """
+    settings = _resolve(endpoint)
+    return settings.address, f"{settings.user}@{settings.address} {settings.config_paths!r} {settings.options}"
 
 
 def _mentions_strict(path: str) -> bool:
@@ -226,6 +239,20 @@ class _Client(asyncssh.SSHClient):
         return False
 
 
+class SessionRefused(ConnectionLost):
+    """The server refused to open one more session on a live connection (e.g. its MaxSessions)."""
+
+    cause = "session refused"
+
+
+class _Overflow(Exception):
+    """One output stream of the remote command passed its cap."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self.stream = stream
+
+
 class Connection:
     """One authenticated SSH connection to one machine; reusable for several commands."""
 
@@ -268,6 +295,11 @@ class Connection:
                 term_type=None,
                 x11_forwarding=False,
             )
+        except asyncssh.ChannelOpenError as exc:
+            raise SessionRefused(
+                f"{self.where}: the server refused a new session ({_describe(exc)}); "
+                "its MaxSessions may be lower than the sessions wb opens on one connection"
+            ) from None
         except (asyncssh.Error, OSError) as exc:
             raise self._lost(exc) from None
         outcome = Outcome(stdout=b"", stderr=b"", exit_status=None, exit_signal=None)
@@ -304,9 +336,7 @@ class Connection:
                     return
                 sink += chunk
                 if len(sink) > cap:
-                    outcome.overflow = name
-                    process.close()
-                    return
+                    raise _Overflow(name)
 
         feeder = asyncio.ensure_future(feed())
         try:
@@ -316,11 +346,16 @@ class Connection:
             )
             try:
                 await readers
-            except BaseException:
+            except BaseException as exc:
                 readers.cancel()
                 with contextlib.suppress(BaseException):
                     await readers
-                raise
+                if not isinstance(exc, _Overflow):
+                    raise
+                # A peer past its cap may keep the session open (and never send EOF on the other
+                # stream): stop reading both at once and drop the channel without waiting for it.
+                outcome.overflow = exc.stream
+                process.channel.abort()
             outcome.stdout = bytes(stdout[:stdout_max])
             outcome.stderr = bytes(stderr[:stderr_max])
             if outcome.overflow:

@@ -163,7 +163,8 @@ class SshdFactory:
     def known_hosts_line(self, server: SshdServer) -> str:
         return f"[{server.host}]:{server.port} {server.host_public_key}\n"
 
-    def start(self, host: str = "127.0.0.1", *, remember_key: bool = True) -> SshdServer:
+    def start(self, host: str = "127.0.0.1", *, remember_key: bool = True, sshd_options: str = "") -> SshdServer:
+        """`sshd_options` lines go before the template's, so they win (sshd keeps a keyword's first value)."""
         if not PRIVSEP_DIR.is_dir():
             PRIVSEP_DIR.mkdir(mode=0o755, parents=True, exist_ok=True)
         root = self.base / f"sshd-{host}-{len(self.servers)}"
@@ -181,7 +182,8 @@ class SshdFactory:
             port = free_port(host)
             config = root / "sshd_config"
             config.write_text(
-                string.Template(SSHD_CONFIG_TEMPLATE.read_text()).substitute(
+                sshd_options
+                + string.Template(SSHD_CONFIG_TEMPLATE.read_text()).substitute(
                     SSHD_PORT=port,
                     SSHD_LISTEN=host,
                     SSHD_HOST_KEY=host_key,

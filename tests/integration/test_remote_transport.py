@@ -359,10 +359,10 @@ HOSTILE = [
     ("garbage", "cat >/dev/null; echo 'hello world'\n", "no reply document found (it is not a JSON object)"),
     ("empty", "cat >/dev/null\n", "the reply is empty"),
     ("trailing", f"cat >/dev/null; printf '%s trailing\\n' {document()}\n", "trailing garbage"),
-    ("nested", "cat >/dev/null; head -c 200000 /dev/zero | tr '\\0' '['\n", "not a JSON object"),
+    ("nested", "cat >/dev/null; head -c 100000 /dev/zero | tr '\\0' '['\n", "not a JSON object"),
     (
         "nested-in-object",
-        "cat >/dev/null; printf '{\"schema_version\":1,\"x\":'; head -c 200000 /dev/zero | tr '\\0' '['; echo\n",
+        "cat >/dev/null; printf '{\"schema_version\":1,\"x\":'; head -c 100000 /dev/zero | tr '\\0' '['; echo\n",
         "nested deeper than 64 levels",
     ),
     ("huge-integer", f'cat >/dev/null; printf \'{{"schema_version":1,"n":%s}}\\n\' {"7" * 5000}\n', "5000 digits"),

@@ -105,10 +105,11 @@ def test_hostile_or_broken_replies_are_refused_with_a_reason(data: bytes, reason
 
 
 def test_deep_nesting_is_refused_without_recursion_errors() -> None:
+    # 100,000 levels: far past the recursion limit, within the bound on objects and arrays.
     with pytest.raises(BadReply, match="not a JSON object"):
-        find_reply(b"[" * 200_000)
+        find_reply(b"[" * 100_000)
     with pytest.raises(BadReply, match="nested deeper"):
-        find_reply(b'{"schema_version":1,"x":' + b"[" * 200_000 + b"]" * 200_000 + b"}")
+        find_reply(b'{"schema_version":1,"x":' + b"[" * 100_000 + b"]" * 100_000 + b"}")
 
 
 def test_nesting_just_past_the_limit_is_refused_and_at_the_limit_accepted() -> None:
@@ -125,7 +126,7 @@ def test_invalid_utf8_in_noise_does_not_hide_the_document() -> None:
 
 
 def test_many_candidate_lines_are_handled_quickly() -> None:
-    data = b"\n{" * 500_000 + b'\n{"schema_version":1}'
+    data = b"\n{" * 150_000 + b'\n{"schema_version":1}'
     assert find_reply(data)["schema_version"] == 1
 
 
