@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, mo
 
 from courier.errors import UsageError
 from courier.paths import HOME_ENV, config_path
+from protocol import limits
 from protocol.refs import BadName, check_machine_name
 
 if TYPE_CHECKING:
@@ -111,7 +112,7 @@ class Provider(_Entry):
     base_url: str
     credential_env: str | None = None
     credential_file: str | None = None
-    wire_api: Literal["responses", "chat"] = "responses"
+    wire_api: Literal["responses", "chat", "anthropic", "gemini"] = "responses"
     request_max_retries: int | None = None
     stream_max_retries: int | None = None
     stream_idle_timeout_ms: int | None = None
@@ -154,16 +155,53 @@ class Provider(_Entry):
 
 
 class Profile(_Entry):
+    """One profile. `harness: command` names its own `command` and has no provider or model (§14)."""
+
     harness: str
-    provider: str
-    model: str
+    provider: str | None = None
+    model: str | None = None
     reasoning: str | None = None
     network: bool = False
+    permissions: Literal["bypass"] | None = None  # claude only: --permission-mode bypassPermissions
+    command: list[str] | None = None  # command only: ["/abs/path", "arg", …]
 
     @field_validator("model", "reasoning")
     @classmethod
     def _ident(cls, value: str | None) -> str | None:
         return None if value is None else check_identifier(value, "model and reasoning")
+
+    @field_validator("command")
+    @classmethod
+    def _command(cls, value: list[str] | None) -> list[str] | None:
+        if value is None:
+            return value
+        if not 1 <= len(value) <= limits.COMMAND_ARGS_MAX:
+            raise ValueError(
+                f"command must list 1 to {limits.COMMAND_ARGS_MAX} strings: the program, then its arguments"
+            )
+        check_clean_absolute(value[0], "command's first item (the program)")
+        for item in value:
+            if "\x00" in item or len(item.encode("utf-8", "replace")) > limits.COMMAND_ARG_MAX_BYTES:
+                raise ValueError(f"command items must be at most {limits.COMMAND_ARG_MAX_BYTES} bytes, without NUL")
+        return value
+
+    @model_validator(mode="after")
+    def _fits_harness(self) -> Profile:
+        if self.harness == "command":
+            if self.command is None:
+                raise ValueError('harness command needs command: ["/absolute/program", "arg", ...]')
+            extra = [key for key in ("provider", "model", "reasoning", "permissions") if getattr(self, key) is not None]
+            if extra:
+                raise ValueError(f"harness command takes no {', '.join(extra)} (the command is the whole harness)")
+            return self
+        missing = [key for key in ("provider", "model") if getattr(self, key) is None]
+        if missing:
+            raise ValueError(f"harness {self.harness} needs {' and '.join(missing)}")
+        if self.command is not None:
+            raise ValueError("command is only for harness: command")
+        if self.permissions is not None and self.harness != "claude":
+            raise ValueError("permissions is only for harness: claude")
+        return self
 
 
 class Target(_Entry):
@@ -210,6 +248,16 @@ BUILTIN_PROVIDERS: dict[str, dict[str, Any]] = {
         "base_url": "https://openrouter.ai/api/v1",
         "credential_env": "OPENROUTER_API_KEY",
         "wire_api": "responses",
+    },
+    "anthropic": {
+        "base_url": "https://api.anthropic.com",
+        "credential_env": "ANTHROPIC_API_KEY",
+        "wire_api": "anthropic",
+    },
+    "gemini": {
+        "base_url": "https://generativelanguage.googleapis.com",
+        "credential_env": "GEMINI_API_KEY",
+        "wire_api": "gemini",
     },
 }
 

@@ -12,6 +12,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 
+from courier.capabilities import harnesses_of
 from courier.config import Config, Problem, Target
 from courier.errors import Finding, TransportError, WbError
 from courier.render import list_lines, sort_results, to_json
@@ -195,6 +196,7 @@ class ProbeRow:
     schema_version: int | None = None
     rtt_ms: int | None = None
     clock_offset_ms: int | None = None
+    harnesses: list[str] | None = None  # from the peer's capabilities; [] when it lists none
 
     def document(self) -> MachineProbe:
         return MachineProbe(**self.__dict__)
@@ -259,6 +261,7 @@ def _apply_probe(row: ProbeRow, answer: Answer) -> None:
         return
     row.wb_version = response.wb_version
     row.schema_version = response.schema_version
+    row.harnesses = harnesses_of(response.capabilities)
     row.clock_offset_ms = _offset_ms(response.now, answer.sent_at, answer.received_at)
     if row.clock_offset_ms is not None and abs(row.clock_offset_ms) > limits.CLOCK_OFFSET_WARN_MS:
         sys.stderr.write(
@@ -271,7 +274,7 @@ def _machines_table(rows: list[ProbeRow], check: bool) -> str:
         return "no machines configured (add them under session_move.targets in wb.yaml)\n"
     header = ["MACHINE", "HOST", "USER", "PORT", "WB_PATH", "OK"]
     if check:
-        header += ["WB", "SCHEMA", "RTT", "CLOCK"]
+        header += ["WB", "SCHEMA", "RTT", "CLOCK", "HARNESSES"]
     header.append("ERROR")
     table = [header]
     for r in rows:
@@ -282,6 +285,7 @@ def _machines_table(rows: list[ProbeRow], check: bool) -> str:
                 str(r.schema_version or "-"),
                 f"{r.rtt_ms}ms" if r.rtt_ms is not None else "-",
                 f"{r.clock_offset_ms:+d}ms" if r.clock_offset_ms is not None else "-",
+                ",".join(r.harnesses) if r.harnesses else "-",
             ]
         line.append(sanitize(r.error or ""))
         table.append(line)

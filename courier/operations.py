@@ -76,4 +76,7 @@ def perform(
 
 
 def version_op(request: RemoteRequest, response: RemoteResponse, context: Context) -> None:
+    from courier.capabilities import capabilities
+
     response.wb_version = __version__
+    response.capabilities = capabilities()

@@ -45,8 +45,15 @@ def dispatch_line(result: Result) -> str:
     location = result.worktree
     if result.machine:
         location = f"{result.machine}:{location}"
-    model = f"{_s(result.resolved.provider)}/{_s(result.resolved.model)}"
-    return f"{ref_of(result)} {_s(result.state)} {_s(location)} ({model})\n"
+    return f"{ref_of(result)} {_s(result.state)} {_s(location)} ({_s(model_label(result))})\n"
+
+
+def model_label(result: Result) -> str:
+    """`provider/model`, or the harness name for one without a provider (`command`)."""
+    resolved = result.resolved
+    if not resolved.provider and not resolved.model:
+        return resolved.harness
+    return f"{resolved.provider}/{resolved.model}"
 
 
 def _local_minute(text: str) -> str:
@@ -62,7 +69,8 @@ def list_lines(results: list[Result]) -> str:
         return "no dispatched agent runs\n"
     rows = []
     for r in results:
-        fields = [ref_of(r), r.state, r.profile, r.resolved.model, r.worktree, _local_minute(r.started_at)]
+        model = r.resolved.model or r.resolved.harness
+        fields = [ref_of(r), r.state, r.profile, model, r.worktree, _local_minute(r.started_at)]
         rows.append("\t".join(_s(field) for field in fields))
     return "\n".join(rows) + "\n"
 
@@ -79,7 +87,7 @@ def status_text(result: Result, *, details: bool = False) -> str:
         state += f" (its worker is still running: stop it with wb agent stop {ref_of(r)})"
     out.append(_line("state", state))
     out.append(_line("profile", _s(r.profile)))
-    resolved = f"{r.resolved.harness} {r.resolved.provider}/{r.resolved.model}"
+    resolved = r.resolved.harness if model_label(r) == r.resolved.harness else f"{r.resolved.harness} {model_label(r)}"
     if r.resolved.reasoning:
         resolved += f" (reasoning {r.resolved.reasoning})"
     out.append(_line("resolved", _s(resolved)))
@@ -124,6 +132,8 @@ def status_text(result: Result, *, details: bool = False) -> str:
         usage += f", output {u.output_tokens}"
         if u.reasoning_output_tokens:
             usage += f" (reasoning {u.reasoning_output_tokens})"
+        if u.cost_usd is not None:
+            usage += f", cost ${u.cost_usd:.4f} (the harness's estimate)"
         out.append(_line("usage", usage))
     if r.log_path:
         out.append(_line("log", _s(r.log_path)))

@@ -58,6 +58,9 @@ class MachineProbe(Document):
     schema_version: int | None
     rtt_ms: int | None
     clock_offset_ms: int | None = Field(description="The peer's clock minus this machine's.")
+    harnesses: list[str] | None = Field(
+        description="With --check: the harnesses the peer can run ([] when it lists none)."
+    )
 
 
 class MachinesDocument(RootModel[list[MachineProbe]]):

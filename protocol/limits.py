@@ -60,3 +60,9 @@ REPLY_RESULTS_MAX = 20_000
 # JSON objects and arrays in one reply (a result has at most seven), counted before decoding,
 # so a reply of a million tiny `{}` never becomes a million Python objects.
 REPLY_CONTAINERS_MAX = 8 * REPLY_RESULTS_MAX
+
+# The version reply's `capabilities` (contract Part two): how many a reply may list.
+CAPABILITIES_MAX = 64
+# A `command` profile (contract §14): at most this many argv items, each at most this many bytes.
+COMMAND_ARGS_MAX = 64
+COMMAND_ARG_MAX_BYTES = 4 * KIB

@@ -53,6 +53,8 @@ Identifier = Annotated[str, StringConstraints(pattern=_PLAIN_PATTERN, max_length
 PathText = Annotated[str, StringConstraints(pattern=_PLAIN_PATTERN, max_length=4096)]
 RoutingText = Annotated[str, StringConstraints(pattern=_PLAIN_PATTERN, max_length=2048)]
 Timestamp = Annotated[str, StringConstraints(pattern=f"^(?:{_RFC3339})$")]
+# One optional feature a receiver supports (`diff`, `harness:claude`, …): short and plain.
+Capability = Annotated[str, StringConstraints(pattern=r"^[a-z0-9][a-z0-9:._-]*$", max_length=64)]
 
 
 class WireModel(BaseModel):
@@ -71,11 +73,16 @@ class WireModel(BaseModel):
         return self.model_dump(mode="json", exclude_none=True)
 
 
+# The provider APIs a harness may speak; "" is the routing of a harness without a provider
+# (`command`), whose Resolved also has provider and model "" (schema 1 keeps every field).
+WireApi = Literal["responses", "chat", "anthropic", "gemini", ""]
+
+
 class Routing(WireModel):
     base_url: RoutingText
     credential_env: RoutingText | None = None
     credential_file: RoutingText | None = None
-    wire_api: Literal["responses", "chat"]
+    wire_api: WireApi
 
 
 class Resolved(WireModel):
@@ -93,6 +100,7 @@ class Usage(WireModel):
     cache_write_input_tokens: int | None = Field(default=None, ge=0)
     output_tokens: int = Field(default=0, ge=0)
     reasoning_output_tokens: int | None = Field(default=None, ge=0)
+    cost_usd: float | None = Field(default=None, ge=0, allow_inf_nan=False)  # only when the harness reports it
 
 
 class ChangeSummary(WireModel):
@@ -236,6 +244,7 @@ class RemoteResponse(WireModel):
     now: Timestamp | None = None
     warnings: list[ListWarning] | None = None
     home_id: str | None = None
+    capabilities: list[Capability] | None = Field(default=None, max_length=limits.CAPABILITIES_MAX)
     # Results already validated (made on this machine, or checked once by the caller's decoder),
     # kept typed so nobody validates them again.
     _typed_result: Result | StopResult | None = PrivateAttr(default=None)
@@ -265,7 +274,7 @@ class RemoteResponse(WireModel):
                     body["results"] = [result.to_wire() for result in self._typed_results]
             else:
                 body["results"] = self.results or []
-        for key in ("logs", "failure", "failure_kind", "wb_version", "now"):
+        for key in ("logs", "failure", "failure_kind", "wb_version", "now", "capabilities"):
             value = getattr(self, key)
             if value:
                 body[key] = value

@@ -33,8 +33,14 @@ def resolve_profile(config: Config, name: str) -> tuple[Resolved, bool]:
         spec = spec_for(profile.harness)
     except UnknownHarness as exc:
         raise UsageError(f"{config.path}: agents.profiles.{name}.harness: {exc}") from None
+    if not spec.wire_apis:
+        # A harness without a provider (`command`): schema 1 keeps every field, empty (see Routing).
+        routing = Routing(base_url="", wire_api="")
+        resolved = Resolved(profile=name, harness=profile.harness, provider="", model="", routing=routing)
+        return resolved, profile.network
+    assert profile.provider is not None and profile.model is not None  # Profile checks both for such harnesses
     provider = config.provider(profile.provider)
-    if spec.wire_apis and provider.wire_api not in spec.wire_apis:
+    if provider.wire_api not in spec.wire_apis:
         fitting = " or ".join(f'"{api}"' for api in spec.wire_apis)
         raise UsageError(
             f"{config.path}: agents.providers.{profile.provider}.wire_api: {spec.display} needs {fitting}, "
@@ -127,8 +133,10 @@ def dispatch(config: Config, request: RemoteRequest) -> Result:
     if store.exists(agent_id):
         return render(store.load(agent_id), store)
     resolved, network = resolve_profile(config, request.profile)
-    provider = config.provider(resolved.provider)
-    resolve_credential(resolved.provider, provider)  # refuse now; the owner reads it again
+    profile = config.profile(request.profile)
+    provider = config.provider(resolved.provider) if resolved.provider else None
+    if provider is not None:
+        resolve_credential(resolved.provider, provider)  # refuse now; the owner reads it again
     projects_root = config.projects_root
     if request.mode == "new":
         repository = request.repository
@@ -177,7 +185,9 @@ def dispatch(config: Config, request: RemoteRequest) -> Result:
             preexisting_changes=preexisting,
             timeout_ms=request.timeout_ms,
             network=network,
-            provider_options=provider_options(provider) or None,
+            provider_options=(provider_options(provider) or None) if provider else None,
+            permissions=profile.permissions,
+            command=profile.command,
             started_at=rfc3339(utc_now()),
         )
         try:

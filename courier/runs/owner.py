@@ -133,6 +133,11 @@ class Owner:
                 start_new_session=True,
                 close_fds=True,
             )
+        except FileNotFoundError:
+            executable = spec_for(record.resolved.harness).executable
+            where = f'harness executable "{argv[0]}" not found on PATH' if executable else f"{argv[0]} does not exist"
+            finish(self.store, record, "failed", f"could not start the harness: {where}")
+            return
         except OSError as exc:
             finish(self.store, record, "failed", f"could not start the harness {argv[0]}: {exc.strerror or exc}")
             return
@@ -162,12 +167,14 @@ class Owner:
         credential: Credential | None = None
         if spec_for(record.resolved.harness).wire_apis:
             routing = record.resolved.routing
-            provider = Provider(
-                base_url=routing.base_url,
-                credential_env=routing.credential_env,
-                credential_file=routing.credential_file,
-                wire_api=routing.wire_api,
-                **(record.provider_options or {}),
+            provider = Provider.model_validate(
+                {
+                    "base_url": routing.base_url,
+                    "credential_env": routing.credential_env,
+                    "credential_file": routing.credential_file,
+                    "wire_api": routing.wire_api,
+                    **(record.provider_options or {}),
+                }
             )
             credential = resolve_credential(record.resolved.provider, provider)
         self.launch = Launch(
@@ -180,6 +187,8 @@ class Owner:
             env_key=credential.env_name if credential else "",
             reasoning=record.resolved.reasoning,
             network=record.network,
+            permissions=record.permissions,
+            command=tuple(record.command) if record.command else None,
         )
         harness.prepare_home(self.launch)
         return credential, harness.argv(self.launch)

@@ -47,6 +47,8 @@ class Record(Result):
     timeout_ms: int
     network: bool = False
     provider_options: dict[str, int] | None = None
+    permissions: str | None = None  # the profile's `permissions` (claude: "bypass")
+    command: list[str] | None = None  # the profile's `command` (harness command)
     owner_token: str | None = None
     worker_token: str | None = None
 

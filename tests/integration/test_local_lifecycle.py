@@ -50,7 +50,7 @@ def test_a_completed_run_reports_its_facts_after_the_cli_has_exited(machine: Mac
     assert result["usage"]["input_tokens"] > 0  # type: ignore[index]
     assert result["changes"]["files_changed"] == 1 and result["changes"]["files"] == ["hello.txt"]  # type: ignore[index]
     assert result["branch"] == "wb/w1" and len(str(result["base_sha"])) == 40
-    assert (Path(location) / "hello.txt").read_text()
+    assert (machine.projects / ".wb-worktrees/acme/widget" / location / "hello.txt").read_text()
     assert "task" not in result
 
     logs = machine.wb("agent", "logs", ref)

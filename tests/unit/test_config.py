@@ -21,7 +21,7 @@ def _load(tmp_path: Path, text: str):  # type: ignore[no-untyped-def]
 
 def test_a_missing_file_means_builtins_and_nothing_else(tmp_path: Path) -> None:
     config = load_config(tmp_path / "absent.yaml")
-    assert set(config.providers) == {"deepseek", "openrouter"}
+    assert set(config.providers) == {"deepseek", "openrouter", "anthropic", "gemini"}
     assert config.profiles == {} and config.targets == {}
 
 

@@ -116,3 +116,14 @@ def _module(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "courier.schemas", *args], capture_output=True, text=True, cwd=REPO_ROOT, timeout=60
     )
+
+
+def test_the_fleet_rows_and_their_documents_have_the_same_fields() -> None:
+    """A field added to a row but not to its document would vanish from --json silently."""
+    import dataclasses
+
+    from courier.fleet import MachineRow, ProbeRow
+    from protocol.documents import FleetMachine, MachineProbe
+
+    assert {f.name for f in dataclasses.fields(ProbeRow)} == set(MachineProbe.model_fields)
+    assert {f.name for f in dataclasses.fields(MachineRow)} - {"results"} == set(FleetMachine.model_fields)

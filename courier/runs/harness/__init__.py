@@ -29,7 +29,11 @@ class HarnessSpec:
 
 REGISTRY: dict[str, HarnessSpec] = {
     spec.name: spec
-    for spec in (HarnessSpec("codex", "Codex", "courier.runs.harness.codex:Codex", "codex", ("responses",), True),)
+    for spec in (
+        HarnessSpec("codex", "Codex", "courier.runs.harness.codex:Codex", "codex", ("responses",), True),
+        HarnessSpec("claude", "Claude Code", "courier.runs.harness.claude:Claude", "claude", ("anthropic",), True),
+        HarnessSpec("command", "command", "courier.runs.harness.command:Command", None, (), False),
+    )
 }
 
 HARNESS_NAMES = tuple(REGISTRY)

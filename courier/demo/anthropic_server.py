@@ -1,0 +1,419 @@
+"""A scripted stand-in for a model behind the Anthropic Messages API, with SSE: just enough for `claude -p`.
+
+It listens on 127.0.0.1 (an ephemeral port) and serves `POST <prefix>/v1/messages` as Server-Sent
+Events, the way `courier.demo.model_server` serves the Responses API for Codex. Which step of a
+scenario to play is decided by counting the `tool_result` blocks the harness sent back in the
+request's `messages`. A request that offers no tools (Claude Code's side requests, such as a
+title for the session) gets a one-word text answer and is recorded but not counted as a step.
+
+Scenarios (see `SCENARIOS`; a URL prefix selects one: ``base_url_for("fail")`` is
+``http://127.0.0.1:<port>/fail``, and Claude Code appends ``/v1/messages``):
+
+* ``write-file``: runs ``ls`` with the Bash tool, writes ``hello.txt`` with the Write tool
+  (the absolute path under the working directory Claude Code states in its system prompt),
+  then says ``Created hello.txt.``; every response reports known usage.
+* ``fail``: every request gets HTTP 400 with `FAIL_MESSAGE` (Claude Code does not retry a 400).
+* ``commit``: runs ``git add`` + ``git commit`` of a new file with Bash, then reports back.
+* ``outside``: writes ``../outside-write-tool.txt`` (next to the worktree) with the Write tool,
+  then ``../outside-bash.txt`` with Bash, then reports back: what the permission flags allow.
+
+Only the standard library is used, so the module can back `wb demo` as well as the test suite.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import TracebackType
+from typing import Any, Final
+
+from courier.demo.model_server import (
+    COMMIT_COMMAND,
+    COMMIT_MESSAGE,
+    FAIL_MESSAGE,
+    HELLO_CONTENT,
+    HELLO_PATH,
+    WRITE_FILE_LIST_COMMAND,
+    WRITE_FILE_MESSAGE,
+    RecordedRequest,
+)
+
+__all__ = [
+    "COMMIT_COMMAND",
+    "COMMIT_MESSAGE",
+    "FAIL_MESSAGE",
+    "HELLO_CONTENT",
+    "HELLO_PATH",
+    "SCENARIOS",
+    "WRITE_FILE_LIST_COMMAND",
+    "WRITE_FILE_MESSAGE",
+    "AnthropicServer",
+    "MessagesUsage",
+    "ServedMessage",
+]
+
+SCENARIOS: Final = ("write-file", "fail", "commit", "outside")
+OUTSIDE_PATH: Final = "../outside-write-tool.txt"
+OUTSIDE_COMMAND: Final = "echo from-bash > ../outside-bash.txt"
+OUTSIDE_MESSAGE: Final = "I tried to write outside the worktree."
+SIDE_ANSWER: Final = "Greeting"
+_MAX_BODY_BYTES: Final = 64 * 1024 * 1024
+_WORKING_DIRECTORY = re.compile(r"(?:Primary working directory|Working directory): *(/[^\s<]*)")
+
+
+@dataclass(frozen=True)
+class MessagesUsage:
+    """Token counts one response reports, as the Messages API names them (cache reads and writes
+    are not part of `input_tokens` there)."""
+
+    input_tokens: int = 0
+    cache_read_input_tokens: int = 0
+    cache_creation_input_tokens: int = 0
+    output_tokens: int = 0
+
+    def __add__(self, other: MessagesUsage) -> MessagesUsage:
+        return MessagesUsage(
+            self.input_tokens + other.input_tokens,
+            self.cache_read_input_tokens + other.cache_read_input_tokens,
+            self.cache_creation_input_tokens + other.cache_creation_input_tokens,
+            self.output_tokens + other.output_tokens,
+        )
+
+    def as_wb_usage(self) -> dict[str, int]:
+        """What wb reports for this usage (contract §6.3: `input_tokens` counts cache reads and writes)."""
+        return {
+            "input_tokens": self.input_tokens + self.cache_read_input_tokens + self.cache_creation_input_tokens,
+            "cached_input_tokens": self.cache_read_input_tokens,
+            "cache_write_input_tokens": self.cache_creation_input_tokens,
+            "output_tokens": self.output_tokens,
+        }
+
+
+@dataclass(frozen=True)
+class ServedMessage:
+    """One scripted response: its scenario, step (None for a side request), HTTP status and usage."""
+
+    scenario: str
+    step: int | None
+    status: int
+    usage: MessagesUsage | None
+
+
+@dataclass(frozen=True)
+class _Step:
+    blocks: list[dict[str, Any]]  # content blocks: {"type":"text","text"} or {"type":"tool_use","name","input"}
+    usage: MessagesUsage | None = None
+    http_status: int = 200
+
+
+WRITE_FILE_USAGE: Final = (
+    MessagesUsage(1500, 0, 200, 40),
+    MessagesUsage(1700, 1500, 0, 60),
+    MessagesUsage(1900, 1700, 0, 12),
+)
+ONE_COMMAND_USAGE: Final = (MessagesUsage(1100, 0, 0, 30), MessagesUsage(1300, 1100, 0, 10))
+
+
+def _working_directory(body: Mapping[str, Any]) -> str | None:
+    """The working directory Claude Code names in its system prompt (or first message), if any."""
+    texts: list[str] = []
+    system = body.get("system")
+    if isinstance(system, str):
+        texts.append(system)
+    elif isinstance(system, list):
+        texts += [str(block.get("text", "")) for block in system if isinstance(block, dict)]
+    messages = body.get("messages")
+    if isinstance(messages, list) and messages and isinstance(messages[0], dict):
+        content = messages[0].get("content")
+        if isinstance(content, list):
+            texts += [str(block.get("text", "")) for block in content if isinstance(block, dict)]
+    for text in texts:
+        found = _WORKING_DIRECTORY.search(text)
+        if found:
+            return found.group(1).rstrip("/.")
+    return None
+
+
+def _bash(command: str) -> dict[str, Any]:
+    return {"type": "tool_use", "name": "Bash", "input": {"command": command, "description": "Run the command"}}
+
+
+def _write_file(body: Mapping[str, Any], step: int) -> _Step:
+    if step == 0:
+        blocks = [{"type": "text", "text": "I'll look first."}, _bash(WRITE_FILE_LIST_COMMAND)]
+        return _Step(blocks, WRITE_FILE_USAGE[0])
+    if step == 1:
+        cwd = _working_directory(body)
+        path = f"{cwd}/{HELLO_PATH}" if cwd else HELLO_PATH
+        write = {"type": "tool_use", "name": "Write", "input": {"file_path": path, "content": HELLO_CONTENT}}
+        return _Step([write], WRITE_FILE_USAGE[1])
+    return _Step([{"type": "text", "text": WRITE_FILE_MESSAGE}], WRITE_FILE_USAGE[2])
+
+
+def _fail(body: Mapping[str, Any], step: int) -> _Step:
+    return _Step([], http_status=400)
+
+
+def _commit(body: Mapping[str, Any], step: int) -> _Step:
+    if step == 0:
+        return _Step([_bash(COMMIT_COMMAND)], ONE_COMMAND_USAGE[0])
+    return _Step([{"type": "text", "text": COMMIT_MESSAGE}], ONE_COMMAND_USAGE[1])
+
+
+def _outside(body: Mapping[str, Any], step: int) -> _Step:
+    if step == 0:
+        cwd = _working_directory(body) or "."
+        write = {"type": "tool_use", "name": "Write", "input": {"file_path": f"{cwd}/{OUTSIDE_PATH}", "content": "x\n"}}
+        return _Step([write], ONE_COMMAND_USAGE[0])
+    if step == 1:
+        return _Step([_bash(OUTSIDE_COMMAND)], ONE_COMMAND_USAGE[0])
+    return _Step([{"type": "text", "text": OUTSIDE_MESSAGE}], ONE_COMMAND_USAGE[1])
+
+
+_SCRIPTS: Final[dict[str, Callable[[Mapping[str, Any], int], _Step]]] = {
+    "write-file": _write_file,
+    "fail": _fail,
+    "commit": _commit,
+    "outside": _outside,
+}
+
+
+def _step_of(body: Mapping[str, Any]) -> int:
+    count = 0
+    messages = body.get("messages")
+    for message in messages if isinstance(messages, list) else []:
+        content = message.get("content") if isinstance(message, dict) else None
+        if isinstance(content, list):
+            count += sum(1 for block in content if isinstance(block, dict) and block.get("type") == "tool_result")
+    return count
+
+
+def _sse(events: list[dict[str, Any]]) -> bytes:
+    return "".join(f"event: {event['type']}\ndata: {json.dumps(event)}\n\n" for event in events).encode()
+
+
+def _message_events(message_id: str, model: str, blocks: list[dict[str, Any]], usage: MessagesUsage) -> bytes:
+    """One streamed message: message_start, a start/delta/stop per block, message_delta, message_stop."""
+    start_usage = {
+        "input_tokens": usage.input_tokens,
+        "cache_creation_input_tokens": usage.cache_creation_input_tokens,
+        "cache_read_input_tokens": usage.cache_read_input_tokens,
+        "output_tokens": 1,
+    }
+    message: dict[str, Any] = {
+        "id": message_id, "type": "message", "role": "assistant", "model": model, "content": [],
+        "stop_reason": None, "stop_sequence": None, "usage": start_usage,
+    }  # fmt: skip
+    events: list[dict[str, Any]] = [{"type": "message_start", "message": message}]
+    stop_reason = "end_turn"
+    for index, block in enumerate(blocks):
+        if block["type"] == "tool_use":
+            stop_reason = "tool_use"
+            start = {"type": "tool_use", "id": f"toolu_{message_id}_{index}", "name": block["name"], "input": {}}
+            delta = {"type": "input_json_delta", "partial_json": json.dumps(block["input"])}
+        else:
+            start = {"type": "text", "text": ""}
+            delta = {"type": "text_delta", "text": block["text"]}
+        events += [
+            {"type": "content_block_start", "index": index, "content_block": start},
+            {"type": "content_block_delta", "index": index, "delta": delta},
+            {"type": "content_block_stop", "index": index},
+        ]
+    events += [
+        {
+            "type": "message_delta",
+            "delta": {"stop_reason": stop_reason, "stop_sequence": None},
+            "usage": {"output_tokens": usage.output_tokens},
+        },
+        {"type": "message_stop"},
+    ]
+    return _sse(events)
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    owner: AnthropicServer
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: _Server
+
+    def log_message(self, format: str, *args: Any) -> None:  # silence the per-request stderr line
+        pass
+
+    def _send(self, status: int, content_type: str, data: bytes) -> None:
+        self.send_response(status)
+        self.send_header("content-type", content_type)
+        self.send_header("content-length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _error(self, status: int, kind: str, message: str) -> None:
+        body = {"type": "error", "error": {"type": kind, "message": message}}
+        self._send(status, "application/json", json.dumps(body).encode())
+
+    def _record(self, raw: bytes) -> Any:
+        try:
+            body: Any = json.loads(raw) if raw else None
+        except ValueError:
+            body = None
+        headers = {k.lower(): v for k, v in self.headers.items()}
+        self.server.owner._record(RecordedRequest(self.command, self.path, headers, body, raw))
+        return body
+
+    def _route(self) -> tuple[str, str] | None:
+        """(scenario, API path after /v1) for `/v1/...` or `/<scenario>/v1/...`; None otherwise."""
+        parts = self.path.split("?", 1)[0].strip("/").split("/")
+        if parts and parts[0] == "v1":
+            return self.server.owner.scenario, "/" + "/".join(parts[1:])
+        if len(parts) >= 2 and parts[0] in _SCRIPTS and parts[1] == "v1":
+            return parts[0], "/" + "/".join(parts[2:])
+        return None
+
+    def do_GET(self) -> None:
+        self._record(b"")
+        self._error(404, "not_found_error", f"no such path: {self.path}")
+
+    def do_HEAD(self) -> None:
+        self._record(b"")
+        self._send(200, "text/plain", b"")
+
+    def do_POST(self) -> None:
+        length = int(self.headers.get("content-length") or 0)
+        if length > _MAX_BODY_BYTES:
+            self._error(413, "request_too_large", "request body too large")
+            self.close_connection = True
+            return
+        body = self._record(self.rfile.read(length) if length > 0 else b"")
+        route = self._route()
+        if route is None or route[1] != "/messages":
+            self._error(404, "not_found_error", f"no such path: {self.path}")
+            return
+        if not isinstance(body, dict):
+            self._error(400, "invalid_request_error", "the body is not a JSON object")
+            return
+        owner = self.server.owner
+        scenario = route[0]
+        model = str(body.get("model") or "claude-scripted")
+        message_id = f"msg_{scenario.replace('-', '')}{owner._next_id():04d}"
+        if not body.get("tools"):
+            usage = MessagesUsage(10, 0, 0, 1)
+            owner._served_message(ServedMessage(scenario, None, 200, usage))
+            side = [{"type": "text", "text": SIDE_ANSWER}]
+            self._send(200, "text/event-stream", _message_events(message_id, model, side, usage))
+            return
+        step_number = _step_of(body)
+        step = _SCRIPTS[scenario](body, step_number)
+        owner._served_message(ServedMessage(scenario, step_number, step.http_status, step.usage))
+        if step.http_status != 200:
+            self._error(step.http_status, "invalid_request_error", FAIL_MESSAGE)
+            return
+        assert step.usage is not None
+        self._send(200, "text/event-stream", _message_events(message_id, model, step.blocks, step.usage))
+
+
+class AnthropicServer:
+    """The scripted Messages server. Use as a context manager, or call `start()` and `stop()`.
+
+    `base_url` is the provider `base_url` to configure (`http://127.0.0.1:<port>`, Claude Code
+    appends `/v1/messages`); `base_url_for(name)` selects another scenario by URL prefix.
+    """
+
+    def __init__(self, scenario: str = "write-file", *, host: str = "127.0.0.1", port: int = 0) -> None:
+        if scenario not in _SCRIPTS:
+            raise ValueError(f"unknown scenario {scenario!r}; known: {', '.join(SCENARIOS)}")
+        self.scenario = scenario
+        self._host = host
+        self._port = port
+        self._lock = threading.Lock()
+        self._requests: list[RecordedRequest] = []
+        self._served: list[ServedMessage] = []
+        self._ids = 0
+        self._server: _Server | None = None
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        if self._server is not None:
+            raise RuntimeError("the model server is already running")
+        server = _Server((self._host, self._port), _Handler)
+        server.owner = self
+        self._server = server
+        self._thread = threading.Thread(target=server.serve_forever, name="wb-anthropic-server", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        server, thread = self._server, self._thread
+        self._server = self._thread = None
+        if server is None:
+            return
+        server.shutdown()
+        server.server_close()
+        if thread is not None:
+            thread.join(timeout=5)
+
+    def __enter__(self) -> AnthropicServer:
+        self.start()
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, traceback: TracebackType | None
+    ) -> None:
+        self.stop()
+
+    @property
+    def port(self) -> int:
+        if self._server is None:
+            raise RuntimeError("the model server is not running")
+        return int(self._server.server_address[1])
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def base_url_for(self, scenario: str) -> str:
+        if scenario not in _SCRIPTS:
+            raise ValueError(f"unknown scenario {scenario!r}; known: {', '.join(SCENARIOS)}")
+        return f"{self.base_url}/{scenario}"
+
+    @property
+    def requests(self) -> list[RecordedRequest]:
+        with self._lock:
+            return list(self._requests)
+
+    @property
+    def served(self) -> list[ServedMessage]:
+        with self._lock:
+            return list(self._served)
+
+    def usage_reported(self, scenario: str | None = None, *, side: bool = True) -> MessagesUsage:
+        """The sum of the usage the responses reported (optionally one scenario; side requests when `side`)."""
+        total = MessagesUsage()
+        for served in self.served:
+            if scenario is not None and served.scenario != scenario:
+                continue
+            if served.usage is not None and (side or served.step is not None):
+                total += served.usage
+        return total
+
+    def clear(self) -> None:
+        with self._lock:
+            self._requests.clear()
+            self._served.clear()
+
+    def _record(self, request: RecordedRequest) -> None:
+        with self._lock:
+            self._requests.append(request)
+
+    def _served_message(self, served: ServedMessage) -> None:
+        with self._lock:
+            self._served.append(served)
+
+    def _next_id(self) -> int:
+        with self._lock:
+            self._ids += 1
+            return self._ids

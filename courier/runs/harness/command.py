@@ -1,0 +1,84 @@
+"""The `command` harness (contract §14): the profile's own program, its output lines as the transcript.
+
+Each line the program writes (stdout and stderr) is a diagnostic, except a JSON object
+`{"type": "wb.result", "message": "<text>"}`, which sets the run's final message (the last
+one wins). Success is exit 0. No provider, no model, no credential; it cannot be continued.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from courier.runs.harness.base import EventParser, Harness, Launch, clean, decode_line
+from courier.runs.harness.transcript import lines_backwards
+from protocol import limits
+
+RESULT_TYPE = "wb.result"
+
+
+def result_message(event: Any) -> str | None:
+    """The message of a `wb.result` object, else None."""
+    if isinstance(event, dict) and event.get("type") == RESULT_TYPE and isinstance(event.get("message"), str):
+        message: str = event["message"]
+        return message
+    return None
+
+
+class CommandLines(EventParser):
+    def feed(self, line: bytes) -> bytes:
+        self.lines += 1
+        if not line or line.isspace():
+            return line
+        text, event, _ = decode_line(line)
+        message = result_message(event)
+        if message is not None:
+            self.events += 1
+            self.last_message = message
+        else:
+            self.diagnose(text)
+        return line
+
+    def event(self, event: dict[str, Any], line: bytes) -> bytes:  # feed handles every line itself
+        return line
+
+    def failure(self, exit_code: int | None) -> str | None:
+        return None if exit_code == 0 else f"command exited with code {exit_code}"
+
+
+class Command(Harness):
+    """The profile's `command`, run in the worktree with the task on stdin and the allowlisted environment."""
+
+    name = "command"
+
+    def argv(self, launch: Launch) -> list[str]:
+        if not launch.command or not os.path.isabs(launch.command[0]):
+            raise ValueError("the profile's command must start with an absolute program path")
+        return list(launch.command)
+
+    def parser(self) -> CommandLines:
+        return CommandLines()
+
+    def actions_of(self, event: dict[str, Any]) -> list[str]:
+        return []  # not used: worker_actions reads every line itself
+
+    def worker_actions(self, events_path: str | os.PathLike[str] | int, limit: int) -> list[str]:
+        """Every output line is a `diagnostic:` action, except the `wb.result` lines."""
+        if limit <= 0:
+            return []
+        found: list[str] = []
+        for line in lines_backwards(events_path):
+            if line is None:
+                action = f"diagnostic: output line over {limits.EVENT_LINE_MAX_BYTES} bytes"
+            elif not line or line.isspace():
+                continue
+            else:
+                text, event, _ = decode_line(line)
+                if result_message(event) is not None:
+                    continue
+                action = f"diagnostic: {text}"
+            found.append(clean(action, limits.LOG_ACTION_MAX_BYTES))
+            if len(found) >= limit:
+                break
+        found.reverse()
+        return found
