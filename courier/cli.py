@@ -334,11 +334,17 @@ def mcp() -> None:
 
 
 @app.command()
-def demo() -> None:
+def demo(
+    harness: Annotated[
+        str, typer.Option("--harness", metavar="codex|claude|gemini", help="The coding agent to run (default codex).")
+    ] = "codex",
+) -> None:
     """Show the product working end to end in a throwaway sandbox (nothing of yours is touched)."""
-    from courier.demo.run import run_demo
+    from courier.demo.run import DEMO_HARNESSES, run_demo
 
-    code = run_demo()
+    if harness not in DEMO_HARNESSES:
+        raise UsageError(f'--harness must be one of {", ".join(sorted(DEMO_HARNESSES))}, not "{harness}"')
+    code = run_demo(harness)
     if code:
         raise typer.Exit(code)
 

@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -267,11 +268,17 @@ def require_cli(name: str, version: str, *, install: str | None = None) -> RealC
         executable = shutil.which(name, path=os.path.join(prefix, "bin")) if prefix else None
     if executable is None:
         unavailable(f"the real {name} CLI ({version}) is not installed: {hint}")
-    try:
-        done = subprocess.run([executable, "--version"], capture_output=True, text=True, timeout=60)
-        reported = (done.stdout or done.stderr).strip()
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        reported = f"no version ({exc})"
+    # `--version` alone writes the CLI's home (~/.gemini, ~/.codex helpers): give it a throwaway one.
+    with tempfile.TemporaryDirectory(prefix="wb-cli-probe-") as probe_home:
+        homes = ("HOME", "CODEX_HOME", "GEMINI_CLI_HOME", "CLAUDE_CONFIG_DIR")
+        env = {**os.environ, **dict.fromkeys(homes, probe_home)}
+        try:
+            done = subprocess.run(
+                [executable, "--version"], capture_output=True, text=True, timeout=60, env=env, stdin=subprocess.DEVNULL
+            )
+            reported = (done.stdout or done.stderr).strip()
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            reported = f"no version ({exc})"
     if version not in [word.removeprefix("v") for word in reported.split()]:
         unavailable(f"{executable} reports {reported!r}, expected {name} {version}: {hint}")
     dirs = [str(Path(executable).parent)]

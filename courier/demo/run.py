@@ -10,8 +10,9 @@ Ctrl-C and errors):
   (real git), a wb.yaml with the `demo` profile pointing at the scripted model server;
 * an embedded SSH server (`courier.demo.sshd`) on 127.0.0.1 that runs the real receiver
   as that machine, and the scripted model server (`courier.demo.model_server`);
-* the harness: the real `codex` when it is on PATH, else the bundled stand-in
-  (`courier.demo.standin_codex`) installed as `codex` in the machine's bin dir.
+* the harness (`--harness codex|gemini|claude`, default codex): the real CLI when it is on
+  PATH, else the bundled stand-in (`courier.demo.standin_<harness>`) installed under the
+  CLI's name in the machine's bin dir; the scripted server speaks that vendor's API.
 
 Then it runs the real CLI as subprocesses with the local side's environment: `dispatch
 --to demo`, `await` (with a live progress line on a terminal's stderr), `status`, `logs`
@@ -25,6 +26,7 @@ import contextlib
 import getpass
 import json
 import os
+import re
 import secrets
 import shlex
 import shutil
@@ -43,6 +45,8 @@ from typing import Any, Protocol, TextIO
 import psutil
 
 import courier
+from courier.demo.anthropic_server import AnthropicServer
+from courier.demo.gemini_server import GeminiServer
 from courier.demo.model_server import ModelServer
 from courier.demo.sshd import EmbeddedSshd, new_key, private_openssh
 
@@ -51,7 +55,6 @@ REPOSITORY = "demo/hello"
 WORKTREE = "hello"
 PROFILE = "demo"
 PROVIDER = "demo"
-MODEL = "gpt-5.5"  # in Codex's bundled catalogue: the real Codex offers its full tool set
 CREDENTIAL_ENV = "DEMO_API_KEY"
 WB_PATH = "wb"  # what the local config asks the machine to run; the embedded server runs the receiver
 TASK = "Create hello.txt with a friendly greeting, then say what you did."
@@ -69,11 +72,41 @@ class DemoFailed(Exception):
     """A step of the demo did not work; the message says which and why."""
 
 
+@dataclass(frozen=True)
+class DemoHarness:
+    """What the demo needs to know to run one harness: its CLI, stand-in, model and provider."""
+
+    name: str  # the profile's harness and the CLI's executable
+    display: str
+    model: str
+    wire_api: str
+    provider_extra: str = ""  # more provider lines of the machine's wb.yaml
+    profile_extra: str = ""
+    home_env: str = ""  # where the CLI keeps its state: pointed into the sandbox for the version probe
+
+
+DEMO_HARNESSES: dict[str, DemoHarness] = {
+    # gpt-5.5 is in Codex's bundled catalogue: the real Codex offers its full tool set.
+    "codex": DemoHarness(
+        "codex",
+        "Codex",
+        "gpt-5.5",
+        "responses",
+        "      request_max_retries: 0\n      stream_max_retries: 0\n",
+        "      reasoning: high\n",
+        "CODEX_HOME",
+    ),
+    "gemini": DemoHarness("gemini", "Gemini CLI", "gemini-2.5-pro", "gemini", home_env="GEMINI_CLI_HOME"),
+    "claude": DemoHarness("claude", "Claude Code", "claude-sonnet-4-5", "anthropic", home_env="CLAUDE_CONFIG_DIR"),
+}
+
+
 @dataclass
 class Harness:
+    spec: DemoHarness
     real: bool
     description: str
-    bin_dir: Path | None = None  # the stand-in's `codex`, first on the machine's PATH
+    bin_dir: Path | None = None  # the stand-in under the CLI's name, first on the machine's PATH
 
 
 class _Stoppable(Protocol):
@@ -97,13 +130,14 @@ class Sandbox:
 # --------------------------------------------------------------------------- entry
 
 
-def run_demo() -> int:
-    """Run the demo; 0 when the dispatched run completed, 1 when it did not, 130 on Ctrl-C."""
+def run_demo(harness: str = "codex") -> int:
+    """Run the demo with `harness`; 0 when the dispatched run completed, 1 when it did not, 130 on Ctrl-C."""
+    spec = DEMO_HARNESSES[harness]
     started = time.monotonic()
     with _terminate_as_interrupt():
         try:
             with _sandbox() as sandbox:
-                code = _demo(sandbox, started)
+                code = _demo(sandbox, started, spec)
         except KeyboardInterrupt:
             sys.stderr.write("\ninterrupted; the demo sandbox was removed\n")
             return 130
@@ -198,13 +232,22 @@ def _end_stragglers(root: Path, grace: float) -> None:
 # --------------------------------------------------------------------------- the demo
 
 
-def _demo(sandbox: Sandbox, started: float) -> int:
+def _model_server(spec: DemoHarness) -> ModelServer | GeminiServer | AnthropicServer:
+    """The scripted server speaking the harness's vendor API."""
+    if spec.wire_api == "gemini":
+        return GeminiServer(scenario="write-file")
+    if spec.wire_api == "anthropic":
+        return AnthropicServer(scenario="write-file")
+    return ModelServer(scenario="write-file")
+
+
+def _demo(sandbox: Sandbox, started: float, spec: DemoHarness) -> int:
     out = sys.stdout
-    harness = _find_harness(sandbox)
+    harness = _find_harness(sandbox, spec)
     user = getpass.getuser()
     client_key = new_key()
 
-    model = ModelServer(scenario="write-file")
+    model = _model_server(spec)
     model.start()
     sandbox.servers.append(model)
 
@@ -220,7 +263,7 @@ def _demo(sandbox: Sandbox, started: float) -> int:
         f"  machine  {MACHINE} at {sshd.host}:{sshd.port} (embedded SSH server, host key {sshd.host_key_fingerprint})",
     )
     _say(out, f"  repo     {REPOSITORY} (a canonical clone on {MACHINE}, branch main)")
-    _say(out, f"  model    scripted model server at {model.base_url} (profile {PROFILE}: {PROVIDER}/{MODEL})")
+    _say(out, f"  model    scripted model server at {model.base_url} (profile {PROFILE}: {PROVIDER}/{spec.model})")
     _say(out, f"  harness  {harness.description}")
     _say(out, "")
 
@@ -282,15 +325,17 @@ def _say(out: TextIO, line: str) -> None:
 # --------------------------------------------------------------------------- setup
 
 
-def _find_harness(sandbox: Sandbox) -> Harness:
-    codex = shutil.which("codex")
-    if codex is not None:
+def _find_harness(sandbox: Sandbox, spec: DemoHarness) -> Harness:
+    found = shutil.which(spec.name)
+    if found is not None:
         version = ""
-        # Even `codex --version` writes helper binaries into CODEX_HOME (default ~/.codex): keep it in the sandbox.
-        probe_env = {**os.environ, "CODEX_HOME": str(_private_dir(sandbox.root / "codex-probe"))}
+        # Even `codex --version` writes helper binaries into its home: keep the CLI's home in the sandbox.
+        probe_env = {**os.environ}
+        if spec.home_env:
+            probe_env[spec.home_env] = str(_private_dir(sandbox.root / f"{spec.name}-probe"))
         with contextlib.suppress(OSError, subprocess.SubprocessError):
             done = subprocess.run(
-                [codex, "--version"],
+                [found, "--version"],
                 stdin=subprocess.DEVNULL,
                 capture_output=True,
                 text=True,
@@ -298,22 +343,24 @@ def _find_harness(sandbox: Sandbox) -> Harness:
                 env=probe_env,
             )
             version = done.stdout.strip()
-        shown = version.removeprefix("codex-cli ").strip() or "unknown version"
-        return Harness(real=True, description=f"real Codex {shown} ({codex})")
+        number = re.search(r"\d+(?:\.\d+)+", version)  # "codex-cli 0.169.0", "2.1.328 (Claude Code)"
+        shown = number.group() if number else "unknown version"
+        return Harness(spec, real=True, description=f"real {spec.display} {shown} ({found})")
     bin_dir = sandbox.machine / "bin"
     bin_dir.mkdir(parents=True, mode=0o700)
-    wrapper = bin_dir / "codex"
+    wrapper = bin_dir / spec.name
     package_parent = str(Path(courier.__file__).resolve().parents[1])
     wrapper.write_text(
         "#!/bin/sh\n"
-        "# wb demo: the bundled stand-in for the Codex CLI\n"
+        f"# wb demo: the bundled stand-in for the {spec.display} CLI\n"
         f"PYTHONPATH={shlex.quote(package_parent)}; export PYTHONPATH\n"
-        f'exec {shlex.quote(sys.executable)} -m courier.demo.standin_codex "$@"\n'
+        f'exec {shlex.quote(sys.executable)} -m courier.demo.standin_{spec.name} "$@"\n'
     )
     wrapper.chmod(0o700)
     return Harness(
+        spec,
         real=False,
-        description="codex not found on PATH: using the bundled stand-in (same event stream, no sandbox)",
+        description=f"{spec.name} not found on PATH: using the bundled stand-in (same event stream, no sandbox)",
         bin_dir=bin_dir,
     )
 
@@ -365,7 +412,9 @@ def _git(cwd: Path, *args: str) -> None:
         raise DemoFailed(f"git {' '.join(args)} failed: {done.stderr.strip()}")
 
 
-def _make_machine(sandbox: Sandbox, model: ModelServer, harness: Harness) -> dict[str, str]:
+def _make_machine(
+    sandbox: Sandbox, model: ModelServer | GeminiServer | AnthropicServer, harness: Harness
+) -> dict[str, str]:
     """The demo machine's home, projects root, canonical clone and wb.yaml; returns its environment."""
     root = _private_dir(sandbox.machine)
     home = _private_dir(root / "wbhome")
@@ -379,6 +428,7 @@ def _make_machine(sandbox: Sandbox, model: ModelServer, harness: Harness) -> dic
     _git(clone, "commit", "-q", "-m", "Initial commit")
     _git(clone, "remote", "add", "origin", f"git@example.invalid:{REPOSITORY}.git")
 
+    spec = harness.spec
     config = _private_file(
         _private_dir(root / "config") / "wb.yaml",
         "agents:\n"
@@ -386,15 +436,11 @@ def _make_machine(sandbox: Sandbox, model: ModelServer, harness: Harness) -> dic
         f"    {PROVIDER}:\n"
         f"      base_url: {model.base_url}\n"
         f"      credential_env: {CREDENTIAL_ENV}\n"
-        "      wire_api: responses\n"
-        "      request_max_retries: 0\n"
-        "      stream_max_retries: 0\n"
-        "  profiles:\n"
+        f"      wire_api: {spec.wire_api}\n" + spec.provider_extra + "  profiles:\n"
         f"    {PROFILE}:\n"
-        "      harness: codex\n"
+        f"      harness: {spec.name}\n"
         f"      provider: {PROVIDER}\n"
-        f"      model: {MODEL}\n"
-        "      reasoning: high\n",
+        f"      model: {spec.model}\n" + spec.profile_extra,
     )
     env = _base_env()
     if harness.bin_dir is not None:

@@ -246,15 +246,14 @@ class Owner:
                     if len(line) > limits.EVENT_LINE_MAX_BYTES:
                         self.summary.skipped_oversize_line(len(line))
                         continue
-                    # Parse the line as the harness wrote it; only what is stored is redacted.
-                    self.summary.feed(line)
-                    line = self.redact(line)
+                    # Parse the line as the harness wrote it; store what the harness returns for it
+                    # (it may mask the task it echoes), redacted.
+                    line = self.redact(self.summary.feed(line))
                     if stored + len(line) <= limits.EVENTS_STORED_MAX_BYTES:
                         self.store_event(log_fd, line)
                         stored += len(line)
             if pending and not skipping:
-                self.summary.feed(pending)
-                line = self.redact(pending)
+                line = self.redact(self.summary.feed(pending))
                 if stored + len(line) <= limits.EVENTS_STORED_MAX_BYTES:
                     self.store_event(log_fd, line)
         finally:

@@ -84,10 +84,12 @@ def base(tmp_path: Path) -> Iterator[Path]:
             proc.kill()
 
 
-def _run_demo(env: dict[str, str], stderr: int = subprocess.PIPE) -> tuple[subprocess.CompletedProcess[str], float]:
+def _run_demo(
+    env: dict[str, str], stderr: int = subprocess.PIPE, *args: str
+) -> tuple[subprocess.CompletedProcess[str], float]:
     started = time.monotonic()
     done = subprocess.run(
-        [sys.executable, "-m", "courier.main", "demo"],
+        [sys.executable, "-m", "courier.main", "demo", *args],
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=stderr,
@@ -150,6 +152,100 @@ def test_the_demo_uses_the_real_codex_when_it_is_on_path(base: Path) -> None:
     assert "harness  real Codex " in done.stdout and STANDIN_NOTICE not in done.stdout
     _assert_completed(done.stdout)
     assert "diagnostic:" not in done.stdout  # Codex's home is not under the machine's TMPDIR: no warning
+    _assert_clean(base, env)
+
+
+GEMINI_STANDIN_NOTICE = "gemini not found on PATH: using the bundled stand-in"
+
+
+def _assert_gemini_completed(stdout: str) -> None:
+    refs = re.findall(r"demo:agt-[0-9a-f]{32}", stdout)
+    assert refs, stdout
+    lines = stdout.splitlines()
+    assert "  state:    completed" in lines, stdout
+    assert "  resolved: gemini demo/gemini-2.5-pro" in lines, stdout
+    assert "  result:   Created hello.txt with a greeting." in lines, stdout
+    assert "  changed:  hello.txt" in lines, stdout
+    assert "  usage:    input 6900 (cached 4200), output 115" in lines, stdout
+    assert "    ran: ls" in lines and "    changed 1 file" in lines, stdout  # from `wb agent logs`
+    assert any(line.startswith(f"  {refs[0]}\tcompleted\tdemo\tgemini-2.5-pro\t") for line in lines), stdout
+    assert "diagnostic:" not in stdout
+
+
+def test_the_demo_runs_gemini_with_its_standin(base: Path) -> None:
+    env = _env(base, str(_bin_without_codex(base)))
+    done, elapsed = _run_demo(env, subprocess.PIPE, "--harness", "gemini")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert elapsed < DEMO_BOUND_S
+    assert GEMINI_STANDIN_NOTICE in done.stdout
+    _assert_gemini_completed(done.stdout)
+    _assert_clean(base, env)
+
+
+def test_the_demo_uses_the_real_gemini_when_it_is_on_path(base: Path) -> None:
+    gemini = shutil.which("gemini")
+    if gemini is None:
+        message = "gemini is not on PATH: run `bash scripts/install-gemini.sh` (CI installs it)"
+        pytest.fail(message) if os.environ.get("CI") else pytest.skip(message)
+    dirs = [str(_bin_without_codex(base)), str(Path(gemini).parent)]
+    node = shutil.which("node")  # the npm launcher is `#!/usr/bin/env node`
+    if node is not None:
+        dirs.append(str(Path(node).parent))
+    env = _env(base, os.pathsep.join(dirs))
+    done, elapsed = _run_demo(env, subprocess.PIPE, "--harness", "gemini")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert elapsed < DEMO_BOUND_S
+    assert "harness  real Gemini CLI 0.61.0 " in done.stdout and GEMINI_STANDIN_NOTICE not in done.stdout
+    _assert_gemini_completed(done.stdout)
+    _assert_clean(base, env)  # the CLI's home was the run's private one: nothing in HOME or TMPDIR
+
+
+CLAUDE_STANDIN_NOTICE = "claude not found on PATH: using the bundled stand-in"
+
+
+def _assert_claude_completed(stdout: str) -> None:
+    refs = re.findall(r"demo:agt-[0-9a-f]{32}", stdout)
+    assert refs, stdout
+    lines = stdout.splitlines()
+    assert "  state:    completed" in lines, stdout
+    assert "  resolved: claude demo/claude-sonnet-4-5" in lines, stdout
+    assert "  result:   Created hello.txt." in lines, stdout
+    assert "  changed:  hello.txt" in lines, stdout
+    assert any(line.startswith("  usage:    input 8500 (cached 3200), output 112, cost $") for line in lines), stdout
+    assert "    ran: ls" in lines and "    changed 1 file" in lines, stdout
+    assert any(line.startswith(f"  {refs[0]}\tcompleted\tdemo\tclaude-sonnet-4-5\t") for line in lines), stdout
+
+
+def test_the_demo_runs_claude_with_its_standin(base: Path) -> None:
+    env = _env(base, str(_bin_without_codex(base)))
+    done, elapsed = _run_demo(env, subprocess.PIPE, "--harness", "claude")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert elapsed < DEMO_BOUND_S
+    assert CLAUDE_STANDIN_NOTICE in done.stdout
+    _assert_claude_completed(done.stdout)
+    _assert_clean(base, env)
+
+
+def test_the_demo_uses_the_real_claude_when_it_is_on_path(base: Path) -> None:
+    claude = shutil.which("claude")
+    if claude is None:
+        message = "claude is not on PATH: run `bash scripts/install-claude.sh` (CI installs it)"
+        pytest.fail(message) if os.environ.get("CI") else pytest.skip(message)
+    env = _env(base, os.pathsep.join([str(_bin_without_codex(base)), str(Path(claude).parent)]))
+    done, elapsed = _run_demo(env, subprocess.PIPE, "--harness", "claude")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert elapsed < DEMO_BOUND_S
+    assert "harness  real Claude Code 2.1.328 " in done.stdout and CLAUDE_STANDIN_NOTICE not in done.stdout
+    _assert_claude_completed(done.stdout)
+    _assert_clean(base, env)
+
+
+def test_an_unknown_demo_harness_is_refused_before_anything_is_made(base: Path) -> None:
+    env = _env(base, str(_bin_without_codex(base)))
+    done, _ = _run_demo(env, subprocess.PIPE, "--harness", "aider")
+    assert done.returncode == 2
+    assert done.stderr == 'error: --harness must be one of claude, codex, gemini, not "aider"\n'
+    assert done.stdout == ""
     _assert_clean(base, env)
 
 

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from conftest import REPO_ROOT, SshdFactory, prepare_remote
+from conftest import FAKES, REPO_ROOT, SshdFactory, prepare_remote
 
 from tests.integration.sshd import sshd_unavailable_reason
 
@@ -53,3 +55,49 @@ def test_the_readme_supervisor_script_runs_as_written(sshd: SshdFactory, tmp_pat
         assert f"{name} ok" in lines
         assert any(re.fullmatch(rf"{name} agt-[0-9a-f]{{32}} completed 1", line) for line in lines), lines
     assert len(list(workdir.glob("result-*.json"))) == 3
+
+
+def test_the_same_script_runs_a_codex_a_claude_and_a_gemini_profile(sshd: SshdFactory, tmp_path: Path) -> None:
+    """Issue 12's bar: the script unchanged, one `fast` profile per machine, each a different harness."""
+    profiles = {
+        "gpu-box": "    fast: {harness: codex, provider: mock, model: gpt-5.5}\n",
+        "build-1": "    fast: {harness: claude, provider: anth, model: claude-sonnet-4-5}\n",
+        "build-2": "    fast: {harness: gemini, provider: gem, model: gemini-2.5-pro}\n",
+    }
+    targets = {}
+    for index, name in enumerate(README_MACHINES):
+        server = sshd.start(f"127.0.0.{40 + index}")
+        prepare_remote(server)
+        for fake in ("claude", "gemini"):
+            shutil.copy(FAKES / fake, server.bin_dir / fake)
+        config = (server.root / "remote-wb.yaml").read_text()
+        credential = re.search(r"credential_file: (\S+)", config)
+        assert credential is not None
+        source = f"base_url: 'http://127.0.0.1:9', credential_file: {credential.group(1)}"
+        more = f"    anth: {{{source}, wire_api: anthropic}}\n    gem: {{{source}, wire_api: gemini}}\n"
+        config = config.replace("  profiles:\n", more + "  profiles:\n") + profiles[name]
+        (server.root / "remote-wb.yaml").write_text(config)
+        targets[name] = sshd.target(server)
+    workdir = tmp_path / "supervisor"
+    workdir.mkdir()
+    (workdir / "task.md").write_text("scenario:complete\n")
+    (workdir / "supervise.sh").write_text(supervisor_script())
+    env = {
+        "HOME": str(tmp_path),
+        "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin",
+        "WB_CONFIG": str(sshd.write_wb_config("supervisor3", targets)),
+        "WB_HOME": str(tmp_path / "wbhome"),
+        "WB_SSH_CONFIG": str(sshd.client_config),
+        "LANG": "C.UTF-8",
+    }
+    done = subprocess.run(["bash", "supervise.sh"], cwd=workdir, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    for name in README_MACHINES:
+        assert f"{name} ok" in lines
+        assert any(re.fullmatch(rf"{name} agt-[0-9a-f]{{32}} completed 1", line) for line in lines), lines
+    harnesses = {
+        json.loads(path.read_text())["machine"]: json.loads(path.read_text())["resolved"]["harness"]
+        for path in workdir.glob("result-*.json")
+    }
+    assert harnesses == {"gpu-box": "codex", "build-1": "claude", "build-2": "gemini"}
