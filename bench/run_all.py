@@ -22,6 +22,7 @@ if __package__ in (None, ""):
 from bench import (
     await_latency,
     common,
+    diff_remote,
     fleet_list,
     memory,
     receiver_startup,
@@ -48,6 +49,7 @@ def main() -> int:
             ("await latency", lambda: await_latency.run(report, base, 30 // reps, 12 // reps)),
             ("store scale", lambda: store_scale.run(report, base, 10_000, 5 // reps + 1)),
             ("fleet list", lambda: fleet_list.run(report, base, repetitions=5 // reps + 1)),
+            ("remote diff", lambda: diff_remote.run(report, base, 11 // reps)),
         ]
         for name, step in steps:
             print(f"{name}…", flush=True)

@@ -14,6 +14,7 @@ def capabilities() -> list[str]:
     from protocol.operations import TABLE
 
     found = [entry.capability for entry in TABLE.values() if entry.capability]
+    found.append("follow")  # logs --follow (contract §15.2): a mode of `logs`, not an operation
     found += [f"harness:{name}" for name in runnable_harnesses()]
     return found
 

@@ -13,9 +13,11 @@ from typer._click import exceptions as click_exceptions  # typer vendors its own
 
 from courier import __version__
 from courier.commands import (
+    build_continue,
     build_dispatch,
     check_list_scope,
     check_tail,
+    duration_ms,
     machine_timeout_s,
     send_starting,
     still_running,
@@ -27,7 +29,7 @@ from courier.commands import request as _request
 from courier.commands import target as _target
 from courier.config import Config, load_config
 from courier.errors import Finding, Interrupted, UsageError, WbError
-from courier.render import dispatch_line, list_lines, results_json, sort_results, status_text, to_json
+from courier.render import dispatch_line, is_stalled, list_lines, results_json, sort_results, status_text, to_json
 from courier.route import ask, await_result
 from courier.text import escape_controls, sanitize
 from protocol import limits
@@ -195,6 +197,7 @@ def list_(
     machine_timeout: Annotated[
         str, typer.Option("--machine-timeout", metavar="DURATION", help="Per-machine deadline with --all.")
     ] = MACHINE_TIMEOUT_DEFAULT,
+    stalled: Annotated[bool, typer.Option("--stalled", help="Only running runs that went silent (stalled).")] = False,
     fmt: FormatOpt = Format.text,
     json_flag: JsonOpt = False,
 ) -> None:
@@ -205,13 +208,15 @@ def list_(
     if all_machines:
         from courier.fleet import list_all
 
-        list_all(config, machine_timeout_s(machine_timeout), as_json=as_json)
+        list_all(config, machine_timeout_s(machine_timeout), as_json=as_json, stalled_only=stalled)
         return
     machine, _ = _target(None, to)
     # Thousands of short-lived, acyclic objects: the cyclic collector would only re-walk them.
     with collector_paused():
         response = ask(config, machine, _request("list"))
         results = sort_results(response.results_of())
+        if stalled:
+            results = [result for result in results if is_stalled(result)]
         if as_json:
             _out(results_json(results))
         else:
@@ -229,12 +234,25 @@ def logs(
         int, typer.Option("--tail", metavar="N", help="How many worker actions.")
     ] = limits.LOGS_TAIL_DEFAULT,
     raw: Annotated[bool, typer.Option("--raw", help="The whole transcript.")] = False,
+    follow: Annotated[bool, typer.Option("--follow", help="Print actions as they happen until the run ends.")] = False,
     to: ToOpt = None,
 ) -> None:
-    """Show the last worker actions (or the raw transcript)."""
+    """Show the last worker actions (or the raw transcript, or follow them live)."""
     check_tail(tail)
+    if follow and raw:
+        raise UsageError("--follow prints worker actions; it cannot be combined with --raw")
     machine, run_id = _target(reference, to)
     config = _config()
+    if follow:
+        from courier.supervise import follow as follow_run
+
+        ref = format_reference(machine, run_id)
+        try:
+            follow_run(config, machine, run_id, _out, _warn)
+        except KeyboardInterrupt:
+            hint = f"interrupted; the run continues; follow it again with wb agent logs {ref} --follow"
+            raise Interrupted(hint) from None
+        return
     if raw and not machine:
         _local_raw_logs(config, run_id)
         return
@@ -289,6 +307,90 @@ def stop(
         _out(f"stopping {ref} before its worker started\n")
     for warning in response.warnings or []:  # processes of the worker that outlived SIGKILL
         _warn(f"{ref}: {warning.error}")
+
+
+@agent_app.command()
+def diff(
+    reference: Annotated[str, typer.Argument(metavar="REF", help="agt-… or MACHINE:agt-…")],
+    stat: Annotated[bool, typer.Option("--stat", help="Per-file +added -deleted and a total, no patch.")] = False,
+    to: ToOpt = None,
+    fmt: FormatOpt = Format.text,
+    json_flag: JsonOpt = False,
+) -> None:
+    """Show the run's change against its base: a patch git apply takes (new and binary files included)."""
+    from courier.supervise import diff_json, fetch_diff, patch_bytes, stat_text, write_bytes
+
+    machine, run_id = _target(reference, to)
+    result = fetch_diff(_config(), machine, run_id, stat=stat)
+    if _wants_json(fmt, json_flag):
+        _out(diff_json(result))
+    elif stat:
+        _out(stat_text(result))
+    elif sys.stdout.isatty():
+        _out(escape_controls(patch_bytes(result).decode("utf-8", "replace")))
+    else:
+        try:
+            write_bytes(patch_bytes(result))
+        except BrokenPipeError:
+            _broken_pipe()
+
+
+@agent_app.command(name="continue")
+def continue_(
+    reference: Annotated[str, typer.Argument(metavar="REF", help="agt-… or MACHINE:agt-… (a finished run)")],
+    task: Annotated[str | None, typer.Option("--task", metavar="TEXT", help="The follow-up task.")] = None,
+    task_file: Annotated[
+        str | None, typer.Option("--task-file", metavar="PATH", help="Read the task from a file (- for stdin).")
+    ] = None,
+    profile: Annotated[
+        str | None, typer.Option("--profile", metavar="NAME", help="Profile (default: the run's own).")
+    ] = None,
+    timeout: Annotated[
+        str, typer.Option("--timeout", metavar="DURATION", help="Bound on the new run (e.g. 30m, 2h).")
+    ] = TIMEOUT_DEFAULT,
+    to: ToOpt = None,
+    fmt: FormatOpt = Format.text,
+    json_flag: JsonOpt = False,
+) -> None:
+    """Start a new run in the same worktree that resumes REF's harness session with a follow-up task."""
+    machine, request, new_id = build_continue(
+        reference=reference, task=task, task_file=task_file, profile=profile, timeout=timeout, to=to
+    )
+    result = send_starting(_config(), machine, request, new_id)
+    _out(to_json(result.to_wire()) if _wants_json(fmt, json_flag) else dispatch_line(result))
+
+
+@agent_app.command()
+def prune(
+    older_than: Annotated[
+        str | None,
+        typer.Option("--older-than", metavar="DURATION", help="Remove records of runs that finished longer ago."),
+    ] = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Print what would be removed; remove nothing.")] = False,
+    to: ToOpt = None,
+    all_machines: Annotated[bool, typer.Option("--all", help="This machine and every configured machine.")] = False,
+) -> None:
+    """Remove old run records (never worktrees or branches, never a live run)."""
+    from courier.supervise import prune_machines, prune_text
+
+    if older_than is None:
+        raise UsageError("pass --older-than DURATION (e.g. 7d is not a Go duration: use 168h)")
+    older_than_ms = duration_ms(older_than, "--older-than")
+    if older_than_ms < 0:
+        raise UsageError("--older-than must not be negative")
+    check_list_scope(to, all_machines)
+    config = _config()
+    machine, _ = _target(None, to)
+    machines = ["", *sorted(config.targets)] if all_machines else [machine]
+    outcomes = prune_machines(config, machines, older_than_ms, dry_run)
+    text, warnings = prune_text(outcomes, dry_run)
+    if len(machines) == 1 and outcomes[0].error is not None:
+        raise outcomes[0].error
+    _out(text)
+    for warning in warnings:
+        _warn(warning)
+    if warnings:
+        raise Finding("some machines could not be pruned (named above)")
 
 
 # -- fleet, demo ---------------------------------------------------------------------------

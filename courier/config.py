@@ -164,6 +164,9 @@ class Profile(_Entry):
     network: bool = False
     permissions: Literal["bypass"] | None = None  # claude only: --permission-mode bypassPermissions
     command: list[str] | None = None  # command only: ["/abs/path", "arg", …]
+    # Contract §15.3: Go durations; `0` (YAML integer or string) means never.
+    stall_after: str | int | None = None
+    stop_when_stalled: str | int | None = None
 
     @field_validator("model", "reasoning")
     @classmethod
@@ -202,6 +205,38 @@ class Profile(_Entry):
         if self.permissions is not None and self.harness != "claude":
             raise ValueError("permissions is only for harness: claude")
         return self
+
+    @field_validator("stall_after", "stop_when_stalled")
+    @classmethod
+    def _duration(cls, value: str | int | None) -> str | int | None:
+        _duration_ms(value)
+        return value
+
+    @property
+    def stall_after_ms(self) -> int | None:
+        return _duration_ms(self.stall_after)
+
+    @property
+    def stop_when_stalled_ms(self) -> int | None:
+        return _duration_ms(self.stop_when_stalled)
+
+
+def _duration_ms(value: str | int | None) -> int | None:
+    from protocol.durations import BadDuration, parse_duration_ms
+
+    if value is None:
+        return None
+    if isinstance(value, bool) or (isinstance(value, int) and value != 0):
+        raise ValueError('must be a duration such as "10m" or "90s" (a bare number other than 0 has no unit)')
+    if isinstance(value, int):
+        return 0
+    try:
+        milliseconds = parse_duration_ms(value)
+    except BadDuration as exc:
+        raise ValueError(f"must be a duration such as 10m: {exc}") from None
+    if milliseconds < 0:
+        raise ValueError("must not be negative")
+    return milliseconds
 
 
 class Target(_Entry):

@@ -147,9 +147,9 @@ def _list_row(machine: str, answer: Answer, own_home: str | None, warnings: list
     return row
 
 
-def list_all(config: Config, machine_timeout_s: float, *, as_json: bool) -> None:
+def list_all(config: Config, machine_timeout_s: float, *, as_json: bool, stalled_only: bool = False) -> None:
     """This machine's runs and every configured machine's; partial answers exit 1 with reasons."""
-    answer = gather_all(config, machine_timeout_s)
+    answer = gather_all(config, machine_timeout_s, stalled_only=stalled_only)
     if as_json:
         sys.stdout.write(to_json(answer.document().to_json()))
     else:
@@ -161,7 +161,7 @@ def list_all(config: Config, machine_timeout_s: float, *, as_json: bool) -> None
         raise answer.failure()
 
 
-def gather_all(config: Config, machine_timeout_s: float) -> FleetAnswer:
+def gather_all(config: Config, machine_timeout_s: float, *, stalled_only: bool = False) -> FleetAnswer:
     """Ask this machine and every configured one; prints nothing (the MCP server calls it too)."""
     from courier.runs.store import Store, home_id
 
@@ -179,6 +179,10 @@ def gather_all(config: Config, machine_timeout_s: float) -> FleetAnswer:
             rows.append(_list_row(machine, answers[machine], own_home, warnings))
 
     results = sort_results([result for row in rows for result in row.results])
+    if stalled_only:
+        from courier.render import is_stalled
+
+        results = [result for result in results if is_stalled(result)]
     warnings.extend(f"{row.machine}: {row.error}" for row in rows if not row.ok and row.machine)
     return FleetAnswer(rows, results, warnings)
 

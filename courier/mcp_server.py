@@ -30,12 +30,12 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from courier import __version__, commands
 from courier.config import Config, load_config
-from courier.errors import UsageError, WbError
+from courier.errors import Finding, UsageError, WbError
 from courier.route import ask
 from courier.schemas import DOCUMENTS, schema
 from protocol import limits
 from protocol.documents import ErrorDocument, FleetDocument, FleetMachine, LogsDocument, error_class
-from protocol.models import RemoteResponse, Result, collector_paused
+from protocol.models import DiffResult, RemoteResponse, Result, collector_paused
 from protocol.refs import format_reference
 
 # How often a waiting `await` reports progress (and notices a cancellation).
@@ -96,6 +96,7 @@ class AwaitArgs(RefArgs):
 class ListArgs(Arguments):
     to: str | None = TO
     all: bool = Field(default=False, description="This machine and every configured machine (not with to).")
+    stalled: bool = Field(default=False, description="Only running runs whose harness went silent (stalled).")
     machine_timeout: str = Field(default=commands.MACHINE_TIMEOUT_DEFAULT, description="Per-machine deadline with all.")
 
 
@@ -213,13 +214,13 @@ async def _list(call: Call, args: ListArgs) -> dict[str, Any]:
         from courier.fleet import gather_all
 
         timeout_s = commands.machine_timeout_s(args.machine_timeout)
-        answer = await call.blocking(lambda: gather_all(config, timeout_s))
+        answer = await call.blocking(lambda: gather_all(config, timeout_s, stalled_only=args.stalled))
         return answer.document().to_json()  # type: ignore[no-any-return]
     machine, _ = commands.target(None, args.to)
-    return await call.blocking(lambda: _list_one(config, machine))  # type: ignore[no-any-return]
+    return await call.blocking(lambda: _list_one(config, machine, args.stalled))  # type: ignore[no-any-return]
 
 
-def _list_one(config: Config, machine: str) -> dict[str, Any]:
+def _list_one(config: Config, machine: str, stalled_only: bool) -> dict[str, Any]:
     """One machine's runs in the fleet document's shape: its single row says whether it answered fully."""
     from courier.render import sort_results
 
@@ -228,10 +229,15 @@ def _list_one(config: Config, machine: str) -> dict[str, Any]:
         response = ask(config, machine, commands.request("list"))
         results = sort_results(response.results_of())
     warnings = response.warnings or []
+    runs = len(results)
+    if stalled_only:
+        from courier.render import is_stalled
+
+        results = [result for result in results if is_stalled(result)]
     row = FleetMachine(
         machine=machine,
         ok=not warnings,
-        runs=len(results),
+        runs=runs,
         error="; ".join(f"{format_reference(machine, w.agent_id)}: {w.error}" for w in warnings) or None,
         elapsed_ms=int((time.monotonic() - began) * 1000),
     )
@@ -258,16 +264,21 @@ async def _stop(call: Call, args: RefArgs) -> dict[str, Any]:
 
 
 async def _diff(call: Call, args: DiffArgs) -> dict[str, Any]:
-    from protocol import models
+    from courier.supervise import fetch_diff
 
     machine, run_id = commands.target(args.ref, args.to)
     config = await call.config()
-    request = commands.request("diff", agent_id=run_id, stat=args.stat)
-    response = await call.blocking(lambda: ask(config, machine, request))
-    diff = models.DiffResult.model_validate(response.result or {})  # type: ignore[attr-defined]
-    if machine:
-        diff.machine = machine
-    return diff.to_wire()  # type: ignore[no-any-return]
+    diff: DiffResult = await call.blocking(lambda: fetch_diff(config, machine, run_id, stat=args.stat))
+    if diff.patch is not None:
+        try:
+            diff.patch.encode("utf-8")
+        except UnicodeEncodeError:  # a byte git wrote that is not UTF-8 travels as a lone surrogate
+            ref = format_reference(machine, run_id)
+            raise Finding(
+                f"the patch of {ref} has bytes that are not UTF-8, which JSON cannot carry; "
+                f"pass stat, or read it with: wb agent diff {ref}"
+            ) from None
+    return diff.to_wire()
 
 
 async def _continue(call: Call, args: ContinueArgs) -> dict[str, Any]:
@@ -367,10 +378,7 @@ TOOLS: list[Tool] = [
 
 
 def available_tools() -> list[Tool]:
-    """The tools whose documents this wb has (diff and continue arrive with the supervisor's loop)."""
-    from protocol.operations import OPERATIONS
-
-    return [tool for tool in TOOLS if tool.name not in ("diff", "continue") or tool.name in OPERATIONS]
+    return list(TOOLS)
 
 
 # -- schemas -------------------------------------------------------------------------------

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 import pydantic_core
@@ -64,13 +65,34 @@ def _local_minute(text: str) -> str:
     return moment.astimezone().strftime("%Y-%m-%d %H:%M")
 
 
+def is_stalled(result: Result) -> bool:
+    return result.state == "running" and result.stalled_since is not None
+
+
+def silence(seconds: float) -> str:
+    """Contract §15.3: whole minutes from 1m, whole seconds below."""
+    seconds = max(0, int(seconds))
+    return f"{seconds // 60}m" if seconds >= 60 else f"{seconds}s"
+
+
+def state_text(result: Result) -> str:
+    """The state as text: `running (stalled 14m)` for a stalled run (time since its last output)."""
+    if not is_stalled(result) or not result.last_output_at:
+        return result.state
+    try:
+        last = datetime.fromisoformat(result.last_output_at.replace("Z", "+00:00"))
+    except ValueError:
+        return f"{result.state} (stalled)"
+    return f"{result.state} (stalled {silence((datetime.now(UTC) - last).total_seconds())})"
+
+
 def list_lines(results: list[Result]) -> str:
     if not results:
         return "no dispatched agent runs\n"
     rows = []
     for r in results:
         model = r.resolved.model or r.resolved.harness
-        fields = [ref_of(r), r.state, r.profile, model, r.worktree, _local_minute(r.started_at)]
+        fields = [ref_of(r), state_text(r), r.profile, model, r.worktree, _local_minute(r.started_at)]
         rows.append("\t".join(_s(field) for field in fields))
     return "\n".join(rows) + "\n"
 
@@ -82,7 +104,7 @@ def _line(label: str, value: object) -> str:
 def status_text(result: Result, *, details: bool = False) -> str:
     r = result
     out = [_line("agent", ref_of(r))]
-    state = _s(r.state)
+    state = _s(state_text(r))
     if r.state == "abandoned" and r.worker_alive:
         state += f" (its worker is still running: stop it with wb agent stop {ref_of(r)})"
     out.append(_line("state", state))
@@ -135,6 +157,10 @@ def status_text(result: Result, *, details: bool = False) -> str:
         if u.cost_usd is not None:
             usage += f", cost ${u.cost_usd:.4f} (the harness's estimate)"
         out.append(_line("usage", usage))
+    if r.parent_id:
+        out.append(_line("parent", format_reference(r.machine or "", r.parent_id)))
+    if r.session_id:
+        out.append(_line("session", _s(r.session_id)))
     if r.log_path:
         out.append(_line("log", _s(r.log_path)))
     if details:

@@ -7,10 +7,11 @@ machine when it came from elsewhere.
 from __future__ import annotations
 
 import os
+import re
 import time
 
 from courier.config import Config
-from courier.errors import CallTimedOut, error_for_failure_kind
+from courier.errors import CallTimedOut, UsageError, error_for_failure_kind
 from courier.text import clip_bytes, sanitize
 from courier.transport import transport_for
 from protocol import limits
@@ -22,13 +23,30 @@ from protocol.refs import format_reference
 def ask(config: Config, machine: str, request: RemoteRequest, *, timeout_s: float | None = None) -> RemoteResponse:
     """Send one request and return its reply; an in-band failure is raised as its error class."""
     response = transport_for(config, machine).ask(request, timeout_s=timeout_s)
-    raise_failure(machine, response)
+    raise_failure(machine, response, request.operation)
     return response
 
 
-def raise_failure(machine: str, response: RemoteResponse) -> None:
+_UNSUPPORTED = re.compile(r"\b(unknown|unsupported) operation\b", re.IGNORECASE)
+
+
+def upgrade_message(machine: str, version: str | None, feature: str) -> str:
+    """Contract Part two: what the caller says when a peer lacks an operation or feature."""
+    who = f"wb {sanitize(version)[:64]}" if version else "an older wb"
+    return f"machine {machine} runs {who}, which does not support {feature}; upgrade wb there"
+
+
+def raise_failure(machine: str, response: RemoteResponse, operation: str = "") -> None:
     if not response.failure:
         return
+    if (
+        machine
+        and operation
+        and response.failure_kind in (None, "request")
+        and _UNSUPPORTED.search(response.failure)
+        and operation in response.failure
+    ):
+        raise UsageError(upgrade_message(machine, response.wb_version, operation))
     text = response.failure
     if machine:
         text = sanitize(clip_bytes(text, limits.REMOTE_FAILURE_SHOWN_MAX_BYTES))

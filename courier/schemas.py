@@ -21,7 +21,7 @@ from protocol.documents import (
     LogsDocument,
     MachinesDocument,
 )
-from protocol.models import RemoteRequest, RemoteResponse, Result, StopResult
+from protocol.models import DiffResult, RemoteRequest, RemoteResponse, Result, StopResult
 
 REGENERATE = "python -m courier.schemas --write docs/schema"
 DRAFT = "https://json-schema.org/draft/2020-12/schema"
@@ -32,6 +32,7 @@ DOCUMENTS: dict[str, tuple[type[BaseModel], str]] = {
     "list": (ListDocument, "wb agent list --json"),
     "fleet": (FleetDocument, "wb agent list --all --json; the MCP list tool"),
     "machines": (MachinesDocument, "wb machines --json"),
+    "diff": (DiffResult, "wb agent diff --json; the MCP diff tool"),
     "request": (RemoteRequest, "the request wb sends to another machine (stdin of wb --wb-internal-agent-remote)"),
     "response": (RemoteResponse, "the reply wb --wb-internal-agent-remote writes"),
     "error": (ErrorDocument, "a refusal: the MCP tools' error; the CLI prints its message as `error: ...`"),

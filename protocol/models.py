@@ -143,6 +143,10 @@ class Result(WireModel):
     tool_calls: int | None = Field(default=None, ge=0)
     usage: Usage | None = None
     changes: ChangeSummary | None = None
+    parent_id: str | None = None
+    session_id: Identifier | None = None
+    last_output_at: Timestamp | None = None
+    stalled_since: Timestamp | None = None
     harness_diagnostics: list[str] | None = Field(default=None, max_length=1000)
     log_path: PathText | None = None
 
@@ -152,6 +156,13 @@ class Result(WireModel):
         from protocol.refs import check_run_id
 
         return check_run_id(value)
+
+    @field_validator("parent_id")
+    @classmethod
+    def _parent_id(cls, value: str | None) -> str | None:
+        from protocol.refs import check_run_id
+
+        return None if value is None else check_run_id(value)
 
     @field_validator("machine")
     @classmethod
@@ -200,6 +211,55 @@ class StopResult(WireModel):
         return check_run_id(value)
 
 
+
+class DiffFile(WireModel):
+    """One file of a diff (contract §15.1); a path is git's, so output sanitises it."""
+
+    path: Annotated[str, StringConstraints(max_length=4096)]
+    status: Identifier
+    insertions: int = Field(default=0, ge=0)
+    deletions: int = Field(default=0, ge=0)
+    binary: bool = False
+
+
+class DiffResult(WireModel):
+    """The diff reply's `result` and `wb agent diff --json` (contract §15.1)."""
+
+    agent_id: str
+    machine: str | None = None
+    base_sha: Identifier
+    head_sha: Identifier
+    files: list[DiffFile] = Field(default_factory=list)
+    patch: str | None = None
+
+    @field_validator("agent_id")
+    @classmethod
+    def _run_id(cls, value: str) -> str:
+        from protocol.refs import check_run_id
+
+        return check_run_id(value)
+
+
+class PrunedRun(WireModel):
+    agent_id: str
+    state: Identifier
+    finished_at: Timestamp
+
+    @field_validator("agent_id")
+    @classmethod
+    def _run_id(cls, value: str) -> str:
+        from protocol.refs import check_run_id
+
+        return check_run_id(value)
+
+
+class PruneResult(WireModel):
+    """The prune reply's `result` (contract §15.5): what was (or, dry, would be) removed."""
+
+    dry_run: bool = False
+    removed: list[PrunedRun] = Field(default_factory=list)
+
+
 class ListWarning(WireModel):
     agent_id: str
     error: str
@@ -222,6 +282,13 @@ class RemoteRequest(WireModel):
     wait_timeout_ms: int = 0
     raw: bool = False
     tail: int = 0
+    # Part two (contract §15): fields an older peer ignores.
+    stat: bool = False
+    follow: bool = False
+    follow_from: int = 0
+    new_agent_id: str = ""
+    older_than_ms: int = 0
+    dry_run: bool = False
 
     def encode(self) -> bytes:
         body = self.model_dump(exclude_defaults=True)
@@ -244,6 +311,7 @@ class RemoteResponse(WireModel):
     now: Timestamp | None = None
     warnings: list[ListWarning] | None = None
     home_id: str | None = None
+    next_offset: int | None = None
     capabilities: list[Capability] | None = Field(default=None, max_length=limits.CAPABILITIES_MAX)
     # Results already validated (made on this machine, or checked once by the caller's decoder),
     # kept typed so nobody validates them again.
@@ -280,9 +348,18 @@ class RemoteResponse(WireModel):
                 body[key] = value
         if self.warnings:
             body["warnings"] = [w.to_wire() for w in self.warnings]
+        if self.next_offset is not None:
+            body["next_offset"] = self.next_offset
+        if self.capabilities is not None:
+            body["capabilities"] = self.capabilities
         # home_id is on every reply, null when the receiver could not use its home.
         body["home_id"] = self.home_id
-        return json.dumps(body, ensure_ascii=False, indent=None, separators=(",", ":")).encode() + b"\n"
+        try:
+            return json.dumps(body, ensure_ascii=False, indent=None, separators=(",", ":")).encode() + b"\n"
+        except UnicodeEncodeError:
+            # A diff's patch of a non-UTF-8 file carries its bytes as lone surrogates
+            # (surrogateescape); ASCII-escaped JSON carries them as \udcXX, which decodes back.
+            return json.dumps(body, ensure_ascii=True, indent=None, separators=(",", ":")).encode() + b"\n"
 
     def result_of(self) -> Result:
         if isinstance(self._typed_result, Result):

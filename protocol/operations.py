@@ -17,9 +17,10 @@ from protocol.models import WORKTREE_MODES, RemoteRequest
 from protocol.refs import check_repository, check_run_id, check_worktree_name
 from protocol.rules import RequestRefused, check_ref_text, check_task, check_timeout_ms
 
-# What a reply carries besides the envelope: one Result, a list of Results, transcript text,
-# stop's own three-field result, or nothing.
-Reply = Literal["result", "results", "logs", "stop", "none"]
+# What a reply carries besides the envelope: one Result, a list of Results, transcript text
+# (with a follow call, also the run's Result), stop's own three-field result, a diff, a prune
+# summary, or nothing.
+Reply = Literal["result", "results", "logs", "stop", "diff", "prune", "none"]
 
 
 @dataclass(frozen=True)
@@ -68,9 +69,32 @@ def _check_await(request: RemoteRequest) -> None:
 def _check_logs(request: RemoteRequest) -> None:
     if request.tail < 0:
         raise RequestRefused(f"tail must be >= 0 (0 means the default of {limits.LOGS_TAIL_DEFAULT})")
+    if request.follow_from < 0:
+        raise RequestRefused("follow_from must be >= 0 (a byte offset of events.jsonl)")
+    if request.wait_timeout_ms < 0:
+        raise RequestRefused("wait_timeout_ms must be >= 0")
+    if request.follow and request.wait_timeout_ms > limits.FOLLOW_WAIT_MAX_MS:
+        raise RequestRefused(
+            f"a follow call waits at most {limits.FOLLOW_WAIT_MAX_MS} ms (5 min); repeat the call from next_offset"
+        )
+
+
+def _check_continue(request: RemoteRequest) -> None:
+    check_task(request.task)
+    if request.profile and (not request.profile.isprintable() or len(request.profile) > 128):
+        raise RequestRefused("profile must be a printable name of at most 128 characters")
+    check_timeout_ms(request.timeout_ms)
+    if request.new_agent_id:
+        check_run_id(request.new_agent_id)
+
+
+def _check_prune(request: RemoteRequest) -> None:
+    if request.older_than_ms < 0:
+        raise RequestRefused("older_than_ms must be >= 0")
 
 
 _SERVICE = "courier.runs.service"
+_LOOP = "courier.runs.loop_ops"
 
 TABLE: dict[str, Operation] = {
     op.name: op
@@ -93,10 +117,29 @@ TABLE: dict[str, Operation] = {
         ),
         Operation("list", "results", f"{_SERVICE}:list_op"),
         Operation(
-            "logs", "logs", f"{_SERVICE}:logs_op", ("agent_id", "raw", "tail"), needs_agent_id=True, check=_check_logs
+            "logs",
+            "logs",
+            f"{_SERVICE}:logs_op",
+            ("agent_id", "raw", "tail", "follow", "follow_from", "wait_timeout_ms"),
+            needs_agent_id=True,
+            check=_check_logs,
         ),
         Operation("stop", "stop", f"{_SERVICE}:stop_op", ("agent_id",), needs_agent_id=True),
         Operation("version", "none", "courier.operations:version_op"),
+        # Contract §15: the supervisor's loop.
+        Operation("diff", "diff", f"{_LOOP}:diff_op", ("agent_id", "stat"), needs_agent_id=True, capability="diff"),
+        Operation(
+            "continue",
+            "result",
+            f"{_LOOP}:continue_op",
+            ("agent_id", "task", "profile", "timeout_ms", "new_agent_id"),
+            needs_agent_id=True,
+            check=_check_continue,
+            capability="continue",
+        ),
+        Operation(
+            "prune", "prune", f"{_LOOP}:prune_op", ("older_than_ms", "dry_run"), check=_check_prune, capability="prune"
+        ),
     )
 }
 
@@ -109,3 +152,4 @@ def operation(name: str) -> Operation:
     if entry is None:
         raise RequestRefused(f'unknown operation "{name[:64]}": expected one of {", ".join(OPERATIONS)}')
     return entry
+

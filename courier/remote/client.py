@@ -30,7 +30,16 @@ from courier.text import clip_bytes, sanitize
 from protocol import limits
 from protocol.durations import format_duration_ms
 from protocol.entry import REMOTE_ARGUMENT
-from protocol.models import ListWarning, RemoteRequest, RemoteResponse, Result, StopResult, collector_paused
+from protocol.models import (
+    DiffResult,
+    ListWarning,
+    PruneResult,
+    RemoteRequest,
+    RemoteResponse,
+    Result,
+    StopResult,
+    collector_paused,
+)
 from protocol.operations import TABLE
 from protocol.validate import RequestRefused, describe_validation_error, validate_request
 
@@ -235,6 +244,16 @@ def _check_results(machine: str, operation: str, response: RemoteResponse) -> No
             stopped = StopResult.model_validate(body)
             stopped.machine = machine
             response.set_result(stopped)
+        elif reply == "logs" and response.result is not None:
+            response.set_result(_stamped(response.result, machine))  # a follow reply carries the run's Result
+        elif reply == "diff":
+            if response.result is None:
+                raise ReplyUntrusted(f"{machine}: the diff reply carries no result")
+            diff = DiffResult.model_validate(response.result)
+            diff.machine = machine
+            response.result = diff.to_wire()
+        elif reply == "prune":
+            response.result = PruneResult.model_validate(response.result or {}).to_wire()
         elif reply == "results":
             with collector_paused():
                 results = [_stamped(item, machine) for item in response.results or []]

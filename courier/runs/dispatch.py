@@ -189,6 +189,8 @@ def dispatch(config: Config, request: RemoteRequest) -> Result:
             permissions=profile.permissions,
             command=profile.command,
             started_at=rfc3339(utc_now()),
+            stall_after_ms=config.profile(request.profile).stall_after_ms,
+            stop_when_stalled_ms=config.profile(request.profile).stop_when_stalled_ms,
         )
         try:
             run_dir = store.create(record, request.task)

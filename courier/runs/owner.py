@@ -12,6 +12,7 @@ import signal
 import subprocess
 import threading
 import time
+from datetime import timedelta
 from pathlib import Path
 
 from courier.config import Provider
@@ -31,6 +32,7 @@ _READ_CHUNK = 1 << 20
 _POLL_S = 0.1
 _DRAIN_POLL_S = 0.05
 _DRAIN_AFTER_EXIT_S = 2.0
+_OUTPUT_MARK_S = 2.0  # at most one extra mtime update per this many seconds of output
 REDACTED = b"[redacted]"
 
 
@@ -102,6 +104,7 @@ class Owner:
         self.launch: Launch | None = None
         self.diagnostics: list[str] = []
         self.timed_out = False
+        self.stalled_since_output: str | None = None  # set when stop_when_stalled stopped the run
         self.secret = b""
         self.events_lost = False
 
@@ -187,6 +190,7 @@ class Owner:
             env_key=credential.env_name if credential else "",
             reasoning=record.resolved.reasoning,
             network=record.network,
+            resume_session=record.resume_session_id,
             permissions=record.permissions,
             command=tuple(record.command) if record.command else None,
         )
@@ -204,14 +208,24 @@ class Owner:
         skipping = False
         line_number = 0
         exited_at: float | None = None
+        stall_stop_s = self.stall_stop_after_s()
+        last_output = marked_at = time.monotonic()
         try:
             while True:
                 now = time.monotonic()
                 if not self.timed_out and now >= deadline and worker.poll() is None:
                     self.timed_out = True
-                    process.signal_group(worker.pid, signal.SIGTERM)
-                    if not process.wait_until(lambda: worker.poll() is not None, limits.TIMEOUT_KILL_GRACE_S):
-                        process.signal_group(worker.pid, signal.SIGKILL)
+                    self.end_worker(worker)
+                if (
+                    stall_stop_s is not None
+                    and self.stalled_since_output is None
+                    and not self.timed_out
+                    and now - last_output >= stall_stop_s
+                    and worker.poll() is None
+                ):
+                    silent_for = now - last_output
+                    self.stalled_since_output = rfc3339(utc_now() - timedelta(seconds=silent_for))
+                    self.end_worker(worker)
                 if exited_at is None and worker.poll() is not None:
                     exited_at = now
                 # A child that outlives the harness may hold the pipe open: after the exit, read
@@ -227,6 +241,13 @@ class Owner:
                 if not chunk:
                     worker.wait()
                     break
+                last_output = time.monotonic()
+                if last_output - marked_at >= _OUTPUT_MARK_S:
+                    # The transcript's mtime is the run's last output (stall, §15.3): keep it true when
+                    # what arrived is not stored (a partial line, a skipped line, past the 128 MiB cap).
+                    marked_at = last_output
+                    with contextlib.suppress(OSError):
+                        os.utime(log_fd)
                 pending += chunk
                 while True:
                     newline = pending.find(b"\n")
@@ -252,6 +273,7 @@ class Owner:
                     if stored + len(line) <= limits.EVENTS_STORED_MAX_BYTES:
                         self.store_event(log_fd, line)
                         stored += len(line)
+                    self.note_session()
             if pending and not skipping:
                 line = self.redact(self.summary.feed(pending))
                 if stored + len(line) <= limits.EVENTS_STORED_MAX_BYTES:
@@ -260,6 +282,27 @@ class Owner:
             os.close(log_fd)
             worker.stdout.close()
         worker.wait()
+
+    def note_session(self) -> None:
+        """Save the harness's session ID as soon as it is known, so even an abandoned run can be continued."""
+        thread = self.summary.session_id
+        if thread and self.record.session_id != thread:
+            self.record.session_id = thread
+            with contextlib.suppress(OSError):
+                self.store.save(self.record)
+
+    def stall_stop_after_s(self) -> float | None:
+        """Seconds of silence after which the owner stops the run (stall_after + stop_when_stalled), if ever."""
+        record = self.record
+        stall_ms = store_mod.stall_after_ms(record)
+        if record.stop_when_stalled_ms is None or stall_ms <= 0:
+            return None
+        return (stall_ms + record.stop_when_stalled_ms) / 1000
+
+    def end_worker(self, worker: subprocess.Popen[bytes]) -> None:
+        process.signal_group(worker.pid, signal.SIGTERM)
+        if not process.wait_until(lambda: worker.poll() is not None, limits.TIMEOUT_KILL_GRACE_S):
+            process.signal_group(worker.pid, signal.SIGKILL)
 
     def store_event(self, log_fd: int, line: bytes) -> None:
         """Append one line to events.jsonl; a failed write (a full disk) stops storing, never the run."""
@@ -281,6 +324,7 @@ class Owner:
         record.result = self.final_message()
         record.tool_calls = summary.tool_calls
         record.usage = summary.usage
+        record.session_id = summary.session_id or record.resume_session_id
         if record.worktree_dir:
             record.changes = summarize_changes(record.worktree_dir, record.base_sha, record.preexisting_changes)
         diagnostics = [*summary.diagnostics, *self.diagnostics]
@@ -294,6 +338,8 @@ class Owner:
             state, failure = "failed", f"stopped on request at {stop_at}"
         elif self.timed_out:
             state, failure = "timeout", f"timed out after {format_duration_ms(record.timeout_ms)}"
+        elif self.stalled_since_output is not None:
+            state, failure = "failed", f"stalled: no output since {self.stalled_since_output}"
         else:
             failure = summary.failure(exit_code)
             state = "failed" if failure else "completed"

@@ -64,6 +64,11 @@ def list_op(request: RemoteRequest, response: RemoteResponse, context: Context) 
 
 
 def logs_op(request: RemoteRequest, response: RemoteResponse, context: Context) -> None:
+    if request.follow:
+        from courier.runs.loop_ops import follow_op
+
+        follow_op(request, response, context)
+        return
     tail = request.tail or limits.LOGS_TAIL_DEFAULT
     response.logs = logs_text(_store(context), request.agent_id, tail, raw=request.raw)
 

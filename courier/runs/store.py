@@ -11,6 +11,7 @@ import secrets
 import stat
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 from pydantic import ValidationError
@@ -51,6 +52,11 @@ class Record(Result):
     command: list[str] | None = None  # the profile's `command` (harness command)
     owner_token: str | None = None
     worker_token: str | None = None
+    # Contract §15.3: absent means the default (10m); 0 means never stalled.
+    stall_after_ms: int | None = None
+    stop_when_stalled_ms: int | None = None
+    # Contract §15.4: the harness session a continuing run resumes (its parent's session_id).
+    resume_session_id: str | None = None
 
 
 # Derived when a record is rendered, never stored.
@@ -182,10 +188,11 @@ class Store:
                     if problem:
                         raise RecordUnreadable(f"{entry.path} {problem}")
                     records.append(read_record_of(Path(entry.path), entry.name))
-                except OSError as exc:
-                    warnings.append(ListWarning(agent_id=entry.name, error=f"cannot read {entry.path}: {exc.strerror}"))
-                except WbError as exc:
-                    warnings.append(ListWarning(agent_id=entry.name, error=exc.message))
+                except (OSError, WbError) as exc:
+                    if not os.path.lexists(entry.path):
+                        continue  # pruned while this list ran (prune renames it away first)
+                    reason = exc.message if isinstance(exc, WbError) else f"cannot read {entry.path}: {exc.strerror}"
+                    warnings.append(ListWarning(agent_id=entry.name, error=reason))
         return records, warnings
 
     # -- the run's lock: stop and the owner's decisions exclude each other (§3.6, §7.5) ---
@@ -439,7 +446,41 @@ def render(record: Record, store: Store | None = None) -> Result:
     fields.update(state=state, terminal=is_terminal(state), owner_alive=owner_alive, worker_alive=worker_alive)
     if failure is not None:
         fields["failure"] = failure
+    if state == "running":
+        fields.update(stall_facts(record, store))
     return Result.model_construct(**fields)
+
+
+def stall_after_ms(record: Record) -> int:
+    return limits.STALL_AFTER_DEFAULT_MS if record.stall_after_ms is None else record.stall_after_ms
+
+
+def last_output(record: Record, store: Store | None) -> float | None:
+    """When the harness last wrote, as a Unix time: the owner appends every line it reads to
+    events.jsonl as it comes, so the file's mtime is the last output (one lstat, no extra
+    writes by the owner). Before the first line it is the start of the run."""
+    path = str(store.run_dir(record.agent_id) / EVENTS) if store is not None else record.log_path
+    if path:
+        try:
+            return os.lstat(path).st_mtime
+        except OSError:
+            pass
+    try:
+        return parse_rfc3339(record.started_at).timestamp()
+    except ValueError:
+        return None
+
+
+def stall_facts(record: Record, store: Store | None) -> dict[str, str]:
+    """`last_output_at` of a running run, and `stalled_since` once it wrote nothing for stall_after."""
+    moment = last_output(record, store)
+    if moment is None:
+        return {}
+    facts = {"last_output_at": rfc3339(datetime.fromtimestamp(moment, UTC))}
+    after = stall_after_ms(record)
+    if after > 0 and (time.time() - moment) * 1000 >= after:
+        facts["stalled_since"] = rfc3339(datetime.fromtimestamp(moment + after / 1000, UTC))
+    return facts
 
 
 _PROJECTED = tuple(name for name in Result.model_fields if name not in _DERIVED)

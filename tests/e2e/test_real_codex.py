@@ -243,3 +243,43 @@ def test_commands_have_no_network_unless_the_profile_allows_it(real: Machine, se
     assert opened["tool_calls"] == 1
     assert any(line.startswith("  ran: /bin/bash -lc ") and "/dev/tcp/127.0.0.1/" in line
                for line in _logs(real, opened))
+
+
+def test_continue_resumes_the_real_codex_session_and_the_model_sees_the_earlier_turn(
+    real: Machine, server: ModelServer
+) -> None:
+    """Contract §15.4 with the real binary: `codex exec … resume <thread> -` from a copy of the parent's home."""
+    first = _run(real, "write-file", "w1", task="Do the scripted task. first-turn-marker-7a1c")
+    assert first["state"] == "completed", first
+    thread = _thread_id(first)
+    assert first["session_id"] == thread
+    parent_home = Path(str(first["log_path"])).parent / "harness-home"
+    sessions = [path for path in parent_home.rglob("*.jsonl") if "sessions" in path.parts]
+    assert sessions, "Codex kept no session file in the run's private home"
+    before = len(server.requests)
+
+    done = real.wb("agent", "continue", str(first["agent_id"]), "--task", "Say it once more. second-turn-marker-4b2e")
+    assert done.returncode == 0, done.stderr
+    child = done.stdout.split()[0]
+    waited = real.wb("agent", "await", child, "--wait-timeout", "60s", "--json", timeout=90)
+    assert waited.returncode == 0, waited.stderr
+    second = json.loads(waited.stdout)
+    assert second["state"] == "completed", second
+    assert second["parent_id"] == first["agent_id"] and second["session_id"] == thread
+    assert second["worktree_dir"] == first["worktree_dir"]
+
+    resumed = [
+        r for r in server.requests[before:]
+        if r.method == "POST" and isinstance(r.body, dict) and r.body.get("prompt_cache_key") == thread
+    ]  # fmt: skip
+    assert resumed, "the resumed run sent nothing on the parent's thread"
+    sent = json.dumps(resumed[0].body["input"])
+    assert "first-turn-marker-7a1c" in sent and "second-turn-marker-4b2e" in sent  # the earlier turn came along
+    assert sent.index("first-turn-marker-7a1c") < sent.index("second-turn-marker-4b2e")
+
+    home = Path(str(second["log_path"])).parent / "harness-home"
+    for path in [home, *home.rglob("*")]:
+        if path.is_symlink():
+            continue
+        mode = path.stat().st_mode & 0o777
+        assert mode == (0o700 if path.is_dir() else 0o600), (path, oct(mode))

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import stat
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -127,6 +128,69 @@ def test_a_real_gemini_run_writes_the_file_and_reports_the_facts(real: Machine, 
     assert leaked == []
     for args in (("status", result["agent_id"]), ("list", "--json"), ("logs", result["agent_id"], "--raw")):
         assert TASK_MARK not in real.wb("agent", *args).stdout
+
+
+def _texts(content: dict[str, Any]) -> str:
+    return "".join(p["text"] for p in content.get("parts", []) if isinstance(p.get("text"), str))
+
+
+def test_continue_resumes_the_real_gemini_session_and_the_model_sees_the_earlier_turn(
+    real: Machine, server: GeminiServer
+) -> None:
+    """Contract §15.4 with 0.61.0: `--resume <session-id>` from the copied home sends the whole earlier turn."""
+    first_task, follow_up = f"Do the scripted task. {TASK_MARK}-first", f"Now say it again. {TASK_MARK}-follow-up"
+    first = _run(real, "write-file", "w1", first_task)
+    assert first["state"] == "completed" and first["session_id"] == _session(first), first
+    server.clear()
+    done = real.wb("agent", "continue", first["agent_id"], "--task", follow_up)
+    assert done.returncode == 0, done.stderr
+    waited = real.wb("agent", "await", done.stdout.split()[0], "--wait-timeout", "90s", "--json", timeout=120)
+    assert waited.returncode == 0, waited.stderr
+    second = json.loads(waited.stdout)
+    assert second["state"] == "completed" and second["exit_code"] == 0, second
+    assert second["parent_id"] == first["agent_id"] and second["worktree_dir"] == first["worktree_dir"]
+    assert second["session_id"] == _session(second) == first["session_id"]  # init repeats the resumed ID
+
+    # The one request of the resumed run carries the earlier turn, in order, then the follow-up.
+    (posted,) = [r.body for r in server.requests if r.method == "POST" and isinstance(r.body, dict)]
+    contents = posted["contents"]
+    users = [_texts(c) for c in contents if c.get("role") == "user"]
+    # (the first user content is the CLI's session context with the first task as its last part)
+    assert users[-1] == follow_up and users[0].endswith(first_task), users
+    calls = [p["functionCall"]["name"] for c in contents for p in c.get("parts", []) if "functionCall" in p]
+    answers = [p["functionResponse"]["name"] for c in contents for p in c.get("parts", []) if "functionResponse" in p]
+    assert calls == ["run_shell_command", "write_file"]
+    # 0.61.0 rebuilds each earlier tool result twice from its session file (docs/harnesses.md): same order.
+    assert list(dict.fromkeys(answers)) == calls, answers
+    assert GEMINI_WRITE_FILE_MESSAGE in [_texts(c) for c in contents if c.get("role") == "model"]
+    # With the earlier tool results the script is past its last call: the final text, this run's usage only.
+    assert [s.step for s in server.served] == [len(answers)]
+    assert second["result"] == GEMINI_WRITE_FILE_MESSAGE and second["tool_calls"] == 0
+    assert second["usage"] == server.usage_reported().wb_usage()
+    assert follow_up not in Path(second["log_path"]).read_text()
+    # The session (task text included) stays in the child's private home: 0700 directories, 0600 files.
+    home = Path(second["log_path"]).parent / "harness-home"
+    sessions = list(home.glob(".gemini/tmp/*/chats/session-*.jsonl"))
+    assert sessions and follow_up in "".join(path.read_text() for path in sessions)
+    for path in [home, *home.rglob("*")]:
+        if not path.is_symlink():
+            assert stat.S_IMODE(path.lstat().st_mode) == (0o700 if path.is_dir() else 0o600), path
+
+
+def test_continue_with_the_session_gone_from_the_home_fails_as_the_real_gemini_does(
+    real: Machine, server: GeminiServer
+) -> None:
+    first = _run(real, "write-file", "w1", "Do the scripted task.")
+    (chats,) = (Path(first["log_path"]).parent / "harness-home").glob(".gemini/tmp/*/chats")
+    shutil.rmtree(chats)
+    server.clear()
+    done = real.wb("agent", "continue", first["agent_id"], "--task", "Once more.")
+    assert done.returncode == 0, done.stderr
+    waited = real.wb("agent", "await", done.stdout.split()[0], "--wait-timeout", "90s", "--json", timeout=120)
+    second = json.loads(waited.stdout)
+    assert (second["state"], second["exit_code"], second["failure"]) == ("failed", 42, "harness exited with code 42")
+    assert any("Error resuming session" in d for d in second["harness_diagnostics"]), second
+    assert server.requests == []  # it never reached the model
 
 
 def test_an_api_error_ends_the_run_failed_with_the_clis_exit_code(real: Machine, server: GeminiServer) -> None:

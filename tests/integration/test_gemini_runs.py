@@ -130,6 +130,58 @@ def test_the_worker_gets_the_allowlist_the_one_credential_and_a_private_home(gem
     assert facts["settings"]["security"]["auth"]["selectedType"] == "gemini-api-key"
 
 
+def _await(machine: Machine, ref: str) -> dict[str, Any]:
+    waited = machine.wb("agent", "await", ref, "--wait-timeout", "60s", "--json", timeout=90)
+    assert waited.returncode == 0, waited.stderr
+    result: dict[str, Any] = json.loads(waited.stdout)
+    return result
+
+
+def test_continue_of_a_gemini_run_resumes_its_session_in_the_same_worktree(gem: Machine) -> None:
+    """Contract §15.4: `--resume <session>` from a copy of the parent's private home; the fake found the session."""
+    first = run(gem, f"scenario:complete {TASK_MARK}")
+    assert first["state"] == "completed" and first["session_id"], first
+    done = gem.wb("agent", "continue", first["agent_id"], "--task", f"scenario:env-dump {TASK_MARK}-2")
+    assert done.returncode == 0, done.stderr
+    child, state, location, _ = done.stdout.split()
+    assert child != first["agent_id"] and state == "running" and location == "g1"
+    dumped = _await(gem, child)
+    assert dumped["state"] == "completed", dumped
+    assert dumped["parent_id"] == first["agent_id"] and dumped["session_id"] == first["session_id"]
+    for key in ("worktree", "worktree_dir", "base_sha"):
+        assert dumped[key] == first[key], key
+    home = Path(dumped["log_path"]).parent / "harness-home"
+    facts = json.loads((home / "fake-gemini.json").read_text())
+    assert facts["argv"][-2:] == ["--resume", first["session_id"]]
+    assert facts["cwd"] == first["worktree_dir"]
+
+    # A second continue, from the child: the fake read the session (both earlier turns) in its copied home.
+    done = gem.wb("agent", "continue", child, "--task", "scenario:complete file:third.txt")
+    assert done.returncode == 0, done.stderr
+    third = _await(gem, done.stdout.split()[0])
+    assert third["state"] == "completed" and third["parent_id"] == child, third
+    assert third["result"] == f"resumed {first['session_id']} after 2 earlier turn(s); created third.txt."
+    assert Path(first["worktree_dir"], "third.txt").exists() and Path(first["worktree_dir"], "hello.txt").exists()
+    # The parents' homes are untouched by their children: each run resumed from its own copy.
+    parent_home = Path(first["log_path"]).parent / "harness-home"
+    (session_file,) = parent_home.glob(".gemini/tmp/*/chats/session-*.jsonl")
+    assert sum('"type":"user"' in line for line in session_file.read_text().splitlines()) == 1
+    assert TASK_MARK not in Path(third["log_path"]).read_text() + logs(gem, third["agent_id"])
+
+
+def test_continue_fails_the_run_as_gemini_does_when_the_session_is_gone_from_the_home(gem: Machine) -> None:
+    first = run(gem, "scenario:complete")
+    for chats in (Path(first["log_path"]).parent / "harness-home").glob(".gemini/tmp/*/chats"):
+        shutil.rmtree(chats)
+    done = gem.wb("agent", "continue", first["agent_id"], "--task", "scenario:complete file:second.txt")
+    assert done.returncode == 0, done.stderr
+    second = _await(gem, done.stdout.split()[0])
+    assert (second["state"], second["exit_code"]) == ("failed", 42), second
+    assert second["failure"] == "harness exited with code 42"
+    assert any("No previous sessions found for this project." in d for d in second["harness_diagnostics"]), second
+    assert not Path(first["worktree_dir"], "second.txt").exists()
+
+
 @pytest.mark.parametrize(
     ("scenario", "exit_code", "failure"),
     [

@@ -9,7 +9,6 @@ and a fleet of targets that are all one sshd with OpenSSH's default MaxStartups.
 from __future__ import annotations
 
 import json
-import os
 import shlex
 import subprocess
 import sys
@@ -163,15 +162,21 @@ def test_a_connection_dropped_during_await_or_stop_names_the_reference(caller: C
 
 
 def peak_rss_mib(argv: list[str], env: dict[str, str]) -> tuple[int, float]:
-    """Exit code and peak resident set (MiB) of one command, from the kernel's own accounting."""
-    process = subprocess.Popen(
-        argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    """Exit code and peak resident set (MiB) of one command, from the kernel's own accounting.
+
+    The command is started by a small interpreter rather than by pytest itself: a child's peak
+    counts the image it was forked from, and the test process is far larger than wb.
+    """
+    measure = (
+        "import os, subprocess, sys\n"
+        "p = subprocess.Popen(sys.argv[1:], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,"
+        " stderr=subprocess.DEVNULL)\n"
+        "_, status, usage = os.wait4(p.pid, 0)\n"
+        "print(os.waitstatus_to_exitcode(status), usage.ru_maxrss)\n"
     )
-    _, status, usage = os.wait4(process.pid, 0)
-    process.returncode = os.waitstatus_to_exitcode(status)
-    assert process.stderr is not None
-    process.stderr.close()
-    return process.returncode, usage.ru_maxrss / 1024
+    out = subprocess.run([sys.executable, "-c", measure, *argv], env=env, capture_output=True, text=True, check=True)
+    code, kib = out.stdout.split()
+    return int(code), int(kib) / 1024
 
 
 def test_a_list_reply_of_a_million_tiny_objects_is_refused_in_little_memory(caller: Caller) -> None:

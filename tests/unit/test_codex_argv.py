@@ -46,7 +46,7 @@ def _as_toml(argv: list[str]) -> dict[str, Any]:
 
 def test_exact_argv_for_a_representative_provider() -> None:
     assert _argv() == [
-        "codex", "exec", "--ephemeral", "--json", "--ignore-user-config",
+        "codex", "exec", "--json", "--ignore-user-config",
         "-C", "/p/.wb-worktrees/acme/widget/w1", "-s", "workspace-write", "-m", "deepseek-flash",
         "-c", 'model_provider="wb_deepseek"',
         "-c", 'model_providers.wb_deepseek.name="deepseek"',
@@ -58,6 +58,24 @@ def test_exact_argv_for_a_representative_provider() -> None:
         "-c", 'shell_environment_policy.exclude=["*KEY*","*TOKEN*","*SECRET*"]',
         "-o", "/h/agents/agt-1/last-message.txt", "-",
     ]  # fmt: skip
+
+
+def test_runs_keep_their_session_no_ephemeral_flag() -> None:
+    """Contract §7.3/§15.4: the session is kept (in the run's private CODEX_HOME) so it can be continued."""
+    assert "--ephemeral" not in _argv()
+
+
+def test_resume_puts_the_exec_options_first_then_resume_thread_and_stdin() -> None:
+    """`codex exec [OPTIONS] resume <thread> -`: the resume subcommand takes only the ID and the prompt."""
+    thread = "019a7c1e-5b0c-7d22-9f1a-3c4d5e6f7a8b"
+    plain, resumed = _argv(), _argv(resume_session=thread)
+    assert resumed == [*plain[:-1], "resume", thread, "-"]
+
+
+@pytest.mark.parametrize("session", ["--last", "-x", "a b", "../x", "", "x" * 200])
+def test_a_session_id_that_is_not_a_thread_id_is_refused(session: str) -> None:
+    with pytest.raises(ValueError, match="session ID"):
+        _argv(resume_session=session)
 
 
 def test_every_override_round_trips_through_tomllib() -> None:

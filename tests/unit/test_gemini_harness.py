@@ -6,6 +6,7 @@ import json
 import os
 import stat
 import tomllib
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -63,6 +64,25 @@ def test_argv_is_exactly_the_contracts_and_never_holds_the_task(tmp_path: Path) 
     assert Gemini().argv(launch(tmp_path)) == [
         "gemini", "-o", "stream-json", "-m", "gemini-2.5-pro", "--approval-mode", "auto_edit",
     ]  # fmt: skip
+
+
+SESSION = "4faa5275-8a56-498b-8ec3-09e4b05d1588"
+
+
+def test_the_gemini_harness_can_resume_by_session_id(tmp_path: Path) -> None:
+    """Contract §15.4: 0.61.0 looks a `--resume` value up as a session ID first (docs/harnesses.md)."""
+    assert spec_for("gemini").can_resume
+    run = replace(launch(tmp_path), resume_session=SESSION)
+    assert Gemini().argv(run) == [
+        "gemini", "-o", "stream-json", "-m", "gemini-2.5-pro", "--approval-mode", "auto_edit", "--resume", SESSION,
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize("session", ["latest", "3", "", "--yolo", f"{SESSION}\n", f"{SESSION} 2", "/etc/passwd"])
+def test_only_a_uuid_is_ever_passed_to_resume(tmp_path: Path, session: str) -> None:
+    """`latest` or a number would resume another session of the project; anything but a UUID is refused."""
+    with pytest.raises(ValueError, match="not a Gemini CLI session ID"):
+        Gemini().argv(replace(launch(tmp_path), resume_session=session))
 
 
 def test_argv_refuses_a_provider_of_another_wire_api_and_an_option_like_model(tmp_path: Path) -> None:

@@ -158,10 +158,11 @@ def test_capabilities_list_the_runnable_harnesses() -> None:
 def test_an_optional_operation_lists_itself(monkeypatch: pytest.MonkeyPatch) -> None:
     from protocol import operations
 
-    entry = operations.Operation("diff", "result", "courier.runs.service:diff_op", capability="diff")
-    monkeypatch.setitem(operations.TABLE, "diff", entry)
+    entry = operations.Operation("example", "result", "courier.runs.service:status_op", capability="example")
+    monkeypatch.setitem(operations.TABLE, "example", entry)
     listed = capabilities()
-    assert listed[0] == "diff" and listed[1:] == [f"harness:{name}" for name in runnable_harnesses()]
+    harnesses = [f"harness:{name}" for name in runnable_harnesses()]
+    assert listed == ["diff", "continue", "prune", "example", "follow", *harnesses]
 
 
 def test_capabilities_and_cost_on_the_wire() -> None:

@@ -32,7 +32,7 @@ REGISTRY: dict[str, HarnessSpec] = {
     for spec in (
         HarnessSpec("codex", "Codex", "courier.runs.harness.codex:Codex", "codex", ("responses",), True),
         HarnessSpec("claude", "Claude Code", "courier.runs.harness.claude:Claude", "claude", ("anthropic",), True),
-        HarnessSpec("gemini", "Gemini CLI", "courier.runs.harness.gemini:Gemini", "gemini", ("gemini",), False),
+        HarnessSpec("gemini", "Gemini CLI", "courier.runs.harness.gemini:Gemini", "gemini", ("gemini",), True),
         HarnessSpec("command", "command", "courier.runs.harness.command:Command", None, (), False),
     )
 }

@@ -180,6 +180,17 @@ class Harness(ABC):
     def actions_of(self, event: dict[str, Any]) -> list[str]:
         """The worker actions (§7.6) one well-formed event stands for, unsanitised, oldest first."""
 
+    def echoed_by(self, event: dict[str, Any], following: dict[str, Any]) -> bool:
+        """True when `event` only repeats what `following` (the next event) says, so `logs` shows it once.
+
+        Reading forward (`logs --follow`), an event that may be such an echo is held back until
+        the next event arrives; `may_echo` names those.
+        """
+        return False
+
+    def may_echo(self, event: dict[str, Any]) -> bool:
+        return False
+
     def worker_actions(self, events_path: str | os.PathLike[str] | int, limit: int) -> list[str]:
         """The last `limit` worker actions of a stored transcript (a path, or a descriptor the store
         opened and checked), oldest first, each sanitised and bounded."""

@@ -9,6 +9,7 @@ one `assistant` line per content block; `user` lines carry tool results; a run e
 from __future__ import annotations
 
 import os
+import re
 from typing import Any
 
 from courier.runs.harness.base import FAILURE_MESSAGE_MAX_BYTES, EventParser, Harness, Launch, clean, plural_files
@@ -21,6 +22,9 @@ FILE_TOOLS = frozenset({"Edit", "Write", "MultiEdit", "NotebookEdit"})
 # --permission-prompts none: anything else that would prompt is denied at once, never waited on.
 NARROW_PERMISSIONS = ("--permission-mode", "acceptEdits", "--allowedTools", "Bash", "--permission-prompts", "none")
 BYPASS_PERMISSIONS = ("--permission-mode", "bypassPermissions")
+
+
+_SESSION_ID = re.compile(r"[0-9A-Za-z][0-9A-Za-z-]{0,127}")
 
 
 def claude_argv(launch: Launch) -> list[str]:
@@ -42,6 +46,11 @@ def claude_argv(launch: Launch) -> list[str]:
         argv += BYPASS_PERMISSIONS
     else:
         argv += NARROW_PERMISSIONS
+    if launch.resume_session is not None:
+        # Contract §15.4; the `=` form, as the official SDK passes it, so an ID is never read as a flag.
+        if not _SESSION_ID.fullmatch(launch.resume_session):
+            raise ValueError(f"session ID {launch.resume_session!r} is not a Claude Code session ID")
+        argv.append(f"--resume={launch.resume_session}")
     return argv
 
 

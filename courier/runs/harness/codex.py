@@ -31,6 +31,8 @@ TOOL_CALL_TYPES = frozenset({"command_execution", "file_change", "mcp_tool_call"
 
 _PROVIDER_NAME = re.compile(r"[a-z0-9_-]{1,32}")
 _ENV_NAME = re.compile(r"[A-Z_][A-Z0-9_]{0,63}")
+# A thread ID as Codex prints it (a UUID); never an option, never a path.
+_SESSION_ID = re.compile(r"[0-9A-Za-z][0-9A-Za-z-]{0,127}")
 _USAGE_FIELDS = (
     "input_tokens",
     "cached_input_tokens",
@@ -60,8 +62,13 @@ def codex_argv(
     network: bool,
     last_message_path: str,
     env_key: str,
+    resume_session: str | None = None,
 ) -> list[str]:
-    """The exact `codex exec` command line of contract §7.3.
+    """The exact `codex exec` command line of contract §7.3 (no `--ephemeral`: sessions are kept
+    in the run's private CODEX_HOME so a later run can continue them, §15.4).
+
+    With `resume_session`, the same options then `resume <session> -` (contract §15.4): the
+    exec options go before the subcommand, which takes only the session ID and the prompt.
 
     The task is never part of it: the trailing `-` makes Codex read the prompt from stdin.
     `env_key` names the variable the harness reads the credential from: the provider's
@@ -82,6 +89,8 @@ def codex_argv(
             raise ValueError(f"{what} must be an absolute path, got {path!r}")
     if not model or model.startswith("-"):
         raise ValueError(f"model {model!r} must be a non-empty identifier not starting with '-'")
+    if resume_session is not None and not _SESSION_ID.fullmatch(resume_session):
+        raise ValueError(f"session ID {resume_session!r} is not a Codex thread ID")
 
     # Bare TOML keys allow A-Za-z0-9_-, so `wb_<name>` is a valid dotted-key segment as is.
     pid = f"wb_{provider_name}"
@@ -108,12 +117,15 @@ def codex_argv(
         overrides.append(("sandbox_workspace_write.network_access", "true"))
 
     argv = [
-        "codex", "exec", "--ephemeral", "--json", "--ignore-user-config",
+        "codex", "exec", "--json", "--ignore-user-config",
         "-C", worktree, "-s", "workspace-write", "-m", model,
     ]  # fmt: skip
     for key, value in overrides:
         argv += ["-c", f"{key}={value}"]
-    argv += ["-o", last_message_path, "-"]
+    argv += ["-o", last_message_path]
+    if resume_session is not None:
+        argv += ["resume", resume_session]
+    argv.append("-")
     return argv
 
 
@@ -328,6 +340,7 @@ class Codex(Harness):
             network=launch.network,
             last_message_path=str(launch.last_message_path),
             env_key=launch.env_key,
+            resume_session=launch.resume_session,
         )
 
     def environment(self, launch: Launch, env: dict[str, str]) -> dict[str, str]:
@@ -342,6 +355,17 @@ class Codex(Harness):
     def actions_of(self, event: dict[str, Any]) -> list[str]:
         action = _action_of(event)
         return [] if action is None else [action]
+
+    def may_echo(self, event: dict[str, Any]) -> bool:
+        return event.get("type") == "error"
+
+    def echoed_by(self, event: dict[str, Any], following: dict[str, Any]) -> bool:
+        # Codex repeats a failed turn's message as a top-level `error` right before `turn.failed`.
+        return (
+            event.get("type") == "error"
+            and following.get("type") == "turn.failed"
+            and _message_of(following.get("error")) == _message_of(event)
+        )
 
     def worker_actions(self, events_path: str | os.PathLike[str] | int, limit: int) -> list[str]:
         return worker_actions(events_path, limit)

@@ -12,12 +12,15 @@ Facts verified with the real 0.61.0 binary (docs/harnesses.md, "Gemini CLI 0.61.
   tool that would ask for approval, so nothing can hang on a prompt.
 * The CLI writes error reports (which quote the request, task included) to `os.tmpdir()`:
   TMPDIR points inside the private home so they stay in the run directory.
+* `--resume <uuid>` resumes the session with that ID from `<home>/.gemini/tmp/<project>/chats`
+  (the project is the worktree, so a copy of the parent's home finds it); an unknown ID exits 42.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -62,6 +65,10 @@ SETTINGS: dict[str, Any] = {
     "ui": {"showCompatibilityWarnings": False},
     "tools": {"useRipgrep": False},
 }
+# A session ID as the CLI mints it (`randomUUID`). Nothing else is passed to --resume: the CLI
+# reads `latest` or a small number there as "the newest" or "the n-th" session of the project.
+_SESSION_ID = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
+
 # auto_edit approves edits; this rule approves shell commands too, and nothing else.
 SHELL_POLICY = f'[[rule]]\ntoolName = "{SHELL_TOOL}"\ndecision = "allow"\npriority = 100\n'
 
@@ -69,11 +76,20 @@ SHELL_POLICY = f'[[rule]]\ntoolName = "{SHELL_TOOL}"\ndecision = "allow"\npriori
 # --------------------------------------------------------------------------- start
 
 
-def gemini_argv(model: str) -> list[str]:
-    """The exact command line (contract §14); the task goes on stdin, which makes the run headless."""
+def gemini_argv(model: str, resume_session: str | None = None) -> list[str]:
+    """The exact command line (contract §14); the task goes on stdin, which makes the run headless.
+
+    With `resume_session`, `--resume <session>` (contract §15.4): 0.61.0 looks the ID up
+    among the project's sessions in its home before it reads its index numbers.
+    """
     if not model or model.startswith("-"):
         raise ValueError(f"model {model!r} must be a non-empty identifier not starting with '-'")
-    return [EXECUTABLE, "-o", "stream-json", "-m", model, "--approval-mode", APPROVAL_MODE]
+    argv = [EXECUTABLE, "-o", "stream-json", "-m", model, "--approval-mode", APPROVAL_MODE]
+    if resume_session is not None:
+        if not _SESSION_ID.fullmatch(resume_session):
+            raise ValueError(f"session ID {resume_session!r} is not a Gemini CLI session ID (a UUID)")
+        argv += ["--resume", resume_session]
+    return argv
 
 
 def _write_private(path: Path, text: str) -> None:
@@ -299,7 +315,7 @@ class Gemini(Harness):
         if launch.provider is None or launch.provider.wire_api != "gemini":
             wire = launch.provider.wire_api if launch.provider else "none"
             raise ValueError(f'the gemini harness needs a provider with wire_api "gemini", not "{wire}"')
-        return gemini_argv(launch.model)
+        return gemini_argv(launch.model, launch.resume_session)
 
     def environment(self, launch: Launch, env: dict[str, str]) -> dict[str, str]:
         return gemini_environment(launch, env)

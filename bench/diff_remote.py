@@ -1,0 +1,106 @@
+"""Benchmark 7 — remote diff of a 1 MiB patch (issue 13: within 1.2× of `ssh host git -C <worktree> diff`).
+
+Ours: `wb agent diff m1:agt-…` as a user types it: interpreter start, the CLI, an asyncssh
+connection, the remote receiver (temporary index, one `git diff --binary`), the JSON reply,
+the patch written to stdout. Yardstick: OpenSSH running `git -C <worktree> diff` against the
+same sshd, key and known_hosts (no multiplexing), which sees the same change (tracked lines
+only, so both patches are about 1 MiB).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench import common
+
+LINES = 10_000  # 10,000 added lines of 100 bytes: a patch of about 1 MiB
+
+
+def _git(cwd: Path, *args: str) -> str:
+    env = {
+        "GIT_CONFIG_GLOBAL": "/dev/null",
+        "GIT_CONFIG_NOSYSTEM": "1",
+        "GIT_AUTHOR_NAME": "b",
+        "GIT_AUTHOR_EMAIL": "b@example.invalid",
+        "GIT_COMMITTER_NAME": "b",
+        "GIT_COMMITTER_EMAIL": "b@example.invalid",
+        "PATH": "/usr/bin:/bin",
+    }
+    return subprocess.run(["git", *args], cwd=cwd, env=env, check=True, capture_output=True, text=True).stdout
+
+
+def _worktree_with_change(root: Path) -> tuple[Path, str]:
+    worktree = root / "projects" / "acme" / "widget"
+    worktree.mkdir(parents=True)
+    _git(worktree, "init", "-q", "-b", "main")
+    (worktree / "data.txt").write_text("start\n")
+    _git(worktree, "add", "data.txt")
+    _git(worktree, "commit", "-q", "-m", "base")
+    base = _git(worktree, "rev-parse", "HEAD").strip()
+    line = "x" * 99 + "\n"
+    (worktree / "data.txt").write_text("start\n" + "".join(f"{index:08d}{line[8:]}" for index in range(LINES)))
+    return worktree, base
+
+
+def run(report: common.Report, base: Path, repetitions: int = 11) -> None:
+    with common.fleet(1, base, name="diff") as machines:
+        server = machines.servers[0]
+        agent_id = common.write_records(server.wb_home, 1)[0]
+        worktree, base_sha = _worktree_with_change(server.root)
+        record_path = server.wb_home / "agents" / agent_id / "run.json"
+        record = json.loads(record_path.read_text())
+        record.update(worktree_dir=str(worktree), base_sha=base_sha)
+        record_path.write_text(json.dumps(record, indent=2) + "\n")
+        env = machines.env()
+        ours = [common.WB, "agent", "diff", f"m1:{agent_id}"]
+        status = [common.WB, "agent", "status", f"m1:{agent_id}"]
+        yardstick = machines.ssh_argv(server, "git", "-C", str(worktree), "diff")
+        patch = common.run_output(ours, env=env)
+        plain = common.run_output(yardstick, env=env)
+        samples = common.interleaved(
+            {
+                "wb": lambda: common.run_timed(ours, env=env),
+                "ssh": lambda: common.run_timed(yardstick, env=env),
+                "status": lambda: common.run_timed(status, env=env),
+            },
+            repetitions,
+        )
+    wb, ssh = common.median(samples["wb"]), common.median(samples["ssh"])
+    status_s = common.median(samples["status"])
+    ratio = wb / ssh
+    report.add(
+        common.Row(
+            "7. remote diff, 1 MiB patch",
+            f"wb agent diff m:agt {common.ms(wb)}",
+            f"ssh host git diff {common.ms(ssh)}",
+            f"{ratio:.2f}x",
+            "<= 1.2x",
+            ratio <= 1.2,
+            f"medians of {repetitions}; patches {len(patch.encode())} / {len(plain.encode())} bytes",
+        )
+    )
+    # What the diff itself costs over any remote call: the same round trip asking `status`.
+    report.add(
+        common.Row(
+            "7b. remote diff / remote status",
+            f"wb agent diff m:agt {common.ms(wb)}",
+            f"wb agent status m:agt {common.ms(status_s)}",
+            f"{wb / status_s:.2f}x",
+            "(info)",
+            True,
+            "the diff's own cost beyond the remote call",
+        )
+    )
+
+
+if __name__ == "__main__":
+    report = common.Report()
+    with common.workdir("diff") as base:
+        run(report, base, int(sys.argv[1]) if len(sys.argv) > 1 else 11)
+    print(common.table(report.rows))

@@ -1,0 +1,102 @@
+"""Worker actions as they happen (contract §15.2): read events.jsonl forward from a byte offset.
+
+Only complete lines are consumed, so an offset never splits a line and a reader that resumes
+from `next_offset` neither repeats nor loses an action. An event the harness may repeat in
+the next one (Codex's `error` before `turn.failed`) is held back, not consumed, while it is
+the last line of a live run, so `--follow` shows exactly what `logs` shows.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import time
+from collections.abc import Callable
+from typing import Any
+
+from courier.runs.harness import harness_for
+from courier.runs.harness.base import Harness, clean, decode_line
+from courier.runs.harness.transcript import action_lines
+from courier.runs.store import EVENTS, Store, render
+from protocol import limits
+from protocol.models import Result
+
+# One reply carries at most this many actions (each ≤ 240 bytes): well under the 2 MiB transcript bound.
+ACTIONS_PER_REPLY_MAX = 4096
+_READ_MAX = 2 * limits.EVENT_LINE_MAX_BYTES
+
+
+def _read_from(path: str, offset: int) -> bytes:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return b""
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(f"{path} is not a regular file")
+        return os.pread(fd, _READ_MAX, offset)
+    finally:
+        os.close(fd)
+
+
+def _event(line: bytes) -> dict[str, Any] | None:
+    _, event, ok = decode_line(line)
+    return event if ok else None
+
+
+def read_actions(harness: Harness, path: str, offset: int, *, final: bool) -> tuple[list[str], int]:
+    """(actions, next_offset) for the complete lines of `path` from `offset`.
+
+    `final` (the run is terminal, so the file will not grow) releases a held-back last line.
+    """
+    data = _read_from(path, offset)
+    end = data.rfind(b"\n") + 1
+    if end == 0 and len(data) >= _READ_MAX:
+        # A line longer than the window: the owner never stores one, so skip it as one diagnostic.
+        return [f"diagnostic: event line over {limits.EVENT_LINE_MAX_BYTES} bytes"], offset + len(data)
+    lines = data[:end].split(b"\n")[:-1]
+    actions: list[str] = []
+    consumed = 0
+    for index, line in enumerate(lines):
+        if len(actions) >= ACTIONS_PER_REPLY_MAX:
+            break
+        event, found = action_lines(line)
+        if found is None:
+            assert event is not None
+            if harness.may_echo(event):
+                following = next((_event(later) for later in lines[index + 1 :] if later.strip()), None)
+                if following is None and not final:
+                    break  # hold it back: the next event decides whether it is an echo
+                if following is not None and harness.echoed_by(event, following):
+                    found = []
+            if found is None:
+                found = harness.actions_of(event)
+        actions.extend(clean(action, limits.LOG_ACTION_MAX_BYTES) for action in found)
+        consumed += len(line) + 1
+    return actions, offset + consumed
+
+
+def follow_once(
+    store: Store,
+    agent_id: str,
+    offset: int,
+    wait_timeout_ms: int,
+    client_gone: Callable[[], bool],
+) -> tuple[list[str], int, Result]:
+    """Wait until there is a new action, the run is terminal or the wait ends; then answer.
+
+    The state is read before the file, so a terminal answer carries every action the run wrote.
+    """
+    path = str(store.run_dir(agent_id) / EVENTS)
+    deadline = time.monotonic() + wait_timeout_ms / 1000
+    harness: Harness | None = None
+    while True:
+        record = store.load(agent_id)
+        result = render(record, store)
+        harness = harness or harness_for(record.resolved.harness)
+        actions, next_offset = read_actions(harness, path, offset, final=result.terminal)
+        now = time.monotonic()
+        if actions or result.terminal or now >= deadline or client_gone():
+            return actions, next_offset, result
+        offset = next_offset  # blank lines consumed without an action
+        time.sleep(max(0.001, min(limits.AWAIT_POLL_S, deadline - now)))

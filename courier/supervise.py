@@ -1,0 +1,178 @@
+"""The caller's side of the supervisor's loop (contract §15): diff, follow, continue and prune, here or remotely.
+
+Each function asks through `route.ask`, so a local and a remote run behave the same; the
+CLI only parses flags and prints what these return.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from courier.config import Config
+from courier.errors import (
+    CallTimedOut,
+    ConnectFailed,
+    ConnectionLost,
+    TransportError,
+    UsageError,
+    WbError,
+)
+from courier.render import ref_of
+from courier.route import ask, await_chunk_ms, upgrade_message
+from courier.text import sanitize
+from protocol import limits
+from protocol.models import DiffResult, PruneResult, RemoteRequest, Result
+from protocol.refs import format_reference
+
+
+def request(operation: str, **fields: object) -> RemoteRequest:
+    return RemoteRequest(schema_version=limits.SCHEMA_VERSION, operation=operation, **fields)  # type: ignore[arg-type]
+
+
+# -- diff ----------------------------------------------------------------------------------
+
+
+def fetch_diff(config: Config, machine: str, agent_id: str, *, stat: bool) -> DiffResult:
+    """The run's diff; locally without the 2 MiB wire cap, remotely through the `diff` operation."""
+    if not machine:
+        from courier.runs.loop_ops import diff_result
+        from courier.runs.store import Store
+
+        return diff_result(Store(config.home).ensure(), agent_id, stat=stat, wire_cap=False)
+    return DiffResult.model_validate(ask(config, machine, request("diff", agent_id=agent_id, stat=stat)).result)
+
+
+def patch_bytes(diff: DiffResult) -> bytes:
+    """The patch exactly as git wrote it (a non-UTF-8 byte travels as a lone surrogate)."""
+    return (diff.patch or "").encode("utf-8", "surrogateescape")
+
+
+def stat_text(diff: DiffResult) -> str:
+    lines = []
+    for change in diff.files:
+        note = " (binary)" if change.binary else ""
+        lines.append(f"+{change.insertions} -{change.deletions} {sanitize(change.path)}{note}\n")
+    count = len(diff.files)
+    insertions = sum(change.insertions for change in diff.files)
+    deletions = sum(change.deletions for change in diff.files)
+    lines.append(f"{count} file{'s' if count != 1 else ''} changed, +{insertions} -{deletions}\n")
+    return "".join(lines)
+
+
+def diff_json(diff: DiffResult) -> str:
+    document = diff.to_wire()
+    try:
+        return json.dumps(document, indent=2, ensure_ascii=False).encode().decode() + "\n"
+    except UnicodeEncodeError:  # a non-UTF-8 patch byte: keep it as its \udcXX escape
+        return json.dumps(document, indent=2, ensure_ascii=True) + "\n"
+
+
+# -- logs --follow ---------------------------------------------------------------------------
+
+# Failures worth a retry from the same offset: the connection, not the request or the peer's identity.
+_RETRYABLE = (ConnectionLost, CallTimedOut, ConnectFailed)
+
+
+def _retryable(exc: WbError) -> bool:
+    return isinstance(exc, _RETRYABLE) or (isinstance(exc, TransportError) and exc.cause == "remote crashed")
+
+
+def terminal_line(result: Result) -> str:
+    line = f"{ref_of(result)} {sanitize(result.state)}"
+    if result.failure:
+        line += f": {sanitize(result.failure)}"
+    return line + "\n"
+
+
+def follow(
+    config: Config,
+    machine: str,
+    agent_id: str,
+    write: Callable[[str], None],
+    warn: Callable[[str], None],
+) -> Result:
+    """Print the run's actions as they happen until it is terminal; the terminal state last.
+
+    Each call waits at most 5 min on the machine holding the run; a dropped connection is
+    retried from the same byte offset, so no action is printed twice or lost.
+    """
+    offset = 0
+    failures = 0
+    while True:
+        call = request("logs", agent_id=agent_id, follow=True, follow_from=offset, wait_timeout_ms=await_chunk_ms())
+        try:
+            response = ask(config, machine, call)
+        except WbError as exc:
+            if not machine or not _retryable(exc) or failures >= limits.FOLLOW_RETRIES:
+                raise
+            failures += 1
+            warn(f"{exc.message}; following again from byte {offset} (attempt {failures} of {limits.FOLLOW_RETRIES})")
+            time.sleep(min(2.0**failures / 4, 5.0))
+            continue
+        failures = 0
+        if response.next_offset is None:
+            raise UsageError(upgrade_message(machine, response.wb_version, "logs --follow"))
+        if response.logs:
+            write(sanitize(response.logs, keep_newlines=True))
+        offset = response.next_offset
+        result = response.result_of()
+        if machine:
+            result.machine = machine
+        if result.terminal:
+            write(terminal_line(result))
+            return result
+
+
+# -- prune -------------------------------------------------------------------------------------
+
+
+@dataclass
+class PruneOutcome:
+    machine: str
+    result: PruneResult | None
+    error: WbError | None = None
+
+
+def prune_on(config: Config, machine: str, older_than_ms: int, dry_run: bool) -> PruneOutcome:
+    try:
+        response = ask(config, machine, request("prune", older_than_ms=older_than_ms, dry_run=dry_run))
+    except WbError as exc:
+        return PruneOutcome(machine, None, exc)
+    return PruneOutcome(machine, PruneResult.model_validate(response.result or {}))
+
+
+def prune_machines(config: Config, machines: list[str], older_than_ms: int, dry_run: bool) -> list[PruneOutcome]:
+    """Prune on each machine concurrently (at most the fleet fan-out in flight), results in the given order."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=max(1, min(limits.FLEET_MAX_IN_FLIGHT, len(machines)))) as pool:
+        return list(pool.map(lambda m: prune_on(config, m, older_than_ms, dry_run), machines))
+
+
+def prune_text(outcomes: list[PruneOutcome], dry_run: bool) -> tuple[str, list[str]]:
+    """(stdout, warnings): one line per removed record and a total."""
+    verb = "would remove" if dry_run else "removed"
+    lines = []
+    total = 0
+    warnings = []
+    for outcome in outcomes:
+        if outcome.result is None:
+            assert outcome.error is not None
+            warnings.append(outcome.error.message)  # a remote error already names its machine
+            continue
+        for entry in outcome.result.removed:
+            ref = format_reference(outcome.machine, entry.agent_id)
+            lines.append(f"{verb} {ref} ({sanitize(entry.state)}, finished {sanitize(entry.finished_at)})\n")
+            total += 1
+    lines.append(f"{verb} {total} record{'s' if total != 1 else ''}\n")
+    return "".join(lines), warnings
+
+
+def write_bytes(data: bytes) -> None:
+    sys.stdout.flush()
+    sys.stdout.buffer.write(data)
+    sys.stdout.buffer.flush()
