@@ -110,11 +110,11 @@ def test_the_inspector_dispatches_awaits_and_diffs_a_run_on_a_loopback_machine(
     json_documents.check("result", finished)
     assert finished["state"] == "completed" and finished["changes"]["files"] == ["inspected.txt"]
 
-    if "diff" in {tool.name for tool in available_tools()}:
-        diff = call(inspector, supervisor, "diff", ref=ref)
-        json_documents.check("diff", diff)
-        assert diff["machine"] == "box" and [f["path"] for f in diff["files"]] == ["inspected.txt"]
-        assert "+Hello from the fake codex." in diff["patch"]
+    diff = call(inspector, supervisor, "diff", ref=ref)
+    json_documents.check("diff", diff)
+    assert diff["machine"] == "box" and [f["path"] for f in diff["files"]] == ["inspected.txt"]
+    assert diff["files"][0]["insertions"] == 1 and diff["base_sha"] == finished["base_sha"]
+    assert "+Hello from the fake codex." in diff["patch"]
 
     refused = run(inspector, supervisor, "--method", "tools/call", "--tool-name", "stop", "--tool-arg", f"ref={ref}")
     assert refused.returncode == TOOL_ERROR_EXIT, refused.stderr

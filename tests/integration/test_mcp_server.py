@@ -76,14 +76,15 @@ def test_the_tools_are_listed_with_input_and_output_schemas(machine: Machine) ->
     async def body(session: ClientSession) -> None:
         listed = (await session.list_tools()).tools
         names = {tool.name for tool in listed}
-        assert names == {tool.name for tool in available_tools()}
-        assert names <= ALL_TOOLS and {"dispatch", "status", "await", "list", "logs", "stop", "machines"} <= names
+        assert names == {tool.name for tool in available_tools()} == ALL_TOOLS
         for tool in listed:
             assert tool.description and tool.input_schema["type"] == "object"
             assert tool.output_schema is not None and tool.output_schema["type"] == "object", tool.name
         by_name = {tool.name: tool for tool in listed}
         assert by_name["dispatch"].output_schema == output_schema("result")
         assert by_name["list"].output_schema == output_schema("fleet")
+        assert by_name["diff"].output_schema == output_schema("diff")
+        assert by_name["continue"].output_schema == output_schema("result")
         assert set(by_name["dispatch"].input_schema["required"]) == {"task", "profile"}
         assert "all" in by_name["list"].input_schema["properties"]
 
@@ -131,6 +132,38 @@ def test_dispatch_await_status_list_logs_and_stop_here(machine: Machine) -> None
     assert all(total == 3600 for _, total, _ in progress)  # seconds waited out of the bound (default 1h)
     assert "is running" in (progress[0][2] or "")
     assert [value for value, _, _ in progress] == sorted(value for value, _, _ in progress)
+
+
+def test_diff_and_continue_here(machine: Machine) -> None:
+    machine.clone()
+
+    async def body(session: ClientSession) -> None:
+        task = "scenario:complete file:first.txt"
+        arguments = {"task": task, "profile": "fake", "new_worktree": "d1", "repo": "acme/widget"}
+        started = await call_ok(session, "dispatch", arguments, "result")
+        ref = started["agent_id"]
+        refused = await call_error(session, "continue", {"ref": ref, "task": "scenario:complete file:second.txt"})
+        assert refused["class"] == "finding" and "running" in refused["message"]
+        first = await call_ok(session, "await", {"ref": ref}, "result")
+        assert first["state"] == "completed"
+        diff = await call_ok(session, "diff", {"ref": ref}, "diff")
+        assert [f["path"] for f in diff["files"]] == ["first.txt"] and diff["base_sha"] == first["base_sha"]
+        assert "+Hello from the fake codex." in diff["patch"]
+        stat = await call_ok(session, "diff", {"ref": ref, "stat": True}, "diff")
+        assert "patch" not in stat and stat["files"] == diff["files"]
+        followed = await call_ok(
+            session, "continue", {"ref": ref, "task": "scenario:complete file:second.txt"}, "result"
+        )
+        assert followed["parent_id"] == ref and followed["agent_id"] != ref
+        assert followed["worktree"] == "d1" and followed["profile"] == "fake"
+        second = await call_ok(session, "await", {"ref": followed["agent_id"]}, "result")
+        assert second["state"] == "completed"
+        both = await call_ok(session, "diff", {"ref": followed["agent_id"], "stat": True}, "diff")
+        assert sorted(f["path"] for f in both["files"]) == ["first.txt", "second.txt"]
+        blank = await call_error(session, "continue", {"ref": ref, "task": " "})
+        assert blank["class"] == "usage" and "blank" in blank["message"]
+
+    run_session(machine.env, machine.root, body)
 
 
 def test_refusals_are_tool_errors_with_the_clis_message_and_class(machine: Machine) -> None:
@@ -371,6 +404,8 @@ def test_dispatch_await_status_and_list_on_a_loopback_machine(supervisor: Machin
         assert listed["machines"][0]["machine"] == "box" and listed["machines"][0]["ok"] is True
         fleet = await call_ok(session, "list", {"all": True}, "fleet")
         assert [row["machine"] for row in fleet["machines"]] == ["", "box"]
+        diff = await call_ok(session, "diff", {"ref": ref, "stat": True}, "diff")
+        assert diff["machine"] == "box" and diff["base_sha"] == status["base_sha"] and diff["files"] == []
         logs = await call_ok(session, "logs", {"ref": ref}, "logs")
         first = logs["logs"].splitlines()[0]
         assert logs["machine"] == "box" and first == str(box.wb_home / "agents" / started["agent_id"] / "events.jsonl")

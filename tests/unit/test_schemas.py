@@ -17,7 +17,7 @@ from courier.commands import build_dispatch
 from tests import json_documents
 
 SCHEMA_DIR = REPO_ROOT / "docs" / "schema"
-CONTRACT_NAMES = {"result", "list", "fleet", "machines", "request", "response", "error"}
+CONTRACT_NAMES = {"result", "list", "fleet", "machines", "diff", "request", "response", "error"}
 
 
 def test_the_committed_schemas_are_exactly_what_the_models_generate() -> None:
