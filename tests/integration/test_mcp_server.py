@@ -166,6 +166,26 @@ def test_diff_and_continue_here(machine: Machine) -> None:
     run_session(machine.env, machine.root, body)
 
 
+def test_a_patch_that_is_not_utf8_is_refused_naming_the_cli(machine: Machine) -> None:
+    machine.clone()
+    ref = machine.dispatch(task="scenario:complete file:plain.txt", worktree="latin")
+    assert machine.wb("agent", "await", ref).returncode == 0
+    worktree = Path(machine.wb_json("agent", "status", ref)["worktree_dir"])  # type: ignore[index]
+    (worktree / "latin1.txt").write_bytes(b"caf\xe9\n")  # text to git (no NUL), not UTF-8
+
+    async def body(session: ClientSession) -> None:
+        refused = await call_error(session, "diff", {"ref": ref})
+        assert refused["class"] == "finding"
+        assert refused["message"].endswith(f"pass stat, or read it with: wb agent diff {ref}")
+        stat = await call_ok(session, "diff", {"ref": ref, "stat": True}, "diff")
+        assert sorted(f["path"] for f in stat["files"]) == ["latin1.txt", "plain.txt"]
+
+    run_session(machine.env, machine.root, body)
+    assert b"+caf\xe9" in subprocess.run(
+        [sys.executable, "-m", "courier.main", "agent", "diff", ref], capture_output=True, env=machine.env, check=True
+    ).stdout
+
+
 def test_refusals_are_tool_errors_with_the_clis_message_and_class(machine: Machine) -> None:
     bad_ref = "agt-nothex"
     unknown = "agt-" + "0" * 32
