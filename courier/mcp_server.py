@@ -49,6 +49,7 @@ def progress_interval_ms() -> int:
         return int(override)
     return AWAIT_PROGRESS_MS
 
+
 INSTRUCTIONS = (
     "wb runs one bounded coding task in one coding-agent harness inside an isolated git worktree, "
     "on this machine or on a configured SSH machine, and reports the facts of the run (state, exit code, "
