@@ -3,28 +3,38 @@
 from __future__ import annotations
 
 import codecs
-import contextlib
 import os
-import re
 import sys
-from collections.abc import Iterator
 from enum import StrEnum
-from pathlib import Path
-from typing import Annotated, Any, NoReturn
+from typing import Annotated, NoReturn
 
 import typer
 from typer._click import exceptions as click_exceptions  # typer vendors its own click
 
 from courier import __version__
+from courier.commands import (
+    build_continue,
+    build_dispatch,
+    check_list_scope,
+    check_tail,
+    duration_ms,
+    machine_timeout_s,
+    send_starting,
+    still_running,
+    wait_bound_ms,
+)
+from courier.commands import default_duration as _default
+from courier.commands import naming as _naming
+from courier.commands import request as _request
+from courier.commands import target as _target
 from courier.config import Config, load_config
-from courier.errors import Finding, Interrupted, TransportError, UsageError, WbError
+from courier.errors import Finding, Interrupted, UsageError, WbError
 from courier.render import dispatch_line, is_stalled, list_lines, results_json, sort_results, status_text, to_json
 from courier.route import ask, await_result
 from courier.text import escape_controls, sanitize
 from protocol import limits
-from protocol.durations import BadDuration, format_duration_ms, parse_duration_ms
-from protocol.models import RemoteRequest, collector_paused
-from protocol.refs import BadName, check_machine_name, format_reference, new_run_id, split_reference
+from protocol.models import collector_paused
+from protocol.refs import format_reference
 
 app = typer.Typer(
     add_completion=False,
@@ -45,11 +55,6 @@ class Format(StrEnum):
 
 FormatOpt = Annotated[Format, typer.Option("--format", help="Output format.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Same as --format json.")]
-
-
-def _default(ms: int) -> str:
-    """A bound from protocol/limits.py as a flag default, in its shortest Go spelling ("30m", "1h")."""
-    return re.sub(r"(?<=h)0m$", "", re.sub(r"(?<=[hm])0s$", "", format_duration_ms(ms)))
 
 
 TIMEOUT_DEFAULT = _default(limits.TIMEOUT_DEFAULT_MS)
@@ -103,82 +108,6 @@ def _out_lines(lines: list[str]) -> None:
         _broken_pipe()
 
 
-def _duration(text: str, flag: str) -> int:
-    try:
-        return parse_duration_ms(text)
-    except BadDuration as exc:
-        raise UsageError(f"{flag}: {exc}") from None
-
-
-def _target(reference: str | None, to: str | None) -> tuple[str, str]:
-    """(machine, run ID) from a reference and --to; both naming different machines is a usage error."""
-    machine = ""
-    run_id = ""
-    try:
-        if to is not None:
-            check_machine_name(to)
-        if reference is not None:
-            machine, run_id = split_reference(reference)
-    except BadName as exc:
-        raise UsageError(str(exc)) from None
-    if to and machine and to != machine:
-        raise UsageError(f'--to {to} and the reference\'s machine "{machine}" disagree; pass one of them')
-    return (machine or to or ""), run_id
-
-
-def _request(operation: str, **fields: Any) -> RemoteRequest:
-    return RemoteRequest(schema_version=limits.SCHEMA_VERSION, operation=operation, **fields)
-
-
-def _read_task(task: str | None, task_file: str | None) -> str:
-    if (task is None) == (task_file is None):
-        raise UsageError("pass exactly one of --task TEXT and --task-file PATH")
-    if task is not None:
-        raw = task.encode("utf-8", "surrogateescape")
-    else:
-        assert task_file is not None
-        try:
-            if task_file == "-":
-                raw = sys.stdin.buffer.read(limits.TASK_MAX_BYTES + 1)
-            else:
-                with open(task_file, "rb") as handle:
-                    raw = handle.read(limits.TASK_MAX_BYTES + 1)
-        except OSError as exc:
-            raise UsageError(f"--task-file {task_file}: cannot read it: {exc.strerror or exc}") from None
-    if len(raw) > limits.TASK_MAX_BYTES:
-        raise UsageError(f"the task is larger than {limits.TASK_MAX_BYTES} bytes (1 MiB); shorten it")
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise UsageError(f"the task is not valid UTF-8 (bad byte at offset {exc.start}); save it as UTF-8") from None
-    if not text.strip():
-        source = "stdin" if task_file == "-" else (task_file or "--task")
-        raise UsageError(f"the task from {source} is blank; give the worker something to do")
-    return text
-
-
-def _repository(repo: str | None) -> str:
-    if repo:
-        return repo
-    from courier.runs.worktrees import origin_repository
-
-    found = origin_repository(Path.cwd())
-    if not found:
-        raise UsageError("cannot tell which repository to use: pass --repo OWNER/REPO")
-    return found
-
-
-@contextlib.contextmanager
-def _naming(remedy: str) -> Iterator[None]:
-    """A transport failure after the request may have been sent says how to retry (the reference is in `remedy`)."""
-    try:
-        yield
-    except TransportError as exc:
-        if exc.request_maybe_sent:
-            exc.message += f"\n{remedy}"
-        raise
-
-
 # -- agent commands ------------------------------------------------------------------------
 
 
@@ -210,42 +139,19 @@ def dispatch(
     json_flag: JsonOpt = False,
 ) -> None:
     """Start one task in a worktree; prints its reference."""
-    if (new_worktree is None) == (use_worktree is None):
-        raise UsageError("pass exactly one of --new-worktree NAME and --use-worktree NAME")
-    if profile is None:
-        raise UsageError("pass --profile NAME (a profile from agents.profiles in wb.yaml)")
-    if use_worktree is not None and branch is not None:
-        raise UsageError("--branch applies only to --new-worktree")
-    timeout_ms = _duration(timeout, "--timeout")
-    if timeout_ms <= 0 or timeout_ms > limits.TIMEOUT_MAX_MS:
-        raise UsageError("--timeout must be more than 0 and at most 168h")
-    machine, _ = _target(None, to)
-    text = _read_task(task, task_file)
-    mode = "new" if new_worktree is not None else "existing"
-    repository = _repository(repo) if mode == "new" else (repo or "")
-    agent_id = new_run_id()
-    request = _request(
-        "dispatch",
-        mode=mode,
-        worktree=new_worktree or use_worktree or "",
+    machine, request = build_dispatch(
+        new_worktree=new_worktree,
+        use_worktree=use_worktree,
         profile=profile,
-        task=text,
-        repository=repository,
-        branch=branch or "",
-        base=base or "",
-        timeout_ms=timeout_ms,
-        agent_id=agent_id,
+        task=task,
+        task_file=task_file,
+        repo=repo,
+        branch=branch,
+        base=base,
+        to=to,
+        timeout=timeout,
     )
-    config = _config()
-    try:
-        result = ask(config, machine, request).result_of()
-    except WbError as exc:
-        # Before authentication nothing was sent; after it, the run may exist.
-        if machine and exc.request_maybe_sent:
-            exc.message += (
-                f"\nthe run may have started; ask for it with: wb agent status {format_reference(machine, agent_id)}"
-            )
-        raise
+    result = send_starting(_config(), machine, request, request.agent_id)
     _out(to_json(result.to_wire()) if _wants_json(fmt, json_flag) else dispatch_line(result))
 
 
@@ -274,9 +180,7 @@ def await_(
 ) -> None:
     """Wait until the run is terminal (or the bound passes) and print the result."""
     machine, run_id = _target(reference, to)
-    bound_ms = _duration(wait_timeout, "--wait-timeout")
-    if bound_ms < 0:
-        raise UsageError("--wait-timeout must not be negative (0 means no bound)")
+    bound_ms = wait_bound_ms(wait_timeout)
     ref = format_reference(machine, run_id)
     try:
         with _naming(f"the run is not affected; await it again with: wb agent await {ref}"):
@@ -285,7 +189,7 @@ def await_(
         raise Interrupted(f"interrupted; the run continues; resume with wb agent await {ref}") from None
     _out(to_json(result.to_wire()) if _wants_json(fmt, json_flag) else status_text(result, details=True))
     if not result.terminal:
-        raise Finding(f"agent run {ref} is still running after the wait bound; it has not finished")
+        raise still_running(ref)
 
 
 @agent_app.command(name="list")
@@ -300,17 +204,13 @@ def list_(
     json_flag: JsonOpt = False,
 ) -> None:
     """List runs, newest first."""
-    if to is not None and all_machines:
-        raise UsageError("pass either --to MACHINE or --all, not both")
+    check_list_scope(to, all_machines)
     as_json = _wants_json(fmt, json_flag)
     config = _config()
     if all_machines:
-        timeout_ms = _duration(machine_timeout, "--machine-timeout")
-        if timeout_ms <= 0:
-            raise UsageError("--machine-timeout must be more than 0")
         from courier.fleet import list_all
 
-        list_all(config, timeout_ms / 1000, as_json=as_json, stalled_only=stalled)
+        list_all(config, machine_timeout_s(machine_timeout), as_json=as_json, stalled_only=stalled)
         return
     machine, _ = _target(None, to)
     # Thousands of short-lived, acyclic objects: the cyclic collector would only re-walk them.
@@ -340,8 +240,7 @@ def logs(
     to: ToOpt = None,
 ) -> None:
     """Show the last worker actions (or the raw transcript, or follow them live)."""
-    if tail < 1:
-        raise UsageError("--tail must be at least 1")
+    check_tail(tail)
     if follow and raw:
         raise UsageError("--follow prints worker actions; it cannot be combined with --raw")
     machine, run_id = _target(reference, to)
@@ -450,29 +349,16 @@ def continue_(
     ] = None,
     timeout: Annotated[
         str, typer.Option("--timeout", metavar="DURATION", help="Bound on the new run (e.g. 30m, 2h).")
-    ] = "30m",
+    ] = TIMEOUT_DEFAULT,
     to: ToOpt = None,
     fmt: FormatOpt = Format.text,
     json_flag: JsonOpt = False,
 ) -> None:
     """Start a new run in the same worktree that resumes REF's harness session with a follow-up task."""
-    timeout_ms = _duration(timeout, "--timeout")
-    if timeout_ms <= 0 or timeout_ms > limits.TIMEOUT_MAX_MS:
-        raise UsageError("--timeout must be more than 0 and at most 168h")
-    machine, run_id = _target(reference, to)
-    text = _read_task(task, task_file)
-    new_id = new_run_id()
-    request = _request(
-        "continue", agent_id=run_id, task=text, profile=profile or "", timeout_ms=timeout_ms, new_agent_id=new_id
+    machine, request, new_id = build_continue(
+        reference=reference, task=task, task_file=task_file, profile=profile, timeout=timeout, to=to
     )
-    try:
-        result = ask(_config(), machine, request).result_of()
-    except WbError as exc:
-        if machine and exc.request_maybe_sent:
-            exc.message += (
-                f"\nthe run may have started; ask for it with: wb agent status {format_reference(machine, new_id)}"
-            )
-        raise
+    result = send_starting(_config(), machine, request, new_id)
     _out(to_json(result.to_wire()) if _wants_json(fmt, json_flag) else dispatch_line(result))
 
 
@@ -491,11 +377,10 @@ def prune(
 
     if older_than is None:
         raise UsageError("pass --older-than DURATION (e.g. 7d is not a Go duration: use 168h)")
-    older_than_ms = _duration(older_than, "--older-than")
+    older_than_ms = duration_ms(older_than, "--older-than")
     if older_than_ms < 0:
         raise UsageError("--older-than must not be negative")
-    if to is not None and all_machines:
-        raise UsageError("pass either --to MACHINE or --all, not both")
+    check_list_scope(to, all_machines)
     config = _config()
     machine, _ = _target(None, to)
     machines = ["", *sorted(config.targets)] if all_machines else [machine]
@@ -525,10 +410,31 @@ def machines(
     """Show the configured machines (and, with --check, whether they answer)."""
     from courier.fleet import show_machines
 
-    timeout_ms = _duration(machine_timeout, "--machine-timeout")
-    if timeout_ms <= 0:
-        raise UsageError("--machine-timeout must be more than 0")
-    show_machines(_config(), check=check, as_json=_wants_json(fmt, json_flag), machine_timeout_s=timeout_ms / 1000)
+    timeout_s = machine_timeout_s(machine_timeout)
+    show_machines(_config(), check=check, as_json=_wants_json(fmt, json_flag), machine_timeout_s=timeout_s)
+
+
+@app.command()
+def schema(
+    name: Annotated[str | None, typer.Argument(metavar="NAME", help="A document name; none lists the names.")] = None,
+) -> None:
+    """Print the JSON Schema (draft 2020-12) of a document wb prints or sends."""
+    from courier.schemas import DOCUMENTS, render
+
+    if name is None:
+        _out("".join(f"{known}\t{used_by}\n" for known, (_, used_by) in DOCUMENTS.items()))
+        return
+    if name not in DOCUMENTS:
+        raise UsageError(f'unknown schema "{name}"; the schemas are: {", ".join(DOCUMENTS)}')
+    _out(render(name))
+
+
+@app.command()
+def mcp() -> None:
+    """Serve the wb tools to an agent over the Model Context Protocol on stdio."""
+    from courier.mcp_server import serve
+
+    serve()
 
 
 @app.command()

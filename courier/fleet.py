@@ -8,11 +8,9 @@ answer hostage: it becomes a failed row with its reason.
 from __future__ import annotations
 
 import asyncio
-import json
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import Any
 
 from courier.capabilities import harnesses_of
 from courier.config import Config, Problem, Target
@@ -22,6 +20,7 @@ from courier.route import raise_failure
 from courier.text import sanitize
 from courier.transport import connections_shared, transport_for
 from protocol import limits
+from protocol.documents import FleetDocument, FleetMachine, MachineProbe, MachinesDocument
 from protocol.models import RemoteRequest, RemoteResponse, Result
 from protocol.refs import format_reference
 from protocol.timestamps import parse_rfc3339
@@ -39,17 +38,33 @@ class MachineRow:
     skipped: str | None = None
     results: list[Result] = field(default_factory=list)
 
-    def to_json(self) -> dict[str, Any]:
-        body: dict[str, Any] = {
-            "machine": self.machine,
-            "ok": self.ok,
-            "runs": self.runs,
-            "error": self.error,
-            "elapsed_ms": self.elapsed_ms,
-        }
-        if self.skipped:
-            body["skipped"] = self.skipped
-        return body
+    def document(self) -> FleetMachine:
+        return FleetMachine(
+            machine=self.machine,
+            ok=self.ok,
+            runs=self.runs,
+            error=self.error,
+            elapsed_ms=self.elapsed_ms,
+            skipped=self.skipped or None,
+        )
+
+
+@dataclass
+class FleetAnswer:
+    """Every machine's rows and runs, and the warnings the CLI prints on stderr (without `warning: `)."""
+
+    rows: list[MachineRow]
+    results: list[Result]
+    warnings: list[str]
+
+    def document(self) -> FleetDocument:
+        return FleetDocument(results=self.results, machines=[row.document() for row in self.rows])
+
+    def failed(self) -> list[MachineRow]:
+        return [row for row in self.rows if not row.ok]
+
+    def failure(self) -> Finding:
+        return Finding(f"{len(self.failed())} of {len(self.rows)} machine(s) did not answer fully (named above)")
 
 
 def _request(operation: str) -> RemoteRequest:
@@ -134,6 +149,20 @@ def _list_row(machine: str, answer: Answer, own_home: str | None, warnings: list
 
 def list_all(config: Config, machine_timeout_s: float, *, as_json: bool, stalled_only: bool = False) -> None:
     """This machine's runs and every configured machine's; partial answers exit 1 with reasons."""
+    answer = gather_all(config, machine_timeout_s, stalled_only=stalled_only)
+    if as_json:
+        sys.stdout.write(to_json(answer.document().to_json()))
+    else:
+        sys.stdout.write(list_lines(answer.results))
+    sys.stdout.flush()
+    for text in answer.warnings:
+        sys.stderr.write(f"warning: {text}\n")
+    if answer.failed():
+        raise answer.failure()
+
+
+def gather_all(config: Config, machine_timeout_s: float, *, stalled_only: bool = False) -> FleetAnswer:
+    """Ask this machine and every configured one; prints nothing (the MCP server calls it too)."""
     from courier.runs.store import Store, home_id
 
     deadline = time.monotonic() + machine_timeout_s
@@ -154,21 +183,8 @@ def list_all(config: Config, machine_timeout_s: float, *, as_json: bool, stalled
         from courier.render import is_stalled
 
         results = [result for result in results if is_stalled(result)]
-    if as_json:
-        sys.stdout.write(
-            to_json({"results": [r.to_wire() for r in results], "machines": [row.to_json() for row in rows]})
-        )
-    else:
-        sys.stdout.write(list_lines(results))
-    sys.stdout.flush()
-    for text in warnings:
-        sys.stderr.write(f"warning: {text}\n")
-    failed = [row for row in rows if not row.ok]
-    for row in failed:
-        if row.machine:
-            sys.stderr.write(f"warning: {row.machine}: {row.error}\n")
-    if failed:
-        raise Finding(f"{len(failed)} of {len(rows)} machine(s) did not answer fully (named above)")
+    warnings.extend(f"{row.machine}: {row.error}" for row in rows if not row.ok and row.machine)
+    return FleetAnswer(rows, results, warnings)
 
 
 @dataclass
@@ -186,8 +202,8 @@ class ProbeRow:
     clock_offset_ms: int | None = None
     harnesses: list[str] | None = None  # from the peer's capabilities; [] when it lists none
 
-    def to_json(self) -> dict[str, Any]:
-        return dict(self.__dict__)
+    def document(self) -> MachineProbe:
+        return MachineProbe(**self.__dict__)
 
 
 def _offset_ms(now: str | None, sent: float, received: float) -> int | None:
@@ -201,6 +217,22 @@ def _offset_ms(now: str | None, sent: float, received: float) -> int | None:
 
 
 def show_machines(config: Config, *, check: bool, as_json: bool, machine_timeout_s: float) -> None:
+    rows = probe_machines(config, check=check, machine_timeout_s=machine_timeout_s)
+    if as_json:
+        sys.stdout.write(to_json(MachinesDocument([row.document() for row in rows]).model_dump(mode="json")))
+    else:
+        sys.stdout.write(_machines_table(rows, check))
+    sys.stdout.flush()
+    if not all(row.ok for row in rows):
+        raise machines_failure(rows)
+
+
+def machines_failure(rows: list[ProbeRow]) -> Finding:
+    return Finding(f"{sum(not row.ok for row in rows)} machine(s) not healthy (see the table)")
+
+
+def probe_machines(config: Config, *, check: bool, machine_timeout_s: float) -> list[ProbeRow]:
+    """Every configured machine's row, probed with `version` when asked; prints only clock warnings (stderr)."""
     rows: list[ProbeRow] = []
     for machine in sorted(config.targets):
         entry = config.targets[machine]
@@ -216,13 +248,7 @@ def show_machines(config: Config, *, check: bool, as_json: bool, machine_timeout
         for row in rows:
             if row.machine in answers:
                 _apply_probe(row, answers[row.machine])
-    if as_json:
-        sys.stdout.write(json.dumps([row.to_json() for row in rows], indent=2) + "\n")
-    else:
-        sys.stdout.write(_machines_table(rows, check))
-    sys.stdout.flush()
-    if not all(row.ok for row in rows):
-        raise Finding(f"{sum(not row.ok for row in rows)} machine(s) not healthy (see the table)")
+    return rows
 
 
 def _apply_probe(row: ProbeRow, answer: Answer) -> None:

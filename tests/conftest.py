@@ -17,6 +17,7 @@ from typing import NoReturn
 import pytest
 
 from tests.integration.sshd import SshdFactory, SshdServer
+from tests.json_documents import check_output
 
 # The suite runs in both courier modes (contract §16, .ci/run): WB_COURIER as the runner set it
 # reaches every process a test starts, also those given an environment of their own.
@@ -87,7 +88,7 @@ class Machine:
         timeout: float = 120,
     ) -> subprocess.CompletedProcess[str]:
         data = input.decode() if isinstance(input, bytes) else input
-        return subprocess.run(
+        done = subprocess.run(
             [sys.executable, "-m", "courier.main", *args],
             input=data if data is not None else "",
             capture_output=True,
@@ -96,6 +97,8 @@ class Machine:
             env={**self.env, **(env or {})},
             timeout=timeout,
         )
+        check_output(args, done)  # every --json output follows its published schema
+        return done
 
     def wb_json(self, *args: str, **kwargs: object) -> object:
         done = self.wb(*args, "--json", **kwargs)  # type: ignore[arg-type]

@@ -15,6 +15,10 @@ Scenarios (see `SCENARIOS`):
 * ``http-500``: every request gets HTTP 500 with `FAIL_MESSAGE` as the JSON error message.
 * ``commit``: writes ``committed.txt`` and tries ``git add`` + ``git commit`` in one command, then
   reports back.
+* ``supervise``: a supervisor that drives wb through its MCP tools: calls ``dispatch`` with the
+  JSON object that follows ``dispatch:`` in the user's prompt, then ``await`` on the run it got,
+  then reports ``Supervised <ref>: <state>.``. The tool names come from the request's `tools`
+  list (see `mcp_tool`), as a model would read them.
 * ``network``: tries to fetch ``http://127.0.0.1:<this server's port>/ping`` from a command
   (bash's ``/dev/tcp``, so no curl is needed), then reports back. A ``GET /ping`` that arrives is
   recorded in `requests` like any other request, so a caller can tell whether it got through.
@@ -48,10 +52,11 @@ __all__ = [
     "RecordedRequest",
     "ServedResponse",
     "TokenUsage",
+    "mcp_tool",
     "network_command",
 ]
 
-SCENARIOS: Final = ("write-file", "fail", "http-500", "commit", "network")
+SCENARIOS: Final = ("write-file", "fail", "http-500", "commit", "network", "supervise")
 
 HELLO_PATH: Final = "hello.txt"
 HELLO_CONTENT: Final = "hello from the scripted model\n"
@@ -261,12 +266,94 @@ def _network(body: Mapping[str, Any], step: int, port: int) -> _Step:
     return _Step([_message("msg_1", NETWORK_MESSAGE)], ONE_COMMAND_USAGE[1])
 
 
+def mcp_tool(body: Mapping[str, Any], tool: str) -> tuple[str | None, str] | None:
+    """How the request offers an MCP server's `tool`: (namespace, name) or None.
+
+    Codex 0.169.0 offers a server's tools as one `namespace` tool named `mcp__<server>` whose
+    functions keep the MCP names (a call then carries `namespace` and `name`); a flat function
+    named `mcp__<server>__<tool>` is accepted too.
+    """
+    for offered in body.get("tools") or []:
+        if not isinstance(offered, dict):
+            continue
+        name = str(offered.get("name", ""))
+        if offered.get("type") == "namespace" and name.startswith("mcp__"):
+            inner = offered.get("tools") or []
+            if any(isinstance(t, dict) and t.get("name") == tool for t in inner):
+                return name, tool
+        if offered.get("type") == "function" and name.startswith("mcp__") and name.endswith(f"__{tool}"):
+            return None, name
+    return None
+
+
+def _mcp_call(body: Mapping[str, Any], call_id: str, tool: str, arguments: Mapping[str, Any]) -> dict[str, Any]:
+    found = mcp_tool(body, tool)
+    if found is None:
+        raise LookupError(f"the request offers no MCP tool named {tool}")
+    namespace, name = found
+    event = _function_call(call_id, name, arguments)
+    if namespace is not None:
+        event["item"]["namespace"] = namespace
+    return event
+
+
+def _user_text(body: Mapping[str, Any]) -> str:
+    parts: list[str] = []
+    for item in body.get("input") or []:
+        if isinstance(item, dict) and item.get("role") == "user":
+            for content in item.get("content") or []:
+                if isinstance(content, dict) and isinstance(content.get("text"), str):
+                    parts.append(content["text"])
+    return "\n".join(parts)
+
+
+def _tool_document(body: Mapping[str, Any], index: int) -> dict[str, Any]:
+    """The JSON document inside the index-th tool output (Codex prefixes it with a wall-time line)."""
+    outputs = [i for i in body.get("input") or [] if isinstance(i, dict) and i.get("type") in _TOOL_OUTPUT_TYPES]
+    text = outputs[index].get("output", "") if index < len(outputs) else ""
+    if not isinstance(text, str) or "{" not in text:
+        return {}
+    try:
+        document, _ = json.JSONDecoder().raw_decode(text[text.index("{") :])
+    except ValueError:
+        return {}
+    return document if isinstance(document, dict) else {}
+
+
+SUPERVISE_USAGE: Final = TokenUsage(900, 0, 20, 0)
+
+
+def _supervise(body: Mapping[str, Any], step: int, port: int) -> _Step:
+    if step == 0:
+        prompt = _user_text(body)
+        marker = prompt.find("dispatch:")
+        arguments: Any = {}
+        if marker >= 0:
+            start = prompt.find("{", marker)
+            arguments, _ = json.JSONDecoder().raw_decode(prompt[start:]) if start >= 0 else ({}, 0)
+        try:
+            return _Step([_mcp_call(body, "call_dispatch", "dispatch", arguments)], SUPERVISE_USAGE)
+        except LookupError as exc:
+            return _Step([_message("msg_0", f"I cannot supervise: {exc}.")], SUPERVISE_USAGE)
+    if step == 1:
+        started = _tool_document(body, 0)
+        if "agent_id" not in started:
+            return _Step([_message("msg_1", f"wb refused the dispatch: {started.get('message', started)}")])
+        ref = f"{started['machine']}:{started['agent_id']}" if started.get("machine") else started["agent_id"]
+        return _Step([_mcp_call(body, "call_await", "await", {"ref": ref, "wait_timeout": "5m"})], SUPERVISE_USAGE)
+    started, finished = _tool_document(body, 0), _tool_document(body, 1)
+    ref = f"{started.get('machine')}:{started.get('agent_id')}" if started.get("machine") else started.get("agent_id")
+    state = finished.get("state") or f"not known ({finished.get('message', 'no answer')})"
+    return _Step([_message("msg_2", f"Supervised {ref}: {state}.")], SUPERVISE_USAGE)
+
+
 _SCRIPTS: Final[dict[str, Callable[[Mapping[str, Any], int, int], _Step]]] = {
     "write-file": _write_file,
     "fail": _fail,
     "http-500": _http_500,
     "commit": _commit,
     "network": _network,
+    "supervise": _supervise,
 }
 
 

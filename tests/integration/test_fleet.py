@@ -14,6 +14,7 @@ from tests_support import sample_record
 
 from courier.runs.store import Store
 from tests.integration.sshd import SshdFactory, SshdServer, keygen, sshd_unavailable_reason
+from tests.json_documents import check_output
 
 pytestmark = pytest.mark.skipif(sshd_unavailable_reason() is not None, reason=str(sshd_unavailable_reason()))
 
@@ -70,7 +71,7 @@ class Fleet:
         }
 
     def wb(self, *args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
+        done = subprocess.run(
             [sys.executable, "-m", "courier.main", *args],
             capture_output=True,
             text=True,
@@ -78,6 +79,8 @@ class Fleet:
             timeout=120,
             stdin=subprocess.DEVNULL,
         )
+        check_output(args, done)  # every --json output follows its published schema
+        return done
 
 
 @pytest.fixture(scope="module")
@@ -142,6 +145,7 @@ def test_a_machine_sharing_this_wb_home_is_skipped_as_a_duplicate(fleet: Fleet, 
         timeout=60,
     )
     assert done.returncode == 0, done.stderr
+    check_output(["agent", "list", "--all", "--json"], done)
     document = json.loads(done.stdout)
     row = next(r for r in document["machines"] if r["machine"] == "self")
     assert row == {

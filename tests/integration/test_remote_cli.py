@@ -22,6 +22,7 @@ import pytest
 from conftest import courier_on, prepare_remote, wait_for
 
 from tests.integration.sshd import SshdFactory, SshdServer, sshd_unavailable_reason
+from tests.json_documents import check_output
 
 pytestmark = pytest.mark.skipif(sshd_unavailable_reason() is not None, reason=str(sshd_unavailable_reason()))
 
@@ -35,7 +36,7 @@ class Caller:
     def wb(
         self, *args: str, timeout: float = 120, env: dict[str, str] | None = None
     ) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
+        done = subprocess.run(
             [sys.executable, "-m", "courier.main", *args],
             capture_output=True,
             text=True,
@@ -43,6 +44,8 @@ class Caller:
             timeout=timeout,
             stdin=subprocess.DEVNULL,
         )
+        check_output(args, done)  # every --json output follows its published schema
+        return done
 
     @contextlib.contextmanager
     def popen(self, *args: str, env: dict[str, str] | None = None) -> Iterator[subprocess.Popen[str]]:

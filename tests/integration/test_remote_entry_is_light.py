@@ -1,4 +1,4 @@
-"""The remote entry is a hot path: it must never pay for asyncssh, typer, rich or yaml (without a wb.yaml)."""
+"""The remote entry is a hot path: it never pays for asyncssh, typer, rich, the MCP SDK or yaml (without a wb.yaml)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-HEAVY = ("asyncssh", "typer", "rich", "click", "yaml", "cryptography")
+HEAVY = ("asyncssh", "typer", "rich", "click", "yaml", "cryptography", "mcp", "mcp_types", "starlette", "jsonschema")
 
 
 def _imported(

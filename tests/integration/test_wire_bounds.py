@@ -23,6 +23,7 @@ from tests_support import sample_record
 
 from courier.runs.store import Store
 from tests.integration.sshd import SshdFactory, SshdServer, sshd_unavailable_reason
+from tests.json_documents import check_output
 
 pytestmark = pytest.mark.skipif(sshd_unavailable_reason() is not None, reason=str(sshd_unavailable_reason()))
 
@@ -68,6 +69,7 @@ class Caller:
             timeout=timeout,
             stdin=subprocess.DEVNULL,
         )
+        check_output(args, done)  # every --json output follows its published schema
         return done, time.monotonic() - started
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import json
+import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -20,6 +21,7 @@ from protocol import limits
 from protocol.models import RemoteRequest, RemoteResponse
 from protocol.operations import TABLE
 from protocol.validate import RequestRefused, validate_request
+from tests.json_documents import check_output
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -51,6 +53,7 @@ def _machines(answers: dict[str, Callable[[RemoteRequest], RemoteResponse]]) -> 
 def _run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
     code = cli.run(argv)
     out, err = capsys.readouterr()
+    check_output(argv, subprocess.CompletedProcess(argv, code, out, err))  # --json output follows its schema
     return code, out, err
 
 

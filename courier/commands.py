@@ -1,0 +1,217 @@
+"""Request building and validation shared by the CLI and the MCP server, so both refuse the same way.
+
+Nothing here writes to stdout: the MCP server's stdout carries only the protocol.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, BinaryIO
+
+from courier.config import Config
+from courier.errors import Finding, TransportError, UsageError, WbError
+from courier.route import ask
+from protocol import limits
+from protocol.durations import BadDuration, format_duration_ms, parse_duration_ms
+from protocol.models import RemoteRequest, Result
+from protocol.refs import BadName, check_machine_name, format_reference, new_run_id, split_reference
+
+
+def default_duration(ms: int) -> str:
+    """A bound from protocol/limits.py as a flag default, in its shortest Go spelling ("30m", "1h")."""
+    return re.sub(r"(?<=h)0m$", "", re.sub(r"(?<=[hm])0s$", "", format_duration_ms(ms)))
+
+
+TIMEOUT_DEFAULT = default_duration(limits.TIMEOUT_DEFAULT_MS)
+AWAIT_DEFAULT = default_duration(limits.AWAIT_DEFAULT_MS)
+MACHINE_TIMEOUT_DEFAULT = default_duration(limits.MACHINE_TIMEOUT_DEFAULT_MS)
+
+
+def duration_ms(text: str, flag: str) -> int:
+    try:
+        return parse_duration_ms(text)
+    except BadDuration as exc:
+        raise UsageError(f"{flag}: {exc}") from None
+
+
+def target(reference: str | None, to: str | None) -> tuple[str, str]:
+    """(machine, run ID) from a reference and --to; both naming different machines is a usage error."""
+    machine = ""
+    run_id = ""
+    try:
+        if to is not None:
+            check_machine_name(to)
+        if reference is not None:
+            machine, run_id = split_reference(reference)
+    except BadName as exc:
+        raise UsageError(str(exc)) from None
+    if to and machine and to != machine:
+        raise UsageError(f'--to {to} and the reference\'s machine "{machine}" disagree; pass one of them')
+    return (machine or to or ""), run_id
+
+
+def request(operation: str, **fields: Any) -> RemoteRequest:
+    return RemoteRequest(schema_version=limits.SCHEMA_VERSION, operation=operation, **fields)
+
+
+def read_task(task: str | None, task_file: str | None, stdin: BinaryIO | None = None) -> str:
+    """The task text, checked: exactly one source, at most 1 MiB, UTF-8, not blank (contract §3.1)."""
+    if (task is None) == (task_file is None):
+        raise UsageError("pass exactly one of --task TEXT and --task-file PATH")
+    if task is not None:
+        raw = task.encode("utf-8", "surrogateescape")
+    else:
+        assert task_file is not None
+        try:
+            if task_file == "-":
+                raw = (stdin or sys.stdin.buffer).read(limits.TASK_MAX_BYTES + 1)
+            else:
+                with open(task_file, "rb") as handle:
+                    raw = handle.read(limits.TASK_MAX_BYTES + 1)
+        except OSError as exc:
+            raise UsageError(f"--task-file {task_file}: cannot read it: {exc.strerror or exc}") from None
+    if len(raw) > limits.TASK_MAX_BYTES:
+        raise UsageError(f"the task is larger than {limits.TASK_MAX_BYTES} bytes (1 MiB); shorten it")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"the task is not valid UTF-8 (bad byte at offset {exc.start}); save it as UTF-8") from None
+    if not text.strip():
+        source = "stdin" if task_file == "-" else (task_file or "--task")
+        raise UsageError(f"the task from {source} is blank; give the worker something to do")
+    return text
+
+
+def repository(repo: str | None) -> str:
+    if repo:
+        return repo
+    from courier.runs.worktrees import origin_repository
+
+    found = origin_repository(Path.cwd())
+    if not found:
+        raise UsageError("cannot tell which repository to use: pass --repo OWNER/REPO")
+    return found
+
+
+def timeout_ms(text: str) -> int:
+    value = duration_ms(text, "--timeout")
+    if value <= 0 or value > limits.TIMEOUT_MAX_MS:
+        raise UsageError("--timeout must be more than 0 and at most 168h")
+    return value
+
+
+def build_dispatch(
+    *,
+    new_worktree: str | None,
+    use_worktree: str | None,
+    profile: str | None,
+    task: str | None,
+    task_file: str | None,
+    repo: str | None,
+    branch: str | None,
+    base: str | None,
+    to: str | None,
+    timeout: str,
+    stdin: BinaryIO | None = None,
+) -> tuple[str, RemoteRequest]:
+    """(machine, dispatch request with a freshly minted run ID), or the CLI's usage error."""
+    if (new_worktree is None) == (use_worktree is None):
+        raise UsageError("pass exactly one of --new-worktree NAME and --use-worktree NAME")
+    if profile is None:
+        raise UsageError("pass --profile NAME (a profile from agents.profiles in wb.yaml)")
+    if use_worktree is not None and branch is not None:
+        raise UsageError("--branch applies only to --new-worktree")
+    bound = timeout_ms(timeout)
+    machine, _ = target(None, to)
+    text = read_task(task, task_file, stdin)
+    mode = "new" if new_worktree is not None else "existing"
+    return machine, request(
+        "dispatch",
+        mode=mode,
+        worktree=new_worktree or use_worktree or "",
+        profile=profile,
+        task=text,
+        repository=repository(repo) if mode == "new" else (repo or ""),
+        branch=branch or "",
+        base=base or "",
+        timeout_ms=bound,
+        agent_id=new_run_id(),
+    )
+
+
+def build_continue(
+    *,
+    reference: str,
+    task: str | None,
+    task_file: str | None,
+    profile: str | None,
+    timeout: str,
+    to: str | None,
+    stdin: BinaryIO | None = None,
+) -> tuple[str, RemoteRequest, str]:
+    """(machine, continue request, the new run's minted ID), or the CLI's usage error."""
+    bound = timeout_ms(timeout)
+    machine, run_id = target(reference, to)
+    text = read_task(task, task_file, stdin)
+    new_id = new_run_id()
+    return (
+        machine,
+        request("continue", agent_id=run_id, task=text, profile=profile or "", timeout_ms=bound, new_agent_id=new_id),
+        new_id,
+    )
+
+
+def send_starting(config: Config, machine: str, starting: RemoteRequest, run_id: str) -> Result:
+    """Send a request that starts a run; a transport failure after sending names the intended reference."""
+    try:
+        return ask(config, machine, starting).result_of()
+    except WbError as exc:
+        # Before authentication nothing was sent; after it, the run may exist.
+        if machine and exc.request_maybe_sent:
+            exc.message += (
+                f"\nthe run may have started; ask for it with: wb agent status {format_reference(machine, run_id)}"
+            )
+        raise
+
+
+@contextlib.contextmanager
+def naming(remedy: str) -> Iterator[None]:
+    """A transport failure after the request may have been sent says how to retry (the reference is in `remedy`)."""
+    try:
+        yield
+    except TransportError as exc:
+        if exc.request_maybe_sent:
+            exc.message += f"\n{remedy}"
+        raise
+
+
+def wait_bound_ms(text: str) -> int:
+    bound = duration_ms(text, "--wait-timeout")
+    if bound < 0:
+        raise UsageError("--wait-timeout must not be negative (0 means no bound)")
+    return bound
+
+
+def still_running(ref: str) -> Finding:
+    return Finding(f"agent run {ref} is still running after the wait bound; it has not finished")
+
+
+def machine_timeout_s(text: str) -> float:
+    value = duration_ms(text, "--machine-timeout")
+    if value <= 0:
+        raise UsageError("--machine-timeout must be more than 0")
+    return value / 1000
+
+
+def check_list_scope(to: str | None, all_machines: bool) -> None:
+    if to is not None and all_machines:
+        raise UsageError("pass either --to MACHINE or --all, not both")
+
+
+def check_tail(tail: int) -> None:
+    if tail < 1:
+        raise UsageError("--tail must be at least 1")

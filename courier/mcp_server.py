@@ -1,0 +1,495 @@
+"""`wb mcp`: the wb operations as Model Context Protocol tools on stdio. The only module importing `mcp`.
+
+Each tool validates and builds its request with the CLI's own functions (courier/commands.py)
+and answers with the documents of `wb schema`. A refusal is an MCP tool error whose text is
+the `error` document: the message the CLI prints and its class (usage, finding, transport).
+Blocking work runs in worker threads; `await` waits in short chunks, reporting progress
+between them, so a cancelled call returns at once while the run goes on.
+Nothing but the protocol reaches stdout: the SDK points fd 1 at stderr while serving, and
+sys.stdout is stderr too.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+import anyio.to_thread
+from mcp import types
+from mcp.server.context import ServerRequestContext
+from mcp.server.lowlevel import Server
+from mcp.server.stdio import stdio_server
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from courier import __version__, commands
+from courier.config import Config, load_config
+from courier.errors import Finding, UsageError, WbError
+from courier.route import ask
+from courier.schemas import DOCUMENTS, schema
+from protocol import limits
+from protocol.documents import ErrorDocument, FleetDocument, FleetMachine, LogsDocument, error_class
+from protocol.models import DiffResult, RemoteResponse, Result, collector_paused
+from protocol.refs import format_reference
+
+# How often a waiting `await` reports progress (and notices a cancellation).
+AWAIT_PROGRESS_MS = 5_000
+
+
+def progress_interval_ms() -> int:
+    """AWAIT_PROGRESS_MS; a smaller interval can be set for tests."""
+    override = os.environ.get("WB_MCP_PROGRESS_MS", "")
+    if override.isdigit() and 0 < int(override) <= AWAIT_PROGRESS_MS:
+        return int(override)
+    return AWAIT_PROGRESS_MS
+
+
+INSTRUCTIONS = (
+    "wb runs one bounded coding task in one coding-agent harness inside an isolated git worktree, "
+    "on this machine or on a configured SSH machine, and reports the facts of the run (state, exit code, "
+    "final message, usage, changed files); it never judges the work. Typical loop: dispatch, then await "
+    "(or status), then diff to see the change; continue to follow up; stop to end a run. A run is named "
+    'by its reference: "agt-<32 hex>" here, "MACHINE:agt-<32 hex>" elsewhere.'
+)
+
+REF = Field(description='The run: "agt-<32 hex>" on this machine, or "MACHINE:agt-<32 hex>".')
+TO = Field(default=None, description="Ask this configured machine (as --to); default: this machine.")
+
+
+class Arguments(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class DispatchArgs(Arguments):
+    task: str = Field(description="The task for the worker, at most 1 MiB, not blank. Never printed back.")
+    profile: str = Field(description="A profile from agents.profiles in wb.yaml.")
+    new_worktree: str | None = Field(default=None, description="Create this worktree (exactly one of the two).")
+    use_worktree: str | None = Field(default=None, description="Use this existing worktree (exactly one of the two).")
+    repo: str | None = Field(
+        default=None, description="OWNER/REPO; default: the origin of the server's working directory (new only)."
+    )
+    branch: str | None = Field(default=None, description="Branch for a new worktree (default wb/NAME).")
+    base: str | None = Field(default=None, description="Commit to start from.")
+    to: str | None = TO
+    timeout: str = Field(
+        default=commands.TIMEOUT_DEFAULT, description="Bound on the run, a Go duration (30m, 2h); at most 168h."
+    )
+
+
+class RefArgs(Arguments):
+    ref: str = REF
+    to: str | None = TO
+
+
+class AwaitArgs(RefArgs):
+    wait_timeout: str = Field(
+        default=commands.AWAIT_DEFAULT,
+        description="Bound on the wait, a Go duration; 0 = no bound. Past it: a finding error.",
+    )
+
+
+class ListArgs(Arguments):
+    to: str | None = TO
+    all: bool = Field(default=False, description="This machine and every configured machine (not with to).")
+    stalled: bool = Field(default=False, description="Only running runs whose harness went silent (stalled).")
+    machine_timeout: str = Field(default=commands.MACHINE_TIMEOUT_DEFAULT, description="Per-machine deadline with all.")
+
+
+class LogsArgs(RefArgs):
+    tail: int = Field(default=limits.LOGS_TAIL_DEFAULT, description="How many worker actions (at least 1).")
+    raw: bool = Field(default=False, description="The whole transcript (JSON lines) instead of the actions.")
+
+
+class DiffArgs(RefArgs):
+    stat: bool = Field(default=False, description="Only the per-file counts, without the patch.")
+
+
+class ContinueArgs(RefArgs):
+    task: str = Field(description="The follow-up task, at most 1 MiB, not blank.")
+    profile: str | None = Field(default=None, description="Default: the profile of the run continued.")
+    timeout: str = Field(
+        default=commands.TIMEOUT_DEFAULT, description="Bound on the new run, a Go duration; at most 168h."
+    )
+
+
+class MachinesArgs(Arguments):
+    check: bool = Field(default=False, description="Probe each machine with the version operation.")
+    machine_timeout: str = Field(
+        default=commands.MACHINE_TIMEOUT_DEFAULT, description="Per-machine deadline with check."
+    )
+
+
+Handler = Callable[["Call", Any], Awaitable[dict[str, Any]]]
+
+
+@dataclass(frozen=True)
+class Tool:
+    name: str
+    description: str
+    arguments: type[Arguments]
+    output: str  # a `wb schema` name, or "machines" wrapped in an object
+    handler: Handler
+    read_only: bool = True
+
+
+@dataclass
+class Call:
+    """One tool call: its request context (for progress) and the configuration, loaded per call."""
+
+    ctx: ServerRequestContext[Any, Any]
+
+    async def blocking(self, work: Callable[[], Any]) -> Any:
+        # A cancelled call returns at once; the thread ends its bounded step on its own.
+        return await anyio.to_thread.run_sync(work, abandon_on_cancel=True)
+
+    async def config(self) -> Config:
+        return await self.blocking(load_config)  # type: ignore[no-any-return]
+
+
+# -- handlers ------------------------------------------------------------------------------
+
+
+async def _dispatch(call: Call, args: DispatchArgs) -> dict[str, Any]:
+    machine, request = commands.build_dispatch(
+        new_worktree=args.new_worktree,
+        use_worktree=args.use_worktree,
+        profile=args.profile,
+        task=args.task,
+        task_file=None,
+        repo=args.repo,
+        branch=args.branch,
+        base=args.base,
+        to=args.to,
+        timeout=args.timeout,
+    )
+    config = await call.config()
+    result: Result = await call.blocking(lambda: commands.send_starting(config, machine, request, request.agent_id))
+    return result.to_wire()
+
+
+async def _status(call: Call, args: RefArgs) -> dict[str, Any]:
+    machine, run_id = commands.target(args.ref, args.to)
+    config = await call.config()
+    request = commands.request("status", agent_id=run_id)
+    result: Result = await call.blocking(lambda: ask(config, machine, request).result_of())
+    return result.to_wire()
+
+
+async def _await(call: Call, args: AwaitArgs) -> dict[str, Any]:
+    from courier.route import await_result
+
+    machine, run_id = commands.target(args.ref, args.to)
+    bound_ms = commands.wait_bound_ms(args.wait_timeout)
+    ref = format_reference(machine, run_id)
+    config = await call.config()
+    began = time.monotonic()
+    deadline = began + bound_ms / 1000 if bound_ms else None
+    while True:
+        step = progress_interval_ms()
+        if deadline is not None:
+            step = max(1, min(step, int((deadline - time.monotonic()) * 1000)))
+        with commands.naming(f"the run is not affected; await it again with: wb agent await {ref}"):
+            result: Result = await call.blocking(functools.partial(await_result, config, machine, run_id, step))
+        if result.terminal:
+            return result.to_wire()
+        if deadline is not None and time.monotonic() >= deadline:
+            raise commands.still_running(ref)
+        waited = time.monotonic() - began
+        await call.ctx.session.report_progress(
+            round(waited, 1),
+            bound_ms / 1000 if bound_ms else None,
+            f"{ref} is {result.state}; waited {int(waited)}s",
+        )
+
+
+async def _list(call: Call, args: ListArgs) -> dict[str, Any]:
+    commands.check_list_scope(args.to, args.all)
+    config = await call.config()
+    if args.all:
+        from courier.fleet import gather_all
+
+        timeout_s = commands.machine_timeout_s(args.machine_timeout)
+        answer = await call.blocking(lambda: gather_all(config, timeout_s, stalled_only=args.stalled))
+        return answer.document().to_json()  # type: ignore[no-any-return]
+    machine, _ = commands.target(None, args.to)
+    return await call.blocking(lambda: _list_one(config, machine, args.stalled))  # type: ignore[no-any-return]
+
+
+def _list_one(config: Config, machine: str, stalled_only: bool) -> dict[str, Any]:
+    """One machine's runs in the fleet document's shape: its single row says whether it answered fully."""
+    from courier.render import sort_results
+
+    began = time.monotonic()
+    with collector_paused():
+        response = ask(config, machine, commands.request("list"))
+        results = sort_results(response.results_of())
+    warnings = response.warnings or []
+    runs = len(results)
+    if stalled_only:
+        from courier.render import is_stalled
+
+        results = [result for result in results if is_stalled(result)]
+    row = FleetMachine(
+        machine=machine,
+        ok=not warnings,
+        runs=runs,
+        error="; ".join(f"{format_reference(machine, w.agent_id)}: {w.error}" for w in warnings) or None,
+        elapsed_ms=int((time.monotonic() - began) * 1000),
+    )
+    return FleetDocument(results=results, machines=[row]).to_json()
+
+
+async def _logs(call: Call, args: LogsArgs) -> dict[str, Any]:
+    commands.check_tail(args.tail)
+    machine, run_id = commands.target(args.ref, args.to)
+    config = await call.config()
+    request = commands.request("logs", agent_id=run_id, tail=args.tail, raw=args.raw)
+    response = await call.blocking(lambda: ask(config, machine, request))
+    return LogsDocument(agent_id=run_id, machine=machine or None, logs=response.logs).to_json()
+
+
+async def _stop(call: Call, args: RefArgs) -> dict[str, Any]:
+    machine, run_id = commands.target(args.ref, args.to)
+    config = await call.config()
+    request = commands.request("stop", agent_id=run_id)
+    ref = format_reference(machine, run_id)
+    with commands.naming(f"the stop may have reached the run; check it with: wb agent status {ref}"):
+        response: RemoteResponse = await call.blocking(lambda: ask(config, machine, request))
+    return response.stop_result_of().to_wire()  # `machine` is stamped for a remote run
+
+
+async def _diff(call: Call, args: DiffArgs) -> dict[str, Any]:
+    from courier.supervise import fetch_diff
+
+    machine, run_id = commands.target(args.ref, args.to)
+    config = await call.config()
+    diff: DiffResult = await call.blocking(lambda: fetch_diff(config, machine, run_id, stat=args.stat))
+    if diff.patch is not None:
+        try:
+            diff.patch.encode("utf-8")
+        except UnicodeEncodeError:  # a byte git wrote that is not UTF-8 travels as a lone surrogate
+            ref = format_reference(machine, run_id)
+            raise Finding(
+                f"the patch of {ref} has bytes that are not UTF-8, which JSON cannot carry; "
+                f"pass stat, or read it with: wb agent diff {ref}"
+            ) from None
+    return diff.to_wire()
+
+
+async def _continue(call: Call, args: ContinueArgs) -> dict[str, Any]:
+    machine, request, new_id = commands.build_continue(
+        reference=args.ref, task=args.task, task_file=None, profile=args.profile, timeout=args.timeout, to=args.to
+    )
+    config = await call.config()
+    result: Result = await call.blocking(lambda: commands.send_starting(config, machine, request, new_id))
+    return result.to_wire()
+
+
+async def _machines(call: Call, args: MachinesArgs) -> dict[str, Any]:
+    from courier.fleet import probe_machines
+
+    timeout_s = commands.machine_timeout_s(args.machine_timeout)
+    config = await call.config()
+    rows = await call.blocking(lambda: probe_machines(config, check=args.check, machine_timeout_s=timeout_s))
+    return {"machines": [row.document().to_json() for row in rows]}
+
+
+TOOLS: list[Tool] = [
+    Tool(
+        "dispatch",
+        "Start one task in a git worktree (new or existing) with a configured profile, here or on a configured "
+        "machine (to). Returns the run's result at once (state running): its agent_id, and machine when it runs "
+        'elsewhere; pass "MACHINE:agent_id" (or agent_id alone for this machine) as ref to await, status, diff.',
+
+        DispatchArgs,
+        "result",
+        _dispatch,
+        read_only=False,
+    ),
+    Tool(
+        "status",
+        "The facts of one run now (state, exit code, final message, usage, changes).",
+        RefArgs,
+        "result",
+        _status,
+    ),
+    Tool(
+        "await",
+        "Wait until the run is terminal and return its result (any terminal state is a success). Reports progress "
+        "while it waits; cancelling the call leaves the run going. Past wait_timeout: a finding error.",
+        AwaitArgs,
+        "result",
+        _await,
+    ),
+    Tool(
+        "list",
+        "The runs of this machine (or `to`), newest first; with all, of every configured machine too. Each row of "
+        "`machines` says whether that machine answered fully (ok) and why not (error).",
+        ListArgs,
+        "fleet",
+        _list,
+    ),
+    Tool(
+        "logs",
+        "The transcript path, then the last worker actions (tail), or with raw the whole transcript.",
+        LogsArgs,
+        "logs",
+        _logs,
+    ),
+    Tool(
+        "diff",
+        "The run's change against its base commit as one unified patch that git apply takes (with stat: only the "
+        "per-file counts). Works while the run is running (a snapshot) and after it ends.",
+        DiffArgs,
+        "diff",
+        _diff,
+    ),
+    Tool(
+        "stop",
+        "Stop a running run: its worker is signalled and the run recorded as failed (stopped on request).",
+        RefArgs,
+        "stop",
+        _stop,
+        read_only=False,
+    ),
+    Tool(
+        "continue",
+        "Start a new run in the same worktree that resumes a finished run's harness session with a follow-up task. "
+        "Returns the new run's result (its parent_id is the run continued).",
+        ContinueArgs,
+        "result",
+        _continue,
+        read_only=False,
+    ),
+    Tool(
+        "machines",
+        "The configured machines (host, user, port, wb_path) and, with check, whether each answers (wb and schema "
+        "versions, round trip, clock offset).",
+        MachinesArgs,
+        "machines",
+        _machines,
+    ),
+]
+
+
+def available_tools() -> list[Tool]:
+    return list(TOOLS)
+
+
+# -- schemas -------------------------------------------------------------------------------
+
+
+def output_schema(name: str) -> dict[str, Any]:
+    """A tool's output schema: the named document, an array wrapped in an object (MCP wants objects)."""
+    body = dict(schema(name))
+    body.pop("$id", None)
+    if body.get("type") == "object":
+        return body
+    defs = body.pop("$defs", None)
+    wrapped: dict[str, Any] = {
+        "$schema": body.pop("$schema"),
+        "type": "object",
+        "properties": {name: body},
+        "required": [name],
+    }
+    if defs:
+        wrapped["$defs"] = defs
+    return wrapped
+
+
+def input_schema(arguments: type[Arguments]) -> dict[str, Any]:
+    body = arguments.model_json_schema()
+    body.pop("title", None)
+    return body
+
+
+def tool_definitions() -> list[types.Tool]:
+    return [
+        types.Tool(
+            name=tool.name,
+            description=tool.description,
+            input_schema=input_schema(tool.arguments),
+            output_schema=output_schema(tool.output) if tool.output in DOCUMENTS else None,
+            annotations=types.ToolAnnotations(read_only_hint=tool.read_only, open_world_hint=False),
+        )
+        for tool in available_tools()
+    ]
+
+
+# -- the server ----------------------------------------------------------------------------
+
+
+def _error(exc: WbError) -> types.CallToolResult:
+    """A tool error whose one text block is the `error` document (message, class, exit_code).
+
+    Not structured content: clients (the TypeScript SDK's among them) check structured content
+    against the tool's output schema even on errors, and the error is not that document.
+    """
+    document = ErrorDocument(message=exc.message, error_class=error_class(exc.exit_code), exit_code=exc.exit_code)
+    return types.CallToolResult(
+        content=[types.TextContent(text=json.dumps(document.to_json(), ensure_ascii=False))], is_error=True
+    )
+
+
+def _arguments_error(tool: Tool, exc: ValidationError) -> UsageError:
+    parts = []
+    for item in exc.errors(include_url=False, include_input=False):
+        where = ".".join(str(part) for part in item["loc"]) or "arguments"
+        parts.append(f"{where}: {item['msg']}")
+    return UsageError(f"invalid arguments for {tool.name}: {'; '.join(parts[:5])}")
+
+
+async def call_tool(ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams) -> types.CallToolResult:
+    tools = {tool.name: tool for tool in available_tools()}
+    tool = tools.get(params.name)
+    try:
+        if tool is None:
+            raise UsageError(f'unknown tool "{params.name}"; the tools are: {", ".join(tools)}')
+        try:
+            args = tool.arguments.model_validate(params.arguments or {})
+        except ValidationError as exc:
+            raise _arguments_error(tool, exc) from None
+        document = await tool.handler(Call(ctx), args)
+    except WbError as exc:
+        return _error(exc)
+    except Exception as exc:  # never a traceback to the client: the CLI's internal error, as a finding
+        return _error(WbError(f"internal: {type(exc).__name__}: {exc}"))
+    return types.CallToolResult(
+        content=[types.TextContent(text=json.dumps(document, ensure_ascii=False))],
+        structured_content=document,
+    )
+
+
+async def list_tools(
+    ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
+) -> types.ListToolsResult:
+    return types.ListToolsResult(tools=tool_definitions())
+
+
+def build_server() -> Server[Any]:
+    return Server(
+        "wb",
+        version=__version__,
+        title="wb: dispatch coding tasks to agent harnesses",
+        instructions=INSTRUCTIONS,
+        on_list_tools=list_tools,
+        on_call_tool=call_tool,
+    )
+
+
+async def _serve() -> None:
+    server = build_server()
+    async with stdio_server() as (read_stream, write_stream):
+        # The SDK has pointed fd 1 at stderr; Python-level writes follow it, never the wire.
+        sys.stdout = sys.stderr
+        await server.run(read_stream, write_stream, server.create_initialization_options())
+
+
+def serve() -> None:
+    anyio.run(_serve)

@@ -1,0 +1,102 @@
+"""The JSON documents wb prints beyond the wire ones: fleet rows, machine probes, errors (contract §8, §17)."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, RootModel
+
+from protocol.models import Result
+
+ErrorClass = Literal["usage", "finding", "transport"]
+
+
+class Document(BaseModel):
+    """A document wb prints: every field without a default is always present (null when unknown)."""
+
+    def to_json(self) -> dict[str, Any]:
+        return self.model_dump(mode="json", by_alias=True)
+
+
+class FleetMachine(Document):
+    """One machine's row of `wb agent list --all --json`; the local row has machine ""."""
+
+    machine: str = Field(description='The configured machine name; "" for this machine.')
+    ok: bool = Field(description="The machine answered fully.")
+    runs: int = Field(ge=0, description="How many of `results` came from this machine (0 when it failed).")
+    error: str | None = Field(description="Why the machine did not answer fully, else null.")
+    elapsed_ms: int = Field(ge=0, description="How long the machine took to answer.")
+    skipped: str | None = Field(
+        default=None,
+        exclude_if=lambda value: value is None,
+        description="Present when the machine was not listed: it shares this machine's WB_HOME.",
+    )
+
+
+class FleetDocument(Document):
+    """`wb agent list --all --json`: every run, newest first, and one row per machine."""
+
+    results: list[Result]
+    machines: list[FleetMachine]
+
+    def to_json(self) -> dict[str, Any]:
+        # A result omits its absent fields, as everywhere; a row keeps its nulls.
+        return {"results": [r.to_wire() for r in self.results], "machines": [m.to_json() for m in self.machines]}
+
+
+class MachineProbe(Document):
+    """One row of `wb machines --json`; the probe fields are null without --check."""
+
+    machine: str
+    host: str | None
+    user: str | None
+    port: int | None
+    wb_path: str | None
+    ok: bool
+    error: str | None
+    wb_version: str | None
+    schema_version: int | None
+    rtt_ms: int | None
+    clock_offset_ms: int | None = Field(description="The peer's clock minus this machine's.")
+    harnesses: list[str] | None = Field(
+        description="With --check: the harnesses the peer can run ([] when it lists none)."
+    )
+
+
+class MachinesDocument(RootModel[list[MachineProbe]]):
+    """`wb machines --json`: every configured machine, sorted by name."""
+
+
+class ListDocument(RootModel[list[Result]]):
+    """`wb agent list --json`: the runs of one machine, newest first."""
+
+
+class LogsDocument(Document):
+    """The MCP `logs` tool's answer: the transcript path, then the worker actions (or the raw transcript)."""
+
+    agent_id: str
+    machine: str | None = Field(default=None, exclude_if=lambda value: value is None)
+    logs: str
+
+
+class ErrorDocument(Document):
+    """A refusal: the message wb prints after `error: ` and its class, from the exit code.
+
+    The CLI prints it as text on stderr; the MCP server returns it as a tool error's structured content.
+    """
+
+    message: str
+    error_class: ErrorClass = Field(
+        alias="class", description="usage (exit 2), finding (exit 1) or transport (exit 255)."
+    )
+    exit_code: int = Field(description="The exit code the CLI gives for the same refusal.")
+
+    model_config = ConfigDict(populate_by_name=True)
+
+
+def error_class(exit_code: int) -> ErrorClass:
+    if exit_code == 2:
+        return "usage"
+    if exit_code == 255:
+        return "transport"
+    return "finding"
