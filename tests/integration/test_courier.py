@@ -329,14 +329,16 @@ def test_an_upgraded_wb_is_used_by_the_next_command(tmp_path: Path) -> None:
 
     machine = make_machine(tmp_path / "m")
     machine.env["PYTHONPATH"] = str(copy)
+    from courier import __version__
+
     first = machine.wb("--version", env=ON)
-    assert first.stdout == "wb 0.1.0 (protocol schema 1)\n"
+    assert first.stdout == f"wb {__version__} (protocol schema 1)\n"
     old = _courier_pid(machine)
     assert old is not None
     init = copy / "courier" / "__init__.py"
-    init.write_text(init.read_text().replace('__version__ = "0.1.0"', '__version__ = "0.1.1"'))
+    init.write_text(init.read_text().replace(f'__version__ = "{__version__}"', '__version__ = "99.0.0"'))
     second = machine.wb("--version", env=ON)
-    assert second.stdout == "wb 0.1.1 (protocol schema 1)\n" and second.stderr == ""
+    assert second.stdout == "wb 99.0.0 (protocol schema 1)\n" and second.stderr == ""
     assert wait_for(lambda: not pid_alive(old), 15)
     new = _courier_pid(machine)
     assert new is not None and new != old
@@ -785,7 +787,7 @@ def test_serve_mode_exits_when_its_wb_is_upgraded(tmp_path: Path, machine: Machi
         process.stdin.write(b'{"request_id":"v","schema_version":1,"operation":"version"}\n')
         process.stdin.flush()
         assert _read_line(process)["request_id"] == "v"
-        (copy / "courier" / "__init__.py").write_text('"""wb."""\n\n__version__ = "0.1.1"\n')
+        (copy / "courier" / "__init__.py").write_text('"""wb."""\n\n__version__ = "99.0.0"\n')
         assert process.wait(timeout=30) == 0  # stdin is still open: the upgrade alone ended it
     finally:
         process.stdin.close()
