@@ -24,11 +24,8 @@ from __future__ import annotations
 
 import json
 import re
-import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from types import TracebackType
 from typing import Any, Final
 
 from courier.demo.model_server import (
@@ -39,8 +36,8 @@ from courier.demo.model_server import (
     HELLO_PATH,
     WRITE_FILE_LIST_COMMAND,
     WRITE_FILE_MESSAGE,
-    RecordedRequest,
 )
+from courier.demo.scripted_http import FieldSum, ScriptedHandler, ScriptedServer, sse, sum_usage
 
 __all__ = [
     "COMMIT_COMMAND",
@@ -61,12 +58,11 @@ OUTSIDE_PATH: Final = "../outside-write-tool.txt"
 OUTSIDE_COMMAND: Final = "echo from-bash > ../outside-bash.txt"
 OUTSIDE_MESSAGE: Final = "I tried to write outside the worktree."
 SIDE_ANSWER: Final = "Greeting"
-_MAX_BODY_BYTES: Final = 64 * 1024 * 1024
 _WORKING_DIRECTORY = re.compile(r"(?:Primary working directory|Working directory): *(/[^\s<]*)")
 
 
 @dataclass(frozen=True)
-class MessagesUsage:
+class MessagesUsage(FieldSum):
     """Token counts one response reports, as the Messages API names them (cache reads and writes
     are not part of `input_tokens` there)."""
 
@@ -74,14 +70,6 @@ class MessagesUsage:
     cache_read_input_tokens: int = 0
     cache_creation_input_tokens: int = 0
     output_tokens: int = 0
-
-    def __add__(self, other: MessagesUsage) -> MessagesUsage:
-        return MessagesUsage(
-            self.input_tokens + other.input_tokens,
-            self.cache_read_input_tokens + other.cache_read_input_tokens,
-            self.cache_creation_input_tokens + other.cache_creation_input_tokens,
-            self.output_tokens + other.output_tokens,
-        )
 
     def as_wb_usage(self) -> dict[str, int]:
         """What wb reports for this usage (contract §6.3: `input_tokens` counts cache reads and writes)."""
@@ -192,10 +180,6 @@ def _step_of(body: Mapping[str, Any]) -> int:
     return count
 
 
-def _sse(events: list[dict[str, Any]]) -> bytes:
-    return "".join(f"event: {event['type']}\ndata: {json.dumps(event)}\n\n" for event in events).encode()
-
-
 def _message_events(message_id: str, model: str, blocks: list[dict[str, Any]], usage: MessagesUsage) -> bytes:
     """One streamed message: message_start, a start/delta/stop per block, message_delta, message_stop."""
     start_usage = {
@@ -231,189 +215,59 @@ def _message_events(message_id: str, model: str, blocks: list[dict[str, Any]], u
         },
         {"type": "message_stop"},
     ]
-    return _sse(events)
+    return sse(events)
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    owner: AnthropicServer
+def _error(request: ScriptedHandler, status: int, kind: str, message: str) -> None:
+    request.send_json(status, {"type": "error", "error": {"type": kind, "message": message}})
 
 
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    server: _Server
-
-    def log_message(self, format: str, *args: Any) -> None:  # silence the per-request stderr line
-        pass
-
-    def _send(self, status: int, content_type: str, data: bytes) -> None:
-        self.send_response(status)
-        self.send_header("content-type", content_type)
-        self.send_header("content-length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def _error(self, status: int, kind: str, message: str) -> None:
-        body = {"type": "error", "error": {"type": kind, "message": message}}
-        self._send(status, "application/json", json.dumps(body).encode())
-
-    def _record(self, raw: bytes) -> Any:
-        try:
-            body: Any = json.loads(raw) if raw else None
-        except ValueError:
-            body = None
-        headers = {k.lower(): v for k, v in self.headers.items()}
-        self.server.owner._record(RecordedRequest(self.command, self.path, headers, body, raw))
-        return body
-
-    def _route(self) -> tuple[str, str] | None:
-        """(scenario, API path after /v1) for `/v1/...` or `/<scenario>/v1/...`; None otherwise."""
-        parts = self.path.split("?", 1)[0].strip("/").split("/")
-        if parts and parts[0] == "v1":
-            return self.server.owner.scenario, "/" + "/".join(parts[1:])
-        if len(parts) >= 2 and parts[0] in _SCRIPTS and parts[1] == "v1":
-            return parts[0], "/" + "/".join(parts[2:])
-        return None
-
-    def do_GET(self) -> None:
-        self._record(b"")
-        self._error(404, "not_found_error", f"no such path: {self.path}")
-
-    def do_HEAD(self) -> None:
-        self._record(b"")
-        self._send(200, "text/plain", b"")
-
-    def do_POST(self) -> None:
-        length = int(self.headers.get("content-length") or 0)
-        if length > _MAX_BODY_BYTES:
-            self._error(413, "request_too_large", "request body too large")
-            self.close_connection = True
-            return
-        body = self._record(self.rfile.read(length) if length > 0 else b"")
-        route = self._route()
-        if route is None or route[1] != "/messages":
-            self._error(404, "not_found_error", f"no such path: {self.path}")
-            return
-        if not isinstance(body, dict):
-            self._error(400, "invalid_request_error", "the body is not a JSON object")
-            return
-        owner = self.server.owner
-        scenario = route[0]
-        model = str(body.get("model") or "claude-scripted")
-        message_id = f"msg_{scenario.replace('-', '')}{owner._next_id():04d}"
-        if not body.get("tools"):
-            usage = MessagesUsage(10, 0, 0, 1)
-            owner._served_message(ServedMessage(scenario, None, 200, usage))
-            side = [{"type": "text", "text": SIDE_ANSWER}]
-            self._send(200, "text/event-stream", _message_events(message_id, model, side, usage))
-            return
-        step_number = _step_of(body)
-        step = _SCRIPTS[scenario](body, step_number)
-        owner._served_message(ServedMessage(scenario, step_number, step.http_status, step.usage))
-        if step.http_status != 200:
-            self._error(step.http_status, "invalid_request_error", FAIL_MESSAGE)
-            return
-        assert step.usage is not None
-        self._send(200, "text/event-stream", _message_events(message_id, model, step.blocks, step.usage))
-
-
-class AnthropicServer:
+class AnthropicServer(ScriptedServer[ServedMessage]):
     """The scripted Messages server. Use as a context manager, or call `start()` and `stop()`.
 
     `base_url` is the provider `base_url` to configure (`http://127.0.0.1:<port>`, Claude Code
     appends `/v1/messages`); `base_url_for(name)` selects another scenario by URL prefix.
     """
 
-    def __init__(self, scenario: str = "write-file", *, host: str = "127.0.0.1", port: int = 0) -> None:
-        if scenario not in _SCRIPTS:
-            raise ValueError(f"unknown scenario {scenario!r}; known: {', '.join(SCENARIOS)}")
-        self.scenario = scenario
-        self._host = host
-        self._port = port
-        self._lock = threading.Lock()
-        self._requests: list[RecordedRequest] = []
-        self._served: list[ServedMessage] = []
-        self._ids = 0
-        self._server: _Server | None = None
-        self._thread: threading.Thread | None = None
-
-    def start(self) -> None:
-        if self._server is not None:
-            raise RuntimeError("the model server is already running")
-        server = _Server((self._host, self._port), _Handler)
-        server.owner = self
-        self._server = server
-        self._thread = threading.Thread(target=server.serve_forever, name="wb-anthropic-server", daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
-        server, thread = self._server, self._thread
-        self._server = self._thread = None
-        if server is None:
-            return
-        server.shutdown()
-        server.server_close()
-        if thread is not None:
-            thread.join(timeout=5)
-
-    def __enter__(self) -> AnthropicServer:
-        self.start()
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, traceback: TracebackType | None
-    ) -> None:
-        self.stop()
-
-    @property
-    def port(self) -> int:
-        if self._server is None:
-            raise RuntimeError("the model server is not running")
-        return int(self._server.server_address[1])
-
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def base_url_for(self, scenario: str) -> str:
-        if scenario not in _SCRIPTS:
-            raise ValueError(f"unknown scenario {scenario!r}; known: {', '.join(SCENARIOS)}")
-        return f"{self.base_url}/{scenario}"
-
-    @property
-    def requests(self) -> list[RecordedRequest]:
-        with self._lock:
-            return list(self._requests)
-
-    @property
-    def served(self) -> list[ServedMessage]:
-        with self._lock:
-            return list(self._served)
+    scenarios = SCENARIOS
+    methods = frozenset({"GET", "POST", "HEAD"})
+    thread_name = "wb-anthropic-server"
 
     def usage_reported(self, scenario: str | None = None, *, side: bool = True) -> MessagesUsage:
         """The sum of the usage the responses reported (optionally one scenario; side requests when `side`)."""
-        total = MessagesUsage()
-        for served in self.served:
-            if scenario is not None and served.scenario != scenario:
-                continue
-            if served.usage is not None and (side or served.step is not None):
-                total += served.usage
-        return total
+        return sum_usage(
+            MessagesUsage(),
+            (s.usage for s in self.served if scenario in (None, s.scenario) and (side or s.step is not None)),
+        )
 
-    def clear(self) -> None:
-        with self._lock:
-            self._requests.clear()
-            self._served.clear()
+    def refuse_body(self, request: ScriptedHandler, message: str) -> None:
+        _error(request, 413, "request_too_large", message)
 
-    def _record(self, request: RecordedRequest) -> None:
-        with self._lock:
-            self._requests.append(request)
-
-    def _served_message(self, served: ServedMessage) -> None:
-        with self._lock:
-            self._served.append(served)
-
-    def _next_id(self) -> int:
-        with self._lock:
-            self._ids += 1
-            return self._ids
+    def handle(self, request: ScriptedHandler, body: Any) -> None:
+        if request.command == "HEAD":
+            request.send(200, "text/plain", b"")
+            return
+        route = request.api_path() if request.command == "POST" else None
+        if route is None or route[1] != "/messages":
+            _error(request, 404, "not_found_error", f"no such path: {request.path}")
+            return
+        if not isinstance(body, dict):
+            _error(request, 400, "invalid_request_error", "the body is not a JSON object")
+            return
+        scenario = route[0]
+        model = str(body.get("model") or "claude-scripted")
+        message_id = f"msg_{scenario.replace('-', '')}{self._next_id():04d}"
+        if not body.get("tools"):
+            usage = MessagesUsage(10, 0, 0, 1)
+            self._serve(ServedMessage(scenario, None, 200, usage))
+            side = [{"type": "text", "text": SIDE_ANSWER}]
+            request.send(200, "text/event-stream", _message_events(message_id, model, side, usage))
+            return
+        step_number = _step_of(body)
+        step = _SCRIPTS[scenario](body, step_number)
+        self._serve(ServedMessage(scenario, step_number, step.http_status, step.usage))
+        if step.http_status != 200:
+            _error(request, step.http_status, "invalid_request_error", FAIL_MESSAGE)
+            return
+        assert step.usage is not None
+        request.send(200, "text/event-stream", _message_events(message_id, model, step.blocks, step.usage))

@@ -22,17 +22,14 @@ library is used, so the module backs `wb demo` as well as the test suite.
 
 from __future__ import annotations
 
-import json
 import os
 import re
-import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from types import TracebackType
 from typing import Any, Final
 
-from courier.demo.model_server import FAIL_MESSAGE, HELLO_CONTENT, HELLO_PATH, WRITE_FILE_LIST_COMMAND, RecordedRequest
+from courier.demo.model_server import FAIL_MESSAGE, HELLO_CONTENT, HELLO_PATH, WRITE_FILE_LIST_COMMAND
+from courier.demo.scripted_http import FieldSum, ScriptedHandler, ScriptedServer, sse, sum_usage
 
 __all__ = [
     "GEMINI_SCENARIOS",
@@ -48,7 +45,6 @@ __all__ = [
 GEMINI_SCENARIOS: Final = ("write-file", "fail", "limits")
 GEMINI_WRITE_FILE_MESSAGE: Final = "Created hello.txt with a greeting."
 _FINAL_CHUNKS: Final = ("Created hello.txt ", "with a greeting.")
-_MAX_BODY_BYTES: Final = 64 * 1024 * 1024
 _API_VERSION: Final = "v1beta"
 _WORKSPACE: Final = re.compile(r"\*\*Workspace Directories:\*\*\n\s*- (/[^\n]*)")
 LIMITS_COMMAND: Final = (
@@ -61,21 +57,13 @@ LIMITS_MESSAGE: Final = "I tried the limits."
 
 
 @dataclass(frozen=True)
-class GeminiUsage:
+class GeminiUsage(FieldSum):
     """One response's `usageMetadata`: `cached` is part of `prompt`, `thoughts` apart from `candidates`."""
 
     prompt: int = 0
     cached: int = 0
     candidates: int = 0
     thoughts: int = 0
-
-    def __add__(self, other: GeminiUsage) -> GeminiUsage:
-        return GeminiUsage(
-            self.prompt + other.prompt,
-            self.cached + other.cached,
-            self.candidates + other.candidates,
-            self.thoughts + other.thoughts,
-        )
 
     def metadata(self) -> dict[str, int]:
         return {
@@ -185,185 +173,63 @@ def _chunk(parts: list[dict[str, Any]], *, final: bool, usage: GeminiUsage | Non
     return chunk
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    owner: GeminiServer
+def _error(request: ScriptedHandler, status: int, message: str, kind: str) -> None:
+    request.send_json(status, {"error": {"code": status, "message": message, "status": kind}})
 
 
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    server: _Server
-
-    def log_message(self, format: str, *args: Any) -> None:  # silence the per-request stderr line
-        pass
-
-    def _read_body(self) -> bytes:
-        length = int(self.headers.get("content-length") or 0)
-        if length > _MAX_BODY_BYTES:
-            raise ValueError("request body too large")
-        return self.rfile.read(length) if length > 0 else b""
-
-    def _send(self, status: int, content_type: str, data: bytes) -> None:
-        self.send_response(status)
-        self.send_header("content-type", content_type)
-        self.send_header("content-length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def _send_json(self, status: int, value: Any) -> None:
-        self._send(status, "application/json", json.dumps(value).encode())
-
-    def _error(self, status: int, message: str, kind: str) -> None:
-        self._send_json(status, {"error": {"code": status, "message": message, "status": kind}})
-
-    def _route(self) -> tuple[str, str, str] | None:
-        """(scenario, model, method) for `[/<scenario>]/v1beta/models/<model>:<method>`; None otherwise."""
-        parts = self.path.split("?", 1)[0].strip("/").split("/")
-        scenario = self.server.owner.scenario
-        if parts and parts[0] in _SCRIPTS:
-            scenario, parts = parts[0], parts[1:]
-        if len(parts) != 3 or parts[0] != _API_VERSION or parts[1] != "models" or ":" not in parts[2]:
-            return None
-        model, method = parts[2].split(":", 1)
-        return scenario, model, method
-
-    def do_GET(self) -> None:
-        self.server.owner._record(RecordedRequest("GET", self.path, dict(self.headers.items()), None))
-        self._error(404, f"no such path: {self.path}", "NOT_FOUND")
-
-    def do_POST(self) -> None:
-        try:
-            raw = self._read_body()
-        except ValueError as exc:
-            self._error(400, str(exc), "INVALID_ARGUMENT")
-            self.close_connection = True
-            return
-        try:
-            body: Any = json.loads(raw) if raw else None
-        except ValueError:
-            body = None
-        owner = self.server.owner
-        owner._record(RecordedRequest("POST", self.path, {k.lower(): v for k, v in self.headers.items()}, body, raw))
-        route = self._route()
-        if route is None:
-            self._error(404, f"no such path: {self.path}", "NOT_FOUND")
-            return
-        if not isinstance(body, dict):
-            self._error(400, "the body is not a JSON object", "INVALID_ARGUMENT")
-            return
-        scenario, model, method = route
-        if method == "countTokens":
-            self._send_json(200, {"totalTokens": 100})
-            return
-        if method not in ("streamGenerateContent", "generateContent"):
-            self._error(404, f"no such method: {method}", "NOT_FOUND")
-            return
-        step_number = _step_of(body)
-        step = _SCRIPTS[scenario](workspace_of(body), step_number)
-        owner._served_response(GeminiServed(scenario, step_number, step.http_status, step.usage, model))
-        if step.http_status != 200:
-            self._error(step.http_status, FAIL_MESSAGE, "INVALID_ARGUMENT")
-            return
-        chunks = [
-            _chunk(parts, final=index == len(step.chunks) - 1, usage=step.usage, model=model)
-            for index, parts in enumerate(step.chunks)
-        ]
-        if method == "generateContent":
-            merged = [part for parts in step.chunks for part in parts]
-            self._send_json(200, _chunk(merged, final=True, usage=step.usage, model=model))
-            return
-        data = "".join(f"data: {json.dumps(chunk)}\r\n\r\n" for chunk in chunks).encode()
-        self._send(200, "text/event-stream", data)
-
-
-class GeminiServer:
+class GeminiServer(ScriptedServer[GeminiServed]):
     """The scripted Gemini server. Use as a context manager, or call `start()` and `stop()`.
 
     `base_url` is the provider `base_url` to configure (`http://127.0.0.1:<port>`); `requests`
     and `served` are snapshots, safe to read while the server runs.
     """
 
-    def __init__(self, scenario: str = "write-file", *, host: str = "127.0.0.1", port: int = 0) -> None:
-        if scenario not in _SCRIPTS:
-            raise ValueError(f"unknown scenario {scenario!r}; known: {', '.join(GEMINI_SCENARIOS)}")
-        self.scenario = scenario
-        self._host = host
-        self._port = port
-        self._lock = threading.Lock()
-        self._requests: list[RecordedRequest] = []
-        self._served: list[GeminiServed] = []
-        self._server: _Server | None = None
-        self._thread: threading.Thread | None = None
-
-    def start(self) -> None:
-        if self._server is not None:
-            raise RuntimeError("the Gemini server is already running")
-        server = _Server((self._host, self._port), _Handler)
-        server.owner = self
-        self._server = server
-        self._thread = threading.Thread(target=server.serve_forever, name="wb-gemini-server", daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
-        server, thread = self._server, self._thread
-        self._server = self._thread = None
-        if server is None:
-            return
-        server.shutdown()
-        server.server_close()
-        if thread is not None:
-            thread.join(timeout=5)
-
-    def __enter__(self) -> GeminiServer:
-        self.start()
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, traceback: TracebackType | None
-    ) -> None:
-        self.stop()
-
-    @property
-    def port(self) -> int:
-        if self._server is None:
-            raise RuntimeError("the Gemini server is not running")
-        return int(self._server.server_address[1])
-
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def base_url_for(self, scenario: str) -> str:
-        if scenario not in _SCRIPTS:
-            raise ValueError(f"unknown scenario {scenario!r}; known: {', '.join(GEMINI_SCENARIOS)}")
-        return f"{self.base_url}/{scenario}"
-
-    @property
-    def requests(self) -> list[RecordedRequest]:
-        with self._lock:
-            return list(self._requests)
-
-    @property
-    def served(self) -> list[GeminiServed]:
-        with self._lock:
-            return list(self._served)
+    scenarios = GEMINI_SCENARIOS
+    label = "Gemini server"
+    thread_name = "wb-gemini-server"
 
     def usage_reported(self, scenario: str | None = None) -> GeminiUsage:
-        total = GeminiUsage()
-        for response in self.served:
-            if response.usage is not None and scenario in (None, response.scenario):
-                total += response.usage
-        return total
+        return sum_usage(GeminiUsage(), (r.usage for r in self.served if scenario in (None, r.scenario)))
 
-    def clear(self) -> None:
-        with self._lock:
-            self._requests.clear()
-            self._served.clear()
+    def refuse_body(self, request: ScriptedHandler, message: str) -> None:
+        _error(request, 400, message, "INVALID_ARGUMENT")
 
-    def _record(self, request: RecordedRequest) -> None:
-        with self._lock:
-            self._requests.append(request)
+    def handle(self, request: ScriptedHandler, body: Any) -> None:
+        route = _route(request) if request.command == "POST" else None
+        if route is None:
+            _error(request, 404, f"no such path: {request.path}", "NOT_FOUND")
+            return
+        if not isinstance(body, dict):
+            _error(request, 400, "the body is not a JSON object", "INVALID_ARGUMENT")
+            return
+        scenario, model, method = route
+        if method == "countTokens":
+            request.send_json(200, {"totalTokens": 100})
+            return
+        if method not in ("streamGenerateContent", "generateContent"):
+            _error(request, 404, f"no such method: {method}", "NOT_FOUND")
+            return
+        step_number = _step_of(body)
+        step = _SCRIPTS[scenario](workspace_of(body), step_number)
+        self._serve(GeminiServed(scenario, step_number, step.http_status, step.usage, model))
+        if step.http_status != 200:
+            _error(request, step.http_status, FAIL_MESSAGE, "INVALID_ARGUMENT")
+            return
+        if method == "generateContent":
+            merged = [part for parts in step.chunks for part in parts]
+            request.send_json(200, _chunk(merged, final=True, usage=step.usage, model=model))
+            return
+        chunks = [
+            _chunk(parts, final=index == len(step.chunks) - 1, usage=step.usage, model=model)
+            for index, parts in enumerate(step.chunks)
+        ]
+        request.send(200, "text/event-stream", sse(chunks, named=False, newline="\r\n"))
 
-    def _served_response(self, response: GeminiServed) -> None:
-        with self._lock:
-            self._served.append(response)
+
+def _route(request: ScriptedHandler) -> tuple[str, str, str] | None:
+    """(scenario, model, method) for `[/<scenario>]/v1beta/models/<model>:<method>`; None otherwise."""
+    scenario, parts = request.route()
+    if len(parts) != 3 or parts[0] != _API_VERSION or parts[1] != "models" or ":" not in parts[2]:
+        return None
+    model, method = parts[2].split(":", 1)
+    return scenario, model, method

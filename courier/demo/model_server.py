@@ -31,12 +31,11 @@ so the module can back a `wb demo` command as well as the test suite.
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from types import TracebackType
+from dataclasses import dataclass
 from typing import Any, Final
+
+from courier.demo.scripted_http import FieldSum, RecordedRequest, ScriptedHandler, ScriptedServer, sse, sum_usage
 
 __all__ = [
     "COMMIT_COMMAND",
@@ -72,11 +71,10 @@ NETWORK_MESSAGE: Final = "I tried to reach the network."
 PING_BODY: Final = b"pong\n"
 
 _TOOL_OUTPUT_TYPES: Final = frozenset({"function_call_output", "custom_tool_call_output"})
-_MAX_BODY_BYTES: Final = 64 * 1024 * 1024
 
 
 @dataclass(frozen=True)
-class TokenUsage:
+class TokenUsage(FieldSum):
     """Token counts one response reports, named as Codex names them in `turn.completed.usage`.
 
     `cached_input_tokens` is part of `input_tokens` and `reasoning_output_tokens` part of
@@ -87,14 +85,6 @@ class TokenUsage:
     cached_input_tokens: int = 0
     output_tokens: int = 0
     reasoning_output_tokens: int = 0
-
-    def __add__(self, other: TokenUsage) -> TokenUsage:
-        return TokenUsage(
-            self.input_tokens + other.input_tokens,
-            self.cached_input_tokens + other.cached_input_tokens,
-            self.output_tokens + other.output_tokens,
-            self.reasoning_output_tokens + other.reasoning_output_tokens,
-        )
 
     def responses_api(self) -> dict[str, Any]:
         """The `response.usage` object of the Responses API."""
@@ -113,17 +103,6 @@ class TokenUsage:
             "output_tokens": self.output_tokens,
             "reasoning_output_tokens": self.reasoning_output_tokens,
         }
-
-
-@dataclass(frozen=True)
-class RecordedRequest:
-    """One request the server received. `body` is the decoded JSON, or None when absent or not JSON."""
-
-    method: str
-    path: str
-    headers: Mapping[str, str]
-    body: Any
-    raw_body: bytes = field(repr=False, default=b"")
 
 
 @dataclass(frozen=True)
@@ -364,116 +343,66 @@ def _step_of(body: Mapping[str, Any]) -> int:
     return sum(1 for item in items if isinstance(item, dict) and item.get("type") in _TOOL_OUTPUT_TYPES)
 
 
-def _sse(events: list[dict[str, Any]]) -> bytes:
-    return "".join(f"event: {event['type']}\ndata: {json.dumps(event)}\n\n" for event in events).encode()
-
-
 # --------------------------------------------------------------------------- HTTP
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    owner: ModelServer
+def _not_found(request: ScriptedHandler) -> None:
+    request.send_json(404, {"error": {"message": f"no such path: {request.path}", "type": "not_found"}})
 
 
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    server: _Server
+class ModelServer(ScriptedServer[ServedResponse]):
+    """The scripted Responses API server. Use as a context manager, or call `start()` and `stop()`.
 
-    def log_message(self, format: str, *args: Any) -> None:  # silence the per-request stderr line
-        pass
+    `base_url` is the provider `base_url` to configure (`http://127.0.0.1:<port>/v1`);
+    `base_url_for(name)` selects another scenario by URL prefix. `requests` and `served` are
+    snapshots, safe to read while the server runs.
+    """
 
-    # -- plumbing
+    scenarios = SCENARIOS
+    api_root = "/v1"
 
-    def _read_body(self) -> bytes:
-        if self.headers.get("transfer-encoding", "").lower() == "chunked":
-            data = b""
-            while True:
-                size = int(self.rfile.readline().split(b";", 1)[0].strip() or b"0", 16)
-                if size == 0:
-                    while self.rfile.readline() not in (b"\r\n", b"\n", b""):
-                        pass
-                    return data
-                data += self.rfile.read(size)
-                self.rfile.readline()
-                if len(data) > _MAX_BODY_BYTES:
-                    raise ValueError("request body too large")
-        length = int(self.headers.get("content-length") or 0)
-        if length > _MAX_BODY_BYTES:
-            raise ValueError("request body too large")
-        return self.rfile.read(length) if length > 0 else b""
-
-    def _record(self, raw: bytes) -> Any:
-        try:
-            body: Any = json.loads(raw) if raw else None
-        except ValueError:
-            body = None
-        self.server.owner._record(
-            RecordedRequest(self.command, self.path, {k.lower(): v for k, v in self.headers.items()}, body, raw)
+    def usage_reported(self, scenario: str | None = None, thread: str | None = None) -> TokenUsage:
+        """The sum of the usage the scripted responses reported, optionally for one scenario or thread."""
+        return sum_usage(
+            TokenUsage(),
+            (r.usage for r in self.served if scenario in (None, r.scenario) and thread in (None, r.thread)),
         )
-        return body
 
-    def _send(self, status: int, content_type: str, data: bytes) -> None:
-        self.send_response(status)
-        self.send_header("content-type", content_type)
-        self.send_header("content-length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
+    def pings(self) -> int:
+        """How many `GET /ping` requests arrived (the `network` scenario's command sends one)."""
+        return sum(1 for request in self.requests if request.method == "GET" and request.path == "/ping")
 
-    def _send_json(self, status: int, value: Any) -> None:
-        self._send(status, "application/json", json.dumps(value).encode())
+    def refuse_body(self, request: ScriptedHandler, message: str) -> None:
+        request.send_json(400, {"error": {"message": message, "type": "invalid_request_error"}})
 
-    def _route(self) -> tuple[str, str] | None:
-        """(scenario, API path after /v1) for `/v1/...` or `/<scenario>/v1/...`; None otherwise."""
-        path = self.path.split("?", 1)[0]
-        parts = path.strip("/").split("/")
-        if parts and parts[0] == "v1":
-            return self.server.owner.scenario, "/" + "/".join(parts[1:])
-        if len(parts) >= 2 and parts[0] in _SCRIPTS and parts[1] == "v1":
-            return parts[0], "/" + "/".join(parts[2:])
-        return None
-
-    # -- methods
-
-    def do_GET(self) -> None:
-        self._record(b"")
-        if self.path.split("?", 1)[0] == "/ping":
-            self._send(200, "text/plain", PING_BODY)
+    def handle(self, request: ScriptedHandler, body: Any) -> None:
+        route = request.api_path()
+        if request.command == "GET":
+            if request.path.split("?", 1)[0] == "/ping":
+                request.send(200, "text/plain", PING_BODY)
+            elif route is not None and route[1] == "/models":
+                request.send_json(200, {"object": "list", "data": [], "models": []})
+            else:
+                _not_found(request)
             return
-        route = self._route()
-        if route is not None and route[1] == "/models":
-            self._send_json(200, {"object": "list", "data": [], "models": []})
-            return
-        self._send_json(404, {"error": {"message": f"no such path: {self.path}", "type": "not_found"}})
-
-    def do_POST(self) -> None:
-        try:
-            raw = self._read_body()
-        except ValueError as exc:
-            self._send_json(400, {"error": {"message": str(exc), "type": "invalid_request_error"}})
-            self.close_connection = True
-            return
-        body = self._record(raw)
-        route = self._route()
         if route is None or route[1] != "/responses":
-            self._send_json(404, {"error": {"message": f"no such path: {self.path}", "type": "not_found"}})
+            _not_found(request)
             return
         if not isinstance(body, dict):
             error = {"message": "the body is not a JSON object", "type": "invalid_request_error"}
-            self._send_json(400, {"error": error})
+            request.send_json(400, {"error": error})
             return
         scenario = route[0]
         step_number = _step_of(body)
-        step = _SCRIPTS[scenario](body, step_number, self.server.server_address[1])
+        step = _SCRIPTS[scenario](body, step_number, int(request.server.server_address[1]))
         cache_key = body.get("prompt_cache_key")
         thread = cache_key if isinstance(cache_key, str) else None
-        owner = self.server.owner
-        owner._served_response(ServedResponse(scenario, step_number, step.http_status, step.usage, thread))
+        self._serve(ServedResponse(scenario, step_number, step.http_status, step.usage, thread))
         if step.http_status != 200:
             error = {"message": FAIL_MESSAGE, "type": "server_error", "code": "server_error"}
-            self._send_json(step.http_status, {"error": error})
+            request.send_json(step.http_status, {"error": error})
             return
-        response_id = f"resp_{scenario}_{step_number}_{owner._next_id()}"
+        response_id = f"resp_{scenario}_{step_number}_{self._next_id()}"
         events: list[dict[str, Any]] = [{"type": "response.created", "response": {"id": response_id}}]
         if step.failed is not None:
             error = {"code": "server_error", "message": step.failed}
@@ -482,127 +411,4 @@ class _Handler(BaseHTTPRequestHandler):
             events += step.events
             usage = step.usage.responses_api() if step.usage is not None else None
             events.append({"type": "response.completed", "response": {"id": response_id, "usage": usage}})
-        self._send(200, "text/event-stream", _sse(events))
-
-
-class ModelServer:
-    """The scripted model server. Use as a context manager, or call `start()` and `stop()`.
-
-    `base_url` is the provider `base_url` to configure (`http://127.0.0.1:<port>/v1`);
-    `base_url_for(name)` selects another scenario by URL prefix. `requests` and `served` are
-    snapshots, safe to read while the server runs.
-    """
-
-    def __init__(self, scenario: str = "write-file", *, host: str = "127.0.0.1", port: int = 0) -> None:
-        if scenario not in _SCRIPTS:
-            raise ValueError(f"unknown scenario {scenario!r}; known: {', '.join(SCENARIOS)}")
-        self.scenario = scenario
-        self._host = host
-        self._port = port
-        self._lock = threading.Lock()
-        self._requests: list[RecordedRequest] = []
-        self._served: list[ServedResponse] = []
-        self._ids = 0
-        self._server: _Server | None = None
-        self._thread: threading.Thread | None = None
-
-    # -- lifecycle
-
-    def start(self) -> None:
-        if self._server is not None:
-            raise RuntimeError("the model server is already running")
-        server = _Server((self._host, self._port), _Handler)
-        server.owner = self
-        self._server = server
-        self._thread = threading.Thread(target=server.serve_forever, name="wb-model-server", daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
-        server, thread = self._server, self._thread
-        self._server = self._thread = None
-        if server is None:
-            return
-        server.shutdown()
-        server.server_close()
-        if thread is not None:
-            thread.join(timeout=5)
-
-    def __enter__(self) -> ModelServer:
-        self.start()
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, traceback: TracebackType | None
-    ) -> None:
-        self.stop()
-
-    # -- addresses
-
-    @property
-    def port(self) -> int:
-        if self._server is None:
-            raise RuntimeError("the model server is not running")
-        return int(self._server.server_address[1])
-
-    @property
-    def origin(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    @property
-    def base_url(self) -> str:
-        """The provider base URL for the constructor's scenario."""
-        return f"{self.origin}/v1"
-
-    def base_url_for(self, scenario: str) -> str:
-        """The provider base URL that plays `scenario` whatever the constructor said."""
-        if scenario not in _SCRIPTS:
-            raise ValueError(f"unknown scenario {scenario!r}; known: {', '.join(SCENARIOS)}")
-        return f"{self.origin}/{scenario}/v1"
-
-    # -- what happened
-
-    @property
-    def requests(self) -> list[RecordedRequest]:
-        with self._lock:
-            return list(self._requests)
-
-    @property
-    def served(self) -> list[ServedResponse]:
-        with self._lock:
-            return list(self._served)
-
-    def usage_reported(self, scenario: str | None = None, thread: str | None = None) -> TokenUsage:
-        """The sum of the usage the scripted responses reported, optionally for one scenario or thread."""
-        total = TokenUsage()
-        for response in self.served:
-            if scenario is not None and response.scenario != scenario:
-                continue
-            if thread is not None and response.thread != thread:
-                continue
-            if response.usage is not None:
-                total += response.usage
-        return total
-
-    def pings(self) -> int:
-        """How many `GET /ping` requests arrived (the `network` scenario's command sends one)."""
-        return sum(1 for request in self.requests if request.method == "GET" and request.path == "/ping")
-
-    def clear(self) -> None:
-        with self._lock:
-            self._requests.clear()
-            self._served.clear()
-
-    # -- called from handler threads
-
-    def _record(self, request: RecordedRequest) -> None:
-        with self._lock:
-            self._requests.append(request)
-
-    def _served_response(self, response: ServedResponse) -> None:
-        with self._lock:
-            self._served.append(response)
-
-    def _next_id(self) -> int:
-        with self._lock:
-            self._ids += 1
-            return self._ids
+        request.send(200, "text/event-stream", sse(events))
