@@ -39,7 +39,13 @@ def resolve_profile(config: Config, name: str) -> tuple[Resolved, bool]:
         resolved = Resolved(profile=name, harness=profile.harness, provider="", model="", routing=routing)
         return resolved, profile.network
     assert profile.provider is not None and profile.model is not None  # Profile checks both for such harnesses
-    provider = config.provider(profile.provider)
+    if profile.provider not in config.providers:
+        known = ", ".join(sorted(config.providers))
+        raise UsageError(
+            f'{config.path}: agents.profiles.{name}.provider: unknown provider "{profile.provider}" '
+            f"(known: {known}; add it under agents.providers)"
+        )
+    provider = config.provider(profile.provider)  # a misconfigured one is refused with its own file and key
     if provider.wire_api not in spec.wire_apis:
         fitting = " or ".join(f'"{api}"' for api in spec.wire_apis)
         raise UsageError(

@@ -260,6 +260,7 @@ def test_config_refusals_name_file_key_and_rule(machine: Machine, config: str, m
     done = _dispatch(machine, *BASE)
     assert done.returncode == 2, done.stderr
     assert message in done.stderr and "Traceback" not in done.stderr
+    assert done.stderr.startswith(f"error: {machine.config_path}: "), done.stderr  # the file, then the key
     _nothing_created(machine)
 
 
