@@ -60,7 +60,7 @@ Capability = Annotated[str, StringConstraints(pattern=r"^[a-z0-9][a-z0-9:._-]*$"
 class WireModel(BaseModel):
     """Strict JSON types, unknown fields ignored, null read as absent."""
 
-    model_config = ConfigDict(strict=True, extra="ignore", frozen=False)
+    model_config = ConfigDict(strict=True, extra="ignore", frozen=False, defer_build=True)
 
     @model_validator(mode="before")
     @classmethod

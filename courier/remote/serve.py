@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 import os
 import select
+import sys
+import types
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -21,27 +23,31 @@ if TYPE_CHECKING:
 _READ_CHUNK = 1 * limits.MIB
 _OPERATION_ECHO_MAX = 64
 _PLUGINS_ENV = "PYDANTIC_DISABLE_PLUGINS"
+_LOADER = "pydantic.plugin._loader"
+
+
+def _no_plugins() -> tuple[()]:
+    return ()
 
 
 def _import_models() -> None:
-    """Define the receiver's pydantic models without pydantic's plugin discovery.
+    """Define the receiver's pydantic models without pydantic's plugin machinery.
 
-    Creating the first model makes pydantic scan every installed distribution's entry
-    points for plugins (a few ms per call, more on a crowded interpreter). wb has no
-    pydantic plugin and the receiver lives for one request, so the scan is skipped for
-    the models it validates with; the variable is removed again before any child
-    (a dispatched owner) can inherit it. A value the user set is left alone.
+    Creating a model asks `pydantic.plugin._loader.get_plugins()`, whose module imports
+    importlib.metadata (≈ 20 ms, more than the rest of pydantic's plugin support) and which
+    scans every installed distribution's entry points. wb has no pydantic plugin and the
+    receiver is its own process, so it installs a loader that finds none, for its whole
+    life (a dispatched owner is a new interpreter and is not affected): what pydantic itself
+    does with PYDANTIC_DISABLE_PLUGINS=__all__, without the import. A value the user set
+    that names particular plugins is left to pydantic.
     """
-    prior = os.environ.get(_PLUGINS_ENV)
-    if prior is None:
-        os.environ[_PLUGINS_ENV] = "__all__"
-    try:
-        import courier.runs.store  # noqa: F401
-        import protocol.models
-        import protocol.validate  # noqa: F401
-    finally:
-        if prior is None:
-            os.environ.pop(_PLUGINS_ENV, None)
+    if os.environ.get(_PLUGINS_ENV) in (None, "__all__", "1", "true") and _LOADER not in sys.modules:
+        loader = types.ModuleType(_LOADER)
+        loader.get_plugins = _no_plugins  # type: ignore[attr-defined]
+        sys.modules[_LOADER] = loader
+    import courier.runs.store  # noqa: F401
+    import protocol.models
+    import protocol.validate  # noqa: F401
 
 
 def read_request(fd: int) -> tuple[bytes, bool]:

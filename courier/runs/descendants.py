@@ -10,7 +10,6 @@ descendants it saw in repeated scans. Either way they are found by walking paren
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
 import signal
 import sys
@@ -32,6 +31,8 @@ def become_subreaper() -> bool:
     """Adopt orphaned descendants (Linux prctl); False where that is not available."""
     if not _IS_LINUX:
         return False
+    import ctypes  # only the owner needs it; status and list import this module too
+
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         return int(libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)) == 0

@@ -187,7 +187,7 @@ class Store:
                     problem = record_dir_problem(entry.stat(follow_symlinks=False))
                     if problem:
                         raise RecordUnreadable(f"{entry.path} {problem}")
-                    records.append(read_record_of(Path(entry.path), entry.name))
+                    records.append(read_record_of(entry.path, entry.name))  # a str: no Path per record
                 except (OSError, WbError) as exc:
                     if not os.path.lexists(entry.path):
                         continue  # pruned while this list ran (prune renames it away first)
@@ -312,12 +312,13 @@ def record_dir_problem(info: os.stat_result) -> str | None:
     return None
 
 
-def read_record_of(run_dir: Path, agent_id: str) -> Record:
+def read_record_of(run_dir: str | Path, agent_id: str) -> Record:
     """The record of `run_dir`, which must name the run its directory is named after."""
-    record = read_record(run_dir / RECORD)
+    path = os.path.join(run_dir, RECORD)
+    record = read_record(path)
     if record.agent_id != agent_id:
         raise RecordUnreadable(
-            f"{run_dir / RECORD} names run {record.agent_id}, not {agent_id} (copied or linked from another run)"
+            f"{path} names run {record.agent_id}, not {agent_id} (copied or linked from another run)"
         )
     return record
 

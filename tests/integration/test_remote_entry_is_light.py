@@ -59,3 +59,15 @@ def test_with_a_wb_yaml_only_yaml_is_added(tmp_path: Path) -> None:
     modules, reply = _imported(tmp_path, {"schema_version": 1, "operation": "list"}, config="agents: {}\n")
     assert reply["results"] == []
     assert "yaml" in modules and not modules & {"asyncssh", "typer", "rich", "click", "cryptography"}
+
+
+@pytest.mark.parametrize("operation", ["status", "list"])
+def test_the_receiver_skips_pydantic_plugin_discovery_and_ctypes(tmp_path: Path, operation: str) -> None:
+    """importlib.metadata (pydantic's plugin scan, ≈ 20 ms) and ctypes (the owner's prctl) stay unloaded."""
+    request: dict[str, object] = {"schema_version": 1, "operation": operation}
+    if operation == "status":
+        request["agent_id"] = "agt-" + "0" * 32
+    _, reply = _imported(tmp_path, request)
+    assert reply["operation"] == operation
+    loaded = set((tmp_path / "modules.txt").read_text().split())
+    assert not loaded & {"importlib.metadata", "ctypes"}, loaded & {"importlib.metadata", "ctypes"}
