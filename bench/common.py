@@ -28,8 +28,9 @@ if str(REPO_ROOT) not in sys.path:
 
 from tests.integration.sshd import SshdFactory, SshdServer, sshd_unavailable_reason  # noqa: E402
 
-# The real interpreter and console script (a pyenv shim in front of either would add its own start-up).
-PYTHON = os.path.realpath(sys.executable)
+# The running interpreter and console script, never a pyenv shim (it would add its own start-up).
+# sys.executable is kept as is, not resolved: in a virtualenv its path is what finds the venv's packages.
+PYTHON = sys.executable
 WB = str(Path(sys.executable).parent / "wb")
 SSH = shutil.which("ssh") or "/usr/bin/ssh"
 SUBPROCESS_TIMEOUT_S = 120.0
