@@ -352,3 +352,16 @@ def require_cli(name: str, version: str, *, install: str | None = None) -> RealC
     if node is not None and str(Path(node).parent) not in dirs:
         dirs.append(str(Path(node).parent))
     return RealCli(executable, dirs)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """Under CI (CI=true in .ci/run) a skip is a failure: a missing prerequisite (an sshd, a real
+    CLI, root) would otherwise let a feature go untested while the run stays green. Only the
+    docker tier may skip there, since no Docker engine runs on CI's machine."""
+    outcome = yield
+    report = outcome.get_result()  # type: ignore[attr-defined]
+    if os.environ.get("CI") and report.skipped and "docker" not in item.keywords and not hasattr(report, "wasxfail"):
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        report.outcome = "failed"
+        report.longrepr = f"skipped under CI, which must run every tier: {reason}"
