@@ -353,26 +353,43 @@ USERADD = "/usr/sbin/useradd"
 USERDEL = "/usr/sbin/userdel"
 
 
+def _readable_copy(deps: str) -> str:
+    """wb and its dependencies copied where any user can read them, for a checkout under a private directory."""
+    import tempfile
+
+    root = Path(tempfile.mkdtemp(prefix="wb-second-user-code-"))
+    for package in ("courier", "protocol"):
+        shutil.copytree(REPO_ROOT / package, root / package, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(deps, root / "site-packages", ignore=shutil.ignore_patterns("__pycache__"), symlinks=True)
+    subprocess.run(["chmod", "-R", "a+rX", str(root)], check=True)
+    root.chmod(0o755)
+    return f"{root}:{root / 'site-packages'}"
+
+
 def _python_for(user: str) -> list[str] | None:
     """An interpreter the other user can run, with the paths that let it import wb and its dependencies."""
     import pydantic
 
     deps = str(Path(pydantic.__file__).resolve().parents[1])
-    for candidate in (sys.executable, "/usr/bin/python3"):
-        probe = subprocess.run(
-            [RUNUSER, "-u", user, "--", candidate, "-c", "import sys; print(sys.version_info[:2])"],
+
+    def works(candidate: str, pythonpath: str, code: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [RUNUSER, "-u", user, "--", candidate, "-c", code],
             capture_output=True,
             text=True,
-            env={"PATH": "/usr/bin:/bin", "PYTHONPATH": f"{REPO_ROOT}:{deps}"},
+            env={"PATH": "/usr/bin:/bin", "PYTHONPATH": pythonpath},
         )
-        if probe.returncode == 0 and probe.stdout.strip() == str(tuple(sys.version_info[:2])):
-            check = subprocess.run(
-                [RUNUSER, "-u", user, "--", candidate, "-c", "import pydantic, asyncssh, typer, courier"],
-                capture_output=True,
-                env={"PATH": "/usr/bin:/bin", "PYTHONPATH": f"{REPO_ROOT}:{deps}"},
-            )
-            if check.returncode == 0:
-                return [candidate, f"{REPO_ROOT}:{deps}"]
+
+    for candidate in (sys.executable, "/usr/bin/python3"):
+        probe = works(candidate, "", "import sys; print(sys.version_info[:2])")
+        if probe.returncode != 0 or probe.stdout.strip() != str(tuple(sys.version_info[:2])):
+            continue
+        pythonpath = f"{REPO_ROOT}:{deps}"
+        if works(candidate, pythonpath, "import pydantic, asyncssh, typer, courier").returncode != 0:
+            # The checkout or its virtualenv is under a directory only root can enter (CI's clone may be).
+            pythonpath = _readable_copy(deps)
+        if works(candidate, pythonpath, "import pydantic, asyncssh, typer, courier").returncode == 0:
+            return [candidate, pythonpath]
     return None
 
 
