@@ -17,7 +17,7 @@ from pathlib import Path
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench import common
+from bench import common, warm
 
 LINES = 10_000  # 10,000 added lines of 100 bytes: a patch of about 1 MiB
 
@@ -71,6 +71,31 @@ def run(report: common.Report, base: Path, repetitions: int = 11) -> None:
             },
             repetitions,
         )
+        # The same diff on the warm path (contract §16): the courier's kept connection and program.
+        warm_env = machines.env(WB_COURIER="on")
+        try:
+            warm._warm_up(ours, warm_env, 1)
+            warm_samples = common.interleaved(
+                {
+                    "wb": lambda: common.run_timed(ours, env=warm_env),
+                    "ssh": lambda: common.run_timed(yardstick, env=warm_env),
+                },
+                repetitions,
+            )
+        finally:
+            warm._stop(warm_env)
+    warm_wb, warm_ssh = common.median(warm_samples["wb"]), common.median(warm_samples["ssh"])
+    report.add(
+        common.Row(
+            "7c. warm remote diff, 1 MiB patch",
+            f"wb agent diff m:agt {common.ms(warm_wb)}",
+            f"ssh host git diff {common.ms(warm_ssh)}",
+            f"{warm_wb / warm_ssh:.2f}x",
+            "<= 1.2x",
+            warm_wb / warm_ssh <= 1.2,
+            f"medians of {repetitions}; courier running, serve mode",
+        )
+    )
     wb, ssh = common.median(samples["wb"]), common.median(samples["ssh"])
     status_s = common.median(samples["status"])
     ratio = wb / ssh
