@@ -156,6 +156,25 @@ def _detach_stdio() -> int:
     return reply_fd
 
 
+def internal_failure(exc: BaseException) -> bytes:
+    """The last-resort reply document when building the real one failed: still one document, in band."""
+    return (
+        json.dumps(
+            {
+                "schema_version": limits.SCHEMA_VERSION,
+                "operation": "",
+                "failure": f"internal: {type(exc).__name__}: {str(exc)[:512]}",
+                "failure_kind": "failed",
+                "wb_version": __version__,
+                "now": _now(),
+                "home_id": None,
+            },
+            ensure_ascii=True,
+        ).encode()
+        + b"\n"
+    )
+
+
 def serve(argv: list[str]) -> int:
     """Answer one request from stdin on stdout; always exactly one document and exit 0."""
     del argv  # the receiver takes no options: everything travels in the request
@@ -172,21 +191,7 @@ def serve(argv: list[str]) -> int:
         response.home_id = _home_id()
         body = response.encode()
     except Exception as exc:  # the contract wants one document, never a traceback
-        body = (
-            json.dumps(
-                {
-                    "schema_version": limits.SCHEMA_VERSION,
-                    "operation": "",
-                    "failure": f"internal: {type(exc).__name__}: {str(exc)[:512]}",
-                    "failure_kind": "failed",
-                    "wb_version": __version__,
-                    "now": _now(),
-                    "home_id": None,
-                },
-                ensure_ascii=True,
-            ).encode()
-            + b"\n"
-        )
+        body = internal_failure(exc)
     try:
         from courier.runs.store import write_all  # already loaded by _import_models
 

@@ -17,7 +17,15 @@ import re
 import select
 import threading
 
-from courier.remote.serve import _detach_stdio, _home_id, _import_models, _refusal, answer, client_watch
+from courier.remote.serve import (
+    _detach_stdio,
+    _home_id,
+    _import_models,
+    _refusal,
+    answer,
+    client_watch,
+    internal_failure,
+)
 from courier.warm.stamp import program_stamp
 from protocol import limits
 
@@ -44,18 +52,7 @@ class _Session:
             response.home_id = _home_id()
             body = response.encode()
         except Exception as exc:  # one line, never a traceback
-            body = (
-                json.dumps(
-                    {
-                        "schema_version": limits.SCHEMA_VERSION,
-                        "operation": "",
-                        "failure": f"internal: {type(exc).__name__}: {str(exc)[:512]}",
-                        "failure_kind": "failed",
-                        "home_id": None,
-                    }
-                ).encode()
-                + b"\n"
-            )
+            body = internal_failure(exc)
         self.reply(request_id, body)
 
     def reply(self, request_id: str, body: bytes) -> None:
