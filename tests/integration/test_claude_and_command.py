@@ -290,7 +290,7 @@ def test_the_readme_supervisor_runs_unchanged_with_codex_claude_and_command_mach
     sshd: SshdFactory, tmp_path: Path
 ) -> None:
     """Contract §14: whatever the harness, the same script collects the same facts, and `list --all` all three."""
-    from test_readme_supervisor import README_MACHINES, supervisor_script
+    from test_readme_supervisor import README_MACHINES, run_supervisor_script
 
     harnesses = dict(zip(README_MACHINES, ("codex", "claude", "command"), strict=True))
     targets = {}
@@ -315,21 +315,7 @@ def test_the_readme_supervisor_runs_unchanged_with_codex_claude_and_command_mach
         )
         (server.root / "remote-wb.yaml").write_text(config)
         targets[name] = sshd.target(server)
-    workdir = tmp_path / "supervisor"
-    workdir.mkdir()
-    (workdir / "task.md").write_text("scenario:complete\n")
-    (workdir / "supervise.sh").write_text(supervisor_script())
-    env = {
-        "HOME": str(tmp_path),
-        "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin",
-        "WB_CONFIG": str(sshd.write_wb_config("supervisor", targets)),
-        "WB_HOME": str(tmp_path / "wbhome"),
-        "WB_SSH_CONFIG": str(sshd.client_config),
-        "LANG": "C.UTF-8",
-    }
-    done = subprocess.run(["bash", "supervise.sh"], cwd=workdir, env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr
-    lines = done.stdout.splitlines()
+    _, env, lines = run_supervisor_script(sshd, tmp_path, targets, "supervisor")
     for name in README_MACHINES:
         assert any(re.fullmatch(rf"{name} agt-[0-9a-f]{{32}} completed 1", line) for line in lines), lines
     listed = subprocess.run(

@@ -27,6 +27,27 @@ def supervisor_script() -> str:
     return match.group(1)
 
 
+def run_supervisor_script(
+    sshd: SshdFactory, tmp_path: Path, targets: dict[str, dict[str, object]], name: str
+) -> tuple[Path, dict[str, str], list[str]]:
+    """Run the README's script as written over `targets`; (its directory, its environment, its stdout lines)."""
+    workdir = tmp_path / "supervisor"
+    workdir.mkdir()
+    (workdir / "task.md").write_text("scenario:complete\n")
+    (workdir / "supervise.sh").write_text(supervisor_script())
+    env = {
+        "HOME": str(tmp_path),
+        "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin",
+        "WB_CONFIG": str(sshd.write_wb_config(name, targets)),
+        "WB_HOME": str(tmp_path / "wbhome"),
+        "WB_SSH_CONFIG": str(sshd.client_config),
+        "LANG": "C.UTF-8",
+    }
+    done = subprocess.run(["bash", "supervise.sh"], cwd=workdir, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    return workdir, env, done.stdout.splitlines()
+
+
 def test_the_readme_supervisor_script_runs_as_written(sshd: SshdFactory, tmp_path: Path) -> None:
     targets = {}
     for index, name in enumerate(README_MACHINES):
@@ -35,21 +56,7 @@ def test_the_readme_supervisor_script_runs_as_written(sshd: SshdFactory, tmp_pat
         with open(server.root / "remote-wb.yaml", "a") as config:  # the README's profile name
             config.write("    fast: {harness: codex, provider: mock, model: gpt-5.5}\n")
         targets[name] = sshd.target(server)
-    workdir = tmp_path / "supervisor"
-    workdir.mkdir()
-    (workdir / "task.md").write_text("scenario:complete\n")
-    (workdir / "supervise.sh").write_text(supervisor_script())
-    env = {
-        "HOME": str(tmp_path),
-        "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin",
-        "WB_CONFIG": str(sshd.write_wb_config("supervisor", targets)),
-        "WB_HOME": str(tmp_path / "wbhome"),
-        "WB_SSH_CONFIG": str(sshd.client_config),
-        "LANG": "C.UTF-8",
-    }
-    done = subprocess.run(["bash", "supervise.sh"], cwd=workdir, env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr
-    lines = done.stdout.splitlines()
+    workdir, _, lines = run_supervisor_script(sshd, tmp_path, targets, "supervisor")
     assert "(here) ok" in lines
     for name in README_MACHINES:
         assert f"{name} ok" in lines
@@ -78,21 +85,7 @@ def test_the_same_script_runs_a_codex_a_claude_and_a_gemini_profile(sshd: SshdFa
         config = config.replace("  profiles:\n", more + "  profiles:\n") + profiles[name]
         (server.root / "remote-wb.yaml").write_text(config)
         targets[name] = sshd.target(server)
-    workdir = tmp_path / "supervisor"
-    workdir.mkdir()
-    (workdir / "task.md").write_text("scenario:complete\n")
-    (workdir / "supervise.sh").write_text(supervisor_script())
-    env = {
-        "HOME": str(tmp_path),
-        "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin",
-        "WB_CONFIG": str(sshd.write_wb_config("supervisor3", targets)),
-        "WB_HOME": str(tmp_path / "wbhome"),
-        "WB_SSH_CONFIG": str(sshd.client_config),
-        "LANG": "C.UTF-8",
-    }
-    done = subprocess.run(["bash", "supervise.sh"], cwd=workdir, env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr
-    lines = done.stdout.splitlines()
+    workdir, _, lines = run_supervisor_script(sshd, tmp_path, targets, "supervisor3")
     for name in README_MACHINES:
         assert f"{name} ok" in lines
         assert any(re.fullmatch(rf"{name} agt-[0-9a-f]{{32}} completed 1", line) for line in lines), lines
