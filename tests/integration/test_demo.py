@@ -27,7 +27,7 @@ from pathlib import Path
 import asyncssh
 import psutil
 import pytest
-from conftest import REPO_ROOT
+from conftest import REPO_ROOT, require_cli
 
 from courier.demo.sshd import EmbeddedSshd, new_key
 
@@ -136,15 +136,14 @@ def test_the_demo_runs_with_the_standin_harness_and_leaves_nothing_behind(base: 
     _assert_clean(base, env)
 
 
+def _path_with_real(base: Path, name: str, version: str) -> str:
+    """A PATH holding the real pinned CLI (and node, for its npm launcher), none of the other agents."""
+    real = require_cli(name, version, install=f"run `bash scripts/install-{name}.sh` (CI installs it)")
+    return os.pathsep.join([str(_bin_without_codex(base)), *real.dirs])
+
+
 def test_the_demo_uses_the_real_codex_when_it_is_on_path(base: Path) -> None:
-    codex = shutil.which("codex")
-    if codex is None:
-        pytest.fail("codex is not on PATH: run `bash scripts/install-codex.sh` (CI installs it)")
-    dirs = [str(_bin_without_codex(base)), str(Path(codex).parent)]
-    node = shutil.which("node")  # the npm launcher is `#!/usr/bin/env node`
-    if node is not None:
-        dirs.append(str(Path(node).parent))
-    env = _env(base, os.pathsep.join(dirs))
+    env = _env(base, _path_with_real(base, "codex", "0.169.0"))
     done, elapsed = _run_demo(env)
 
     assert done.returncode == 0, done.stdout + done.stderr
@@ -183,15 +182,7 @@ def test_the_demo_runs_gemini_with_its_standin(base: Path) -> None:
 
 
 def test_the_demo_uses_the_real_gemini_when_it_is_on_path(base: Path) -> None:
-    gemini = shutil.which("gemini")
-    if gemini is None:
-        message = "gemini is not on PATH: run `bash scripts/install-gemini.sh` (CI installs it)"
-        pytest.fail(message) if os.environ.get("CI") else pytest.skip(message)
-    dirs = [str(_bin_without_codex(base)), str(Path(gemini).parent)]
-    node = shutil.which("node")  # the npm launcher is `#!/usr/bin/env node`
-    if node is not None:
-        dirs.append(str(Path(node).parent))
-    env = _env(base, os.pathsep.join(dirs))
+    env = _env(base, _path_with_real(base, "gemini", "0.61.0"))
     done, elapsed = _run_demo(env, subprocess.PIPE, "--harness", "gemini")
     assert done.returncode == 0, done.stdout + done.stderr
     assert elapsed < DEMO_BOUND_S
@@ -227,11 +218,7 @@ def test_the_demo_runs_claude_with_its_standin(base: Path) -> None:
 
 
 def test_the_demo_uses_the_real_claude_when_it_is_on_path(base: Path) -> None:
-    claude = shutil.which("claude")
-    if claude is None:
-        message = "claude is not on PATH: run `bash scripts/install-claude.sh` (CI installs it)"
-        pytest.fail(message) if os.environ.get("CI") else pytest.skip(message)
-    env = _env(base, os.pathsep.join([str(_bin_without_codex(base)), str(Path(claude).parent)]))
+    env = _env(base, _path_with_real(base, "claude", "2.1.328"))
     done, elapsed = _run_demo(env, subprocess.PIPE, "--harness", "claude")
     assert done.returncode == 0, done.stdout + done.stderr
     assert elapsed < DEMO_BOUND_S
