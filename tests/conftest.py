@@ -18,6 +18,7 @@ from typing import NoReturn
 
 import pytest
 
+from tests.cli_lookup import cli_dirs, locate_cli
 from tests.integration.sshd import SshdFactory, SshdServer
 from tests.json_documents import check_output
 
@@ -354,14 +355,7 @@ def require_cli(name: str, version: str, *, install: str | None = None) -> RealC
     print `version` as one of its words ("codex-cli 0.169.0", "2.1.328 (Claude Code)", "0.61.0").
     """
     hint = install or f"install {name} {version}"
-    search = os.pathsep.join(
-        d for d in os.environ.get("PATH", "").split(os.pathsep) if d and Path(d).resolve() != FAKES.resolve()
-    )
-    executable = shutil.which(name, path=search)
-    if executable is None and shutil.which("npm", path=search):
-        npm = subprocess.run(["npm", "prefix", "-g"], capture_output=True, text=True, timeout=60)
-        prefix = npm.stdout.strip()
-        executable = shutil.which(name, path=os.path.join(prefix, "bin")) if prefix else None
+    executable = locate_cli(name)
     if executable is None:
         unavailable(f"the real {name} CLI ({version}) is not installed: {hint}")
     # `--version` alone writes the CLI's home (~/.gemini, ~/.codex helpers): give it a throwaway one.
@@ -377,11 +371,7 @@ def require_cli(name: str, version: str, *, install: str | None = None) -> RealC
             reported = f"no version ({exc})"
     if version not in [word.removeprefix("v") for word in reported.split()]:
         unavailable(f"{executable} reports {reported!r}, expected {name} {version}: {hint}")
-    dirs = [str(Path(executable).parent)]
-    node = shutil.which("node", path=search)
-    if node is not None and str(Path(node).parent) not in dirs:
-        dirs.append(str(Path(node).parent))
-    return RealCli(executable, dirs)
+    return RealCli(executable, cli_dirs(executable))
 
 
 @pytest.hookimpl(hookwrapper=True)

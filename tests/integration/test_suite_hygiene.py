@@ -12,7 +12,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from conftest import REPO_ROOT
+
+from tests.cli_lookup import HARNESS_CLIS, harness_cli_dirs, locate_cli
+from tests.integration.sshd import SshdFactory, sshd_unavailable_reason
 
 CTRL_C_TESTS = [
     "tests/integration/test_local_lifecycle.py::test_ctrl_c_during_await_exits_130_and_says_the_run_continues",
@@ -69,3 +73,44 @@ def test_a_leaked_subprocess_is_reported_in_its_own_test_and_the_next_test_passe
     leak = "ERROR test_leaky_session.py::test_leaks_a_killed_subprocess"
     assert any(line.startswith(leak) for line in lines), done.stdout[-4000:]
     assert "ResourceWarning: subprocess" in done.stdout and "2 passed, 1 error" in done.stdout
+
+
+def _fake_clis(bin_dir: Path) -> None:
+    bin_dir.mkdir(parents=True)
+    for name in HARNESS_CLIS:
+        (bin_dir / name).write_text(f"#!/bin/sh\necho {name} from a custom prefix\n")
+        (bin_dir / name).chmod(0o755)
+
+
+def test_a_cli_under_npms_global_prefix_is_found_off_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    prefix, npm_bin = tmp_path / "npm-global", tmp_path / "npm"
+    _fake_clis(prefix / "bin")
+    npm_bin.mkdir()
+    (npm_bin / "npm").write_text(f"#!/bin/sh\n[ \"$*\" = 'prefix -g' ] && echo {prefix}\n")
+    (npm_bin / "npm").chmod(0o755)
+    monkeypatch.setenv("PATH", str(npm_bin))  # none of the CLIs on PATH, only npm
+    assert locate_cli("codex") == str(prefix / "bin" / "codex")
+    assert str(prefix / "bin") in harness_cli_dirs()
+
+
+@pytest.mark.skipif(sshd_unavailable_reason() is not None, reason=str(sshd_unavailable_reason()))
+def test_an_sshd_machine_finds_the_clis_where_the_caller_found_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    custom = tmp_path / "npm-global" / "bin"  # e.g. `npm config set prefix ~/.npm-global`, on the user's PATH
+    _fake_clis(custom)
+    monkeypatch.setenv("PATH", f"{custom}{os.pathsep}{os.environ['PATH']}")
+    factory = SshdFactory(tmp_path / "sshd")
+    try:
+        server = factory.start("127.0.0.1")
+        done = subprocess.run(
+            ["ssh", "-F", str(factory.client_config), "-p", str(server.port), f"root@{server.host}",
+             'printenv PATH; for cli in codex claude gemini; do command -v "$cli"; done'],
+            stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+    finally:
+        factory.close()
+    assert done.returncode == 0, done.stderr
+    remote_path, *found = done.stdout.splitlines()
+    assert str(custom) in remote_path.split(":")
+    assert found == [str(custom / name) for name in HARNESS_CLIS]
