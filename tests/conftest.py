@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import contextlib
+import gc
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -16,6 +18,7 @@ from typing import NoReturn
 
 import pytest
 
+from tests.cli_lookup import cli_dirs, locate_cli
 from tests.integration.sshd import SshdFactory, SshdServer
 from tests.json_documents import check_output
 
@@ -32,6 +35,14 @@ if _COURIER_MODE is not None:
         _popen_init(self, *args, **kwargs)  # type: ignore[arg-type]
 
     subprocess.Popen.__init__ = _popen_with_courier_mode  # type: ignore[assignment,method-assign]
+
+# Launched from a non-interactive shell (`trap "" INT`, a script's `cmd &`, `setsid nohup`) the
+# suite inherits SIGINT ignored, and an ignored signal stays ignored across exec: every process a
+# test starts would shrug off the Ctrl-C the tests send it (Python installs its KeyboardInterrupt
+# handler only over the default disposition). With a handler here instead, exec resets SIGINT to
+# the default in every child, however it is started (subprocess, asyncio, sshd, wb itself).
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 FAKES = REPO_ROOT / "tests" / "fakes"
@@ -207,6 +218,26 @@ def machine(tmp_path: Path) -> Iterator[Machine]:
 COURIER_MODULE = "courier.warm.server"
 
 
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Everything imported and collected so far lives for the session: keep the collector off it.
+
+    The per-test collection below then looks only at what tests made, so it costs little.
+    """
+    gc.freeze()
+
+
+@pytest.fixture(autouse=True)
+def _garbage_of_this_test() -> Iterator[None]:
+    """Free what the test left in reference cycles before the next test starts.
+
+    A finalizer's warning (a killed subprocess never waited for, a pipe never closed) is then
+    reported in this test's teardown, by the same filterwarnings=error rule, instead of in
+    whichever later test the collector happened to run in.
+    """
+    yield
+    gc.collect()
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _stop_couriers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     """No courier a test started outlives the test session (each serves one test's WB_HOME)."""
@@ -324,14 +355,7 @@ def require_cli(name: str, version: str, *, install: str | None = None) -> RealC
     print `version` as one of its words ("codex-cli 0.169.0", "2.1.328 (Claude Code)", "0.61.0").
     """
     hint = install or f"install {name} {version}"
-    search = os.pathsep.join(
-        d for d in os.environ.get("PATH", "").split(os.pathsep) if d and Path(d).resolve() != FAKES.resolve()
-    )
-    executable = shutil.which(name, path=search)
-    if executable is None and shutil.which("npm", path=search):
-        npm = subprocess.run(["npm", "prefix", "-g"], capture_output=True, text=True, timeout=60)
-        prefix = npm.stdout.strip()
-        executable = shutil.which(name, path=os.path.join(prefix, "bin")) if prefix else None
+    executable = locate_cli(name)
     if executable is None:
         unavailable(f"the real {name} CLI ({version}) is not installed: {hint}")
     # `--version` alone writes the CLI's home (~/.gemini, ~/.codex helpers): give it a throwaway one.
@@ -347,11 +371,7 @@ def require_cli(name: str, version: str, *, install: str | None = None) -> RealC
             reported = f"no version ({exc})"
     if version not in [word.removeprefix("v") for word in reported.split()]:
         unavailable(f"{executable} reports {reported!r}, expected {name} {version}: {hint}")
-    dirs = [str(Path(executable).parent)]
-    node = shutil.which("node", path=search)
-    if node is not None and str(Path(node).parent) not in dirs:
-        dirs.append(str(Path(node).parent))
-    return RealCli(executable, dirs)
+    return RealCli(executable, cli_dirs(executable))
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -241,13 +241,14 @@ def _model_server(spec: DemoHarness) -> ModelServer | GeminiServer | AnthropicSe
     return ModelServer(scenario="write-file")
 
 
-def _demo(sandbox: Sandbox, started: float, spec: DemoHarness) -> int:
-    out = sys.stdout
-    harness = _find_harness(sandbox, spec)
+def _set_up(
+    sandbox: Sandbox, harness: Harness
+) -> tuple[ModelServer | GeminiServer | AnthropicServer, EmbeddedSshd, dict[str, str]]:
+    """The scripted model server, the demo machine behind its SSH server, and the local side's environment."""
     user = getpass.getuser()
     client_key = new_key()
 
-    model = _model_server(spec)
+    model = _model_server(harness.spec)
     model.start()
     sandbox.servers.append(model)
 
@@ -255,7 +256,13 @@ def _demo(sandbox: Sandbox, started: float, spec: DemoHarness) -> int:
     sshd = EmbeddedSshd(user=user, client_key=client_key, wb_path=WB_PATH, env=machine_env, cwd=str(sandbox.machine))
     sshd.start()
     sandbox.servers.append(sshd)
-    local_env = _make_local(sandbox, sshd, user, private_openssh(client_key))
+    return model, sshd, _make_local(sandbox, sshd, user, private_openssh(client_key))
+
+
+def _demo(sandbox: Sandbox, started: float, spec: DemoHarness) -> int:
+    out = sys.stdout
+    harness = _find_harness(sandbox, spec)
+    model, sshd, local_env = _set_up(sandbox, harness)
 
     _say(out, f"wb demo: a throwaway sandbox in {sandbox.root} (removed at the end; nothing of yours is touched)")
     _say(
@@ -346,6 +353,11 @@ def _find_harness(sandbox: Sandbox, spec: DemoHarness) -> Harness:
         number = re.search(r"\d+(?:\.\d+)+", version)  # "codex-cli 0.169.0", "2.1.328 (Claude Code)"
         shown = number.group() if number else "unknown version"
         return Harness(spec, real=True, description=f"real {spec.display} {shown} ({found})")
+    return _install_standin(sandbox, spec)
+
+
+def _install_standin(sandbox: Sandbox, spec: DemoHarness) -> Harness:
+    """The bundled stand-in under the CLI's name in the machine's bin dir, which goes first on its PATH."""
     bin_dir = sandbox.machine / "bin"
     bin_dir.mkdir(parents=True, mode=0o700)
     wrapper = bin_dir / spec.name

@@ -10,6 +10,12 @@ no sandbox: it only ever talks to the demo's scripted server), writes files insi
 `system/init`, one `assistant` line per content block, `user` tool results, one `result` with
 summed usage. Exit codes: 0 success, 1 error result or flag error.
 
+The session is kept as Claude Code keeps it, `$CLAUDE_CONFIG_DIR/projects/<cwd, each character
+other than a letter or digit made '-'>/<session>.jsonl` (~/.claude without the variable), one
+line per message; `--resume=<session>` (or `--resume <session>`, `-r`) continues it in the
+same working directory: the same session ID, the earlier messages first in each request, the
+new ones appended. A session not there exits 1 before any output, as Claude Code does.
+
 Run as `python -m courier.demo.standin_claude …` (a demo installs a `claude` wrapper).
 Standard library only.
 """
@@ -19,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -28,6 +35,8 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
+from courier.demo.standin_sessions import append_records, read_records
+
 VERSION = "2.1.328"
 MAX_ROUNDS = 8
 COMMAND_TIMEOUT_S = 30.0
@@ -36,7 +45,7 @@ OUTPUT_MAX_CHARS = 16 * 1024
 # List prices per million tokens (input, output, cache read, cache write), for a cost estimate as Claude Code makes.
 PRICES = (3.0, 15.0, 0.3, 3.75)
 _VALUE_FLAGS = frozenset({"--output-format", "--model", "--effort", "--setting-sources", "--permission-mode",
-                          "--permission-prompts", "--max-turns"})  # fmt: skip
+                          "--permission-prompts", "--max-turns", "--resume", "-r"})  # fmt: skip
 _LIST_FLAGS = frozenset({"--allowedTools", "--allowed-tools", "--disallowedTools", "--mcp-config", "--tools"})
 _BOOLEAN_FLAGS = frozenset({"-p", "--print", "--verbose", "--strict-mcp-config"})
 TOOLS = [
@@ -94,6 +103,24 @@ class Session:
     totals: Totals = field(default_factory=Totals)
     turns: int = 0
     denials: list[dict[str, Any]] = field(default_factory=list)
+    earlier: list[dict[str, Any]] = field(default_factory=list)  # a resumed session's messages
+
+    def session_file(self) -> str:
+        config = os.environ.get("CLAUDE_CONFIG_DIR") or os.path.join(os.path.expanduser("~"), ".claude")
+        return os.path.join(config, "projects", re.sub(r"[^A-Za-z0-9]", "-", self.cwd), f"{self.session_id}.jsonl")
+
+    def resume(self, session_id: str) -> None:
+        """Continue the session `session_id` of this working directory, or exit 1 as Claude Code does."""
+        self.session_id = session_id
+        records = read_records(self.session_file()) if re.fullmatch(r"[0-9A-Za-z-]+", session_id) else None
+        if records is None:
+            sys.stderr.write(f"No conversation found with session ID: {session_id}\n")
+            sys.exit(1)
+        self.earlier = [r["message"] for r in records if r.get("type") in ("user", "assistant") and "message" in r]
+
+    def keep(self, message: dict[str, Any]) -> None:
+        append_records(self.session_file(), [{"type": message["role"], "message": message, **self.common(),
+                                              "sessionId": self.session_id, "cwd": self.cwd}])  # fmt: skip
 
     def common(self) -> dict[str, Any]:
         stamp = time.strftime("%Y-%m-%dT%H:%M:%S.000Z", time.gmtime())
@@ -225,7 +252,8 @@ class Session:
             "permissionMode": self.mode, "apiKeySource": "ANTHROPIC_API_KEY", "claude_code_version": VERSION,
             "uuid": str(uuid.uuid4()),
         })  # fmt: skip
-        messages: list[dict[str, Any]] = [{"role": "user", "content": task}]
+        messages: list[dict[str, Any]] = [*self.earlier, {"role": "user", "content": task}]
+        self.keep(messages[-1])
         final = ""
         for _ in range(MAX_ROUNDS):
             blocks, stop_reason, message_id = self.ask(messages)
@@ -235,12 +263,14 @@ class Session:
                            "content": [block], "stop_reason": None}  # fmt: skip
                 emit({"type": "assistant", "message": message, **self.common()})
             messages.append({"role": "assistant", "content": blocks})
+            self.keep(messages[-1])
             final = "".join(str(b.get("text", "")) for b in blocks if b.get("type") == "text") or final
             uses = [block for block in blocks if block.get("type") == "tool_use"]
             if stop_reason != "tool_use" or not uses:
                 self.result(is_error=False, text=final, reason="completed")
                 sys.exit(0)
             messages.append({"role": "user", "content": [self.run_tool(block) for block in uses]})
+            self.keep(messages[-1])
         emit({"type": "result", "subtype": "error_max_turns", "is_error": True, "num_turns": self.turns,
               "session_id": self.session_id, "errors": [f"Reached maximum number of turns ({MAX_ROUNDS})"],
               "terminal_reason": "max_turns", "uuid": str(uuid.uuid4())})  # fmt: skip
@@ -257,7 +287,10 @@ def main(argv: list[str] | None = None) -> NoReturn:
     while i < len(args):
         arg = args[i]
         i += 1
-        if arg in _BOOLEAN_FLAGS:
+        if arg.startswith("--") and "=" in arg and arg.split("=", 1)[0] in _VALUE_FLAGS:
+            name, value = arg.split("=", 1)  # `--resume=<id>`, as the official SDK passes it
+            options[name] = value
+        elif arg in _BOOLEAN_FLAGS:
             options[arg] = True
         elif arg in _VALUE_FLAGS:
             if i >= len(args):
@@ -279,7 +312,11 @@ def main(argv: list[str] | None = None) -> NoReturn:
     task = sys.stdin.read()
     if not task.strip():
         flag_error("Input must be provided either through stdin or as a prompt argument when using --print")
-    Session(model=str(options.get("--model") or "claude-sonnet-4-5"), mode=mode).run(task)
+    session = Session(model=str(options.get("--model") or "claude-sonnet-4-5"), mode=mode)
+    resume = options.get("--resume") or options.get("-r")
+    if resume:
+        session.resume(str(resume))
+    session.run(task)
 
 
 if __name__ == "__main__":

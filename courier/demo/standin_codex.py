@@ -1,7 +1,7 @@
 """The bundled stand-in for `codex` that `wb demo` uses when the real Codex CLI is not on PATH.
 
-It accepts the argv wb builds for `codex exec` (contract §7.3: `exec --ephemeral --json …
--C DIR … -m MODEL -c key=value … -o FILE -`), reads the task on stdin, and holds a real,
+It accepts the argv wb builds for `codex exec` (contract §7.3: `exec --json … -C DIR … -m MODEL
+-c key=value … -o FILE [resume THREAD] -`), reads the task on stdin, and holds a real,
 if tiny, conversation with the provider the `-c` overrides name: `POST <base_url>/responses`
 (streamed Server-Sent Events, bearer credential from the provider's `env_key` variable),
 offering a `shell_command` function and a custom `apply_patch` tool. It runs the commands
@@ -10,6 +10,13 @@ to the demo's scripted model server), applies `*** Add File` patches there, and 
 same JSONL event stream Codex 0.169.0 prints (compact JSON, `item_N` ids, cumulative usage
 on `turn.completed`). `-o FILE` is written only when the turn completed. Exit codes: 0
 completed, 1 failed turn or startup error, 2 usage.
+
+Without `--ephemeral` the thread is kept as Codex keeps it, a rollout
+`$CODEX_HOME/sessions/YYYY/MM/DD/rollout-<time>-<thread>.jsonl` (CODEX_HOME defaults to
+~/.codex), and `resume <thread>` continues it as `codex exec resume` does: `thread.started`
+repeats the thread ID, the earlier turns go first in each request's `input`, the usage stays
+thread-cumulative and the new turn is appended to the same rollout. A thread with no rollout
+there exits 1 before any event.
 
 Run as `python -m courier.demo.standin_codex exec …` (the demo installs a `codex` wrapper).
 Standard library only.
@@ -22,12 +29,15 @@ import os
 import shlex
 import subprocess
 import sys
+import time
 import tomllib
 import urllib.error
 import urllib.request
 import uuid
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
+
+from courier.demo.standin_sessions import append_records, find_session_file, read_records
 
 MAX_ROUNDS = 8
 COMMAND_TIMEOUT_S = 30.0
@@ -72,6 +82,8 @@ class Options:
     model: str = "gpt-5.5"
     output: str | None = None
     config: dict[str, Any] = field(default_factory=dict)
+    resume: str | None = None  # `resume THREAD`: the thread to continue
+    ephemeral: bool = False
 
 
 def parse_args(argv: list[str]) -> Options:
@@ -94,8 +106,16 @@ def parse_args(argv: list[str]) -> Options:
                 options.model = value
             elif key == "output":
                 options.output = value
+        elif arg == "resume" and options.resume is None:
+            # `codex exec [OPTIONS] resume <SESSION_ID> [PROMPT]`: the exec options may come on either side.
+            session = next(args, None)
+            if session is None or session.startswith("-"):
+                usage_error("the stand-in resumes a thread by its ID: `resume <SESSION_ID> -`")
+            options.resume = session
+        elif arg == "--ephemeral":
+            options.ephemeral = True
         elif arg == "-" or arg.startswith("--"):
-            continue  # `-` (prompt on stdin) and boolean flags (--ephemeral, --json, …)
+            continue  # `-` (prompt on stdin) and boolean flags (--json, …)
         else:
             usage_error(f"unexpected argument '{arg}' found (the stand-in reads the prompt from stdin)")
     return options
@@ -118,16 +138,64 @@ def apply_override(config: dict[str, Any], override: str) -> None:
     table[parts[-1]] = value
 
 
+class Rollout:
+    """The thread's rollout file in CODEX_HOME: its earlier conversation items and usage, and what this turn adds."""
+
+    def __init__(self, options: Options) -> None:
+        home = os.environ.get("CODEX_HOME") or os.path.join(os.path.expanduser("~"), ".codex")
+        self.sessions = os.path.join(home, "sessions")
+        self.keep = not options.ephemeral
+        self.items: list[dict[str, Any]] = []
+        self.usage: dict[str, int] = {}
+        if options.resume is None:
+            self.thread_id = str(uuid.uuid4())
+            stamp = time.gmtime()
+            day = time.strftime("%Y/%m/%d", stamp)
+            name = f"rollout-{time.strftime('%Y-%m-%dT%H-%M-%S', stamp)}-{self.thread_id}.jsonl"
+            self.path = os.path.join(self.sessions, day, name)
+            self.add({"type": "session_meta", "payload": {"id": self.thread_id, "cwd": os.getcwd()}})
+            return
+        self.thread_id = options.resume
+        found = find_session_file(self.sessions, f"-{options.resume}.jsonl")
+        records = read_records(found) if found is not None else None
+        if found is None or records is None:
+            startup_error(f"Error: thread/resume failed: no rollout found for thread id {options.resume}")
+        self.path = found
+        for record in records:
+            payload = record.get("payload")
+            if not isinstance(payload, dict):
+                continue
+            if record.get("type") == "response_item":
+                self.items.append(payload)
+            elif record.get("type") == "event_msg" and payload.get("type") == "token_count":
+                total = payload.get("total_token_usage")
+                if isinstance(total, dict):
+                    self.usage = {key: int(value) for key, value in total.items() if isinstance(value, int)}
+
+    def add(self, *records: dict[str, Any]) -> None:
+        if self.keep:
+            append_records(self.path, records)
+
+    def add_items(self, items: list[dict[str, Any]], usage: dict[str, int]) -> None:
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        records = [{"timestamp": stamp, "type": "response_item", "payload": item} for item in items]
+        self.add(*records, {"timestamp": stamp, "type": "event_msg",
+                            "payload": {"type": "token_count", "total_token_usage": dict(usage)}})  # fmt: skip
+
+
 class Turn:
     """One `codex exec` turn: the conversation with the model and the events it prints."""
 
-    def __init__(self, options: Options, task: str) -> None:
+    def __init__(self, options: Options, task: str, rollout: Rollout) -> None:
         self.options = options
         self.task = task
         self.cwd = os.getcwd()
         self.items = 0
         self.usage = {"input_tokens": 0, "cached_input_tokens": 0, "output_tokens": 0, "reasoning_output_tokens": 0}
-        self.thread_id = str(uuid.uuid4())
+        for key in self.usage:
+            self.usage[key] += rollout.usage.get(key, 0)  # thread-cumulative, as Codex reports it
+        self.rollout = rollout
+        self.thread_id = rollout.thread_id
         provider_id = options.config.get("model_provider")
         providers = options.config.get("model_providers")
         provider = providers.get(provider_id) if isinstance(providers, dict) else None
@@ -153,25 +221,29 @@ class Turn:
         credential = os.environ.get(env_key, "") if isinstance(env_key, str) else ""
         if isinstance(env_key, str) and not credential:
             self.fail(f"Missing environment variable: `{env_key}`.")
-        conversation: list[dict[str, Any]] = [
-            {"type": "message", "role": "user", "content": [{"type": "input_text", "text": self.task}]}
-        ]
+        prompt = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": self.task}]}
+        conversation: list[dict[str, Any]] = [*self.rollout.items, prompt]  # a resumed thread's turns first
+        self.rollout.add_items([prompt], self.usage)
         final = ""
         for _ in range(MAX_ROUNDS):
             outputs = self.respond(base_url.rstrip("/") + "/responses", credential, conversation)
             calls = 0
+            added: list[dict[str, Any]] = []
             for item in outputs:
                 kind = item.get("type")
                 if kind == "reasoning":
                     self.reasoning(item)
                 elif kind == "message":
                     final = self.message(item) or final
+                    added.append(item)
                 elif kind == "function_call":
-                    conversation += [item, self.function_call(item)]
+                    added += [item, self.function_call(item)]
                     calls += 1
                 elif kind == "custom_tool_call":
-                    conversation += [item, self.custom_call(item)]
+                    added += [item, self.custom_call(item)]
                     calls += 1
+            conversation += added
+            self.rollout.add_items(added, self.usage)
             if not calls:
                 break
         else:
@@ -343,7 +415,7 @@ def main(argv: list[str] | None = None) -> None:
             os.chdir(options.cd)
         except OSError as exc:
             startup_error(f"Error: failed to change to directory {options.cd}: {exc.strerror}")
-    Turn(options, task).run()
+    Turn(options, task, Rollout(options)).run()
 
 
 if __name__ == "__main__":

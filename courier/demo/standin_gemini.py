@@ -10,6 +10,13 @@ stream-json events Gemini CLI 0.61.0 prints (`init`, the task echoed as a user `
 `tool_use`/`tool_result`, assistant `message` deltas, `result` with `stats`). After an HTTP
 error it prints an error `result` and exits with the status truncated to a byte, as 0.61.0 does.
 
+The session is kept where 0.61.0 keeps it, `$GEMINI_CLI_HOME/.gemini/tmp/<project>/chats/
+session-<time>-<first 8 of the ID>.jsonl` (HOME without the variable; the project is named
+after the working directory in `.gemini/projects.json`): a metadata line, then one line per
+content. `--resume <session-id>` (`-r`) continues it: `init` repeats the ID, the earlier turn
+goes first in the request's `contents`, the new contents are appended; `stats` count this
+run only. A session not in the home exits 42 before any output, as 0.61.0 does.
+
 Run as `python -m courier.demo.standin_gemini …` (the demo installs a `gemini` wrapper).
 Standard library only.
 """
@@ -26,6 +33,8 @@ import urllib.error
 import urllib.request
 import uuid
 from typing import Any, NoReturn
+
+from courier.demo.standin_sessions import append_records, read_records
 
 MAX_ROUNDS = 8
 COMMAND_TIMEOUT_S = 30.0
@@ -69,12 +78,14 @@ def fatal(message: str, code: int) -> NoReturn:
     sys.exit(code)
 
 
-def parse_args(argv: list[str]) -> str:
-    """The model; the other flags wb passes are accepted, anything else is refused."""
-    model = "gemini-2.5-pro"
+def parse_args(argv: list[str]) -> tuple[str, str | None]:
+    """The model and the session to resume; the other flags wb passes are accepted, anything else is refused."""
+    model, resume = "gemini-2.5-pro", None
     args = iter(argv)
     for arg in args:
-        if arg in ("-m", "--model"):
+        if arg in ("-r", "--resume"):
+            resume = next(args, "") or fatal("Not enough arguments following: resume", 1)
+        elif arg in ("-m", "--model"):
             model = next(args, "") or fatal("Not enough arguments following: model", 1)
         elif arg in ("-o", "--output-format"):
             if next(args, "") != "stream-json":
@@ -83,16 +94,64 @@ def parse_args(argv: list[str]) -> str:
             next(args, "")
         else:
             fatal(f"Unknown argument: {arg.lstrip('-')}", 1)
-    return model
+    return model, resume
+
+
+class Chats:
+    """This project's sessions in the CLI's home: a new one, or the one `--resume` names."""
+
+    def __init__(self, cwd: str, resume: str | None) -> None:
+        gemini_dir = os.path.join(os.environ.get("GEMINI_CLI_HOME") or os.path.expanduser("~"), ".gemini")
+        self.dir = os.path.join(gemini_dir, "tmp", self._project(gemini_dir, cwd), "chats")
+        self.earlier: list[dict[str, Any]] = []
+        if resume is None:
+            self.session_id = str(uuid.uuid4())
+            stamp = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H-%M")
+            self.path = os.path.join(self.dir, f"session-{stamp}-{self.session_id[:8]}.jsonl")
+            append_records(self.path, [{"sessionId": self.session_id, "startTime": stamp, "kind": "main"}])
+            return
+        for name in sorted(os.listdir(self.dir)) if os.path.isdir(self.dir) else []:
+            records = read_records(os.path.join(self.dir, name)) if name.endswith(".jsonl") else None
+            if records and records[0].get("sessionId") == resume:
+                self.session_id, self.path = resume, os.path.join(self.dir, name)
+                self.earlier = [r["content"] for r in records[1:] if isinstance(r.get("content"), dict)]
+                return
+        fatal(
+            f'Error resuming session: Invalid session identifier "{resume}".\n  Searched for sessions in {self.dir}.',
+            42,
+        )
+
+    @staticmethod
+    def _project(gemini_dir: str, cwd: str) -> str:
+        """The project's name in `projects.json`, registering the working directory on first use."""
+        registry_path = os.path.join(gemini_dir, "projects.json")
+        try:
+            with open(registry_path, encoding="utf-8") as handle:
+                registry = json.load(handle)
+        except (OSError, ValueError):
+            registry = {}
+        projects = registry.get("projects") if isinstance(registry, dict) else None
+        projects = projects if isinstance(projects, dict) else {}
+        name = projects.get(cwd)
+        if not isinstance(name, str):
+            name = os.path.basename(cwd) or "root"
+            os.makedirs(gemini_dir, mode=0o700, exist_ok=True)
+            with open(registry_path, "w", encoding="utf-8") as handle:
+                json.dump({"projects": {**projects, cwd: name}}, handle, indent=2)
+        return name
+
+    def keep(self, content: dict[str, Any]) -> None:
+        append_records(self.path, [{"type": content.get("role"), "content": content}])
 
 
 class Session:
-    def __init__(self, model: str, task: str) -> None:
+    def __init__(self, model: str, task: str, resume: str | None = None) -> None:
         self.model = model
         self.task = task
         self.cwd = os.getcwd()
         self.calls = 0
         self.tokens = {"prompt": 0, "cached": 0, "candidates": 0, "thoughts": 0}
+        self.resume = resume
 
     def stats(self) -> dict[str, Any]:
         prompt, cached, out = self.tokens["prompt"], self.tokens["cached"], self.tokens["candidates"]
@@ -117,19 +176,25 @@ class Session:
             fatal("When using Gemini API, you must specify the GEMINI_API_KEY environment variable.", 41)
         if not base:
             fatal("the stand-in needs GOOGLE_GEMINI_BASE_URL (it only talks to the demo's scripted server)", 1)
-        emit({"type": "init", "session_id": str(uuid.uuid4()), "model": self.model})
+        chats = Chats(self.cwd, self.resume)
+        emit({"type": "init", "session_id": chats.session_id, "model": self.model})
         emit({"type": "message", "role": "user", "content": self.task})
         context = f"<session_context>\n- **Workspace Directories:**\n  - {self.cwd}\n</session_context>"
-        contents: list[dict[str, Any]] = [{"role": "user", "parts": [{"text": context}, {"text": self.task}]}]
+        # A resumed session already holds the context: the follow-up is the task alone.
+        prompt = [{"text": self.task}] if chats.earlier else [{"text": context}, {"text": self.task}]
+        contents: list[dict[str, Any]] = [*chats.earlier, {"role": "user", "parts": prompt}]
+        chats.keep(contents[-1])
         url = f"{base}/v1beta/models/{self.model}:streamGenerateContent?alt=sse"
         for _ in range(MAX_ROUNDS):
             parts = self.respond(url, key, contents)
             contents.append({"role": "model", "parts": parts})
+            chats.keep(contents[-1])
             calls = [p["functionCall"] for p in parts if isinstance(p.get("functionCall"), dict)]
             if not calls:
                 emit({"type": "result", "status": "success", "stats": self.stats()})
                 sys.exit(0)
             contents.append({"role": "user", "parts": [self.call(c) for c in calls]})
+            chats.keep(contents[-1])
         self.fail(f"the model was still calling tools after {MAX_ROUNDS} rounds", 53)
 
     def respond(self, url: str, key: str, contents: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -222,11 +287,11 @@ class Session:
 
 
 def main(argv: list[str] | None = None) -> None:
-    model = parse_args(sys.argv[1:] if argv is None else argv)
+    model, resume = parse_args(sys.argv[1:] if argv is None else argv)
     task = "" if sys.stdin.isatty() else sys.stdin.buffer.read().decode("utf-8", "replace")
     if not task.strip():
         fatal("No input provided via stdin.", 42)
-    Session(model, task).run()
+    Session(model, task, resume).run()
 
 
 if __name__ == "__main__":

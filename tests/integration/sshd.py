@@ -3,7 +3,8 @@
 `SshdFactory(base)` makes one client key and one known_hosts file, then `start("127.0.0.1")`
 (or 127.0.0.2, … for a fleet) runs `/usr/sbin/sshd -D -E <log> -f <generated config>` on a
 free port, with its own host key, authorized_keys, and `SetEnv WB_HOME=… PATH=…` so the
-remote `wb` (this checkout's console script) runs as another machine with its own home.
+remote `wb` (this checkout's console script) runs as another machine with its own home
+(its PATH also holds the directories where the caller found the real harness CLIs).
 `start` returns only after a real SSH key exchange (ssh-keyscan) presented the expected
 host key. Nothing here touches the real ~/.ssh: the client reads `client_config`
 through `WB_SSH_CONFIG`.
@@ -27,9 +28,12 @@ from typing import Any
 import psutil
 import yaml
 
+from tests.cli_lookup import harness_cli_dirs
+
 SSHD = "/usr/sbin/sshd"
 PRIVSEP_DIR = Path("/run/sshd")
 READY_TIMEOUT_S = 15.0
+DEFAULT_PATH = ("/usr/local/bin", "/usr/bin", "/bin")
 
 
 def sshd_unavailable_reason() -> str | None:
@@ -144,6 +148,8 @@ class SshdFactory:
         self.client_config = self.write_client_config("client_config")
         self.config_dir = self.base / "wbconfig"
         self.config_dir.mkdir(mode=0o700, exist_ok=True)
+        # Where the caller found the real CLIs (a non-default npm prefix, say): a remote run finds the same ones.
+        self.cli_dirs = [d for d in harness_cli_dirs() if d not in DEFAULT_PATH]
 
     def write_client_config(self, name: str, extra: str = "", *, known_hosts: Path | None = None) -> Path:
         """An OpenSSH client config for every host: the fixture's key and known_hosts, nothing from ~/.ssh."""
@@ -191,7 +197,7 @@ class SshdFactory:
                     WB_HOME=root / "wbhome",
                     WB_PROJECTS_ROOT=root / "projects",
                     WB_CONFIG=root / "remote-wb.yaml",
-                    SSHD_PATH=f"{root / 'bin'}:{python_bin}:/usr/local/bin:/usr/bin:/bin",
+                    SSHD_PATH=":".join([str(root / "bin"), str(python_bin), *self.cli_dirs, *DEFAULT_PATH]),
                 )
             )
             # -E (not -e): with -e a session child's debug lines would land on the session's stderr.
