@@ -36,15 +36,21 @@ from protocol import limits
 from protocol.models import collector_paused
 from protocol.refs import format_reference
 
+# Plain help (rich_markup_mode=None): typer's rich help shows every flag as taking a value
+# (`--json <bool>`, `--help <bool>`); click's plain help shows a flag as a flag.
+_PLAIN_HELP = None
 app = typer.Typer(
     add_completion=False,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
+    rich_markup_mode=_PLAIN_HELP,
     help="Dispatch one bounded coding task to one coding-agent harness, here or over SSH.",
 )
-agent_app = typer.Typer(no_args_is_help=True, help="Dispatch, watch and stop agent runs.")
+agent_app = typer.Typer(no_args_is_help=True, rich_markup_mode=_PLAIN_HELP, help="Dispatch, watch and stop agent runs.")
 app.add_typer(agent_app, name="agent")
-courier_app = typer.Typer(no_args_is_help=True, help="The courier that keeps wb and its SSH connections warm.")
+courier_app = typer.Typer(
+    no_args_is_help=True, rich_markup_mode=_PLAIN_HELP, help="The courier that keeps wb and its SSH connections warm."
+)
 app.add_typer(courier_app, name="courier")
 
 
@@ -524,9 +530,11 @@ def run(argv: list[str]) -> int:
         _broken_pipe()
     except typer.Exit as exc:
         return int(exc.exit_code)
+    except click_exceptions.NoArgsIsHelpError as exc:  # `wb agent`: the help on stdout, exit 2
+        _out(exc.format_message() + "\n")
+        return 2
     except click_exceptions.UsageError as exc:
-        if exc.format_message():  # no_args_is_help has already printed the help
-            _error(exc.format_message())
+        _error(exc.format_message())
         return 2
     except (typer.Abort, KeyboardInterrupt):
         return 130
