@@ -510,3 +510,19 @@ def test_prune_worktrees_removes_the_pruned_runs_worktrees_and_wb_branches_only(
     again = machine.dispatch(worktree="w1")
     assert _await(machine, again)["state"] == "completed"
     machine.wb("agent", "stop", live_ref)
+
+
+def test_prune_worktrees_names_a_worktree_git_will_not_remove(machine: Machine) -> None:
+    """A locked worktree stays; the record goes, and the refusal is a warning with exit 1."""
+    clone = machine.clone()
+    ref = machine.dispatch(worktree="w1")
+    _await(machine, ref)
+    git(clone, "worktree", "lock", "--reason", "mine", str(_worktree(machine, "w1")))
+    done = machine.wb("agent", "prune", "--older-than", "0s", "--worktrees")
+    assert done.returncode == 1
+    assert done.stdout.splitlines() == [done.stdout.splitlines()[0], "removed 1 record and 0 worktrees"]
+    warning, error = done.stderr.splitlines()
+    assert warning.startswith(f"warning: {_worktree(machine, 'w1')}: git worktree remove failed in {clone}: ")
+    assert error == "error: not everything could be pruned (named above)"
+    assert _worktree(machine, "w1").is_dir() and not Store(machine.home).exists(ref)
+    assert "wb/w1" in git(clone, "branch", "--list", "wb/w1")
