@@ -36,15 +36,21 @@ from protocol import limits
 from protocol.models import collector_paused
 from protocol.refs import format_reference
 
+# Plain help (rich_markup_mode=None): typer's rich help shows every flag as taking a value
+# (`--json <bool>`, `--help <bool>`); click's plain help shows a flag as a flag.
+_PLAIN_HELP = None
 app = typer.Typer(
     add_completion=False,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
+    rich_markup_mode=_PLAIN_HELP,
     help="Dispatch one bounded coding task to one coding-agent harness, here or over SSH.",
 )
-agent_app = typer.Typer(no_args_is_help=True, help="Dispatch, watch and stop agent runs.")
+agent_app = typer.Typer(no_args_is_help=True, rich_markup_mode=_PLAIN_HELP, help="Dispatch, watch and stop agent runs.")
 app.add_typer(agent_app, name="agent")
-courier_app = typer.Typer(no_args_is_help=True, help="The courier that keeps wb and its SSH connections warm.")
+courier_app = typer.Typer(
+    no_args_is_help=True, rich_markup_mode=_PLAIN_HELP, help="The courier that keeps wb and its SSH connections warm."
+)
 app.add_typer(courier_app, name="courier")
 
 
@@ -238,11 +244,18 @@ def logs(
     raw: Annotated[bool, typer.Option("--raw", help="The whole transcript.")] = False,
     follow: Annotated[bool, typer.Option("--follow", help="Print actions as they happen until the run ends.")] = False,
     to: ToOpt = None,
+    fmt: FormatOpt = Format.text,
+    json_flag: JsonOpt = False,
 ) -> None:
     """Show the last worker actions (or the raw transcript, or follow them live)."""
     check_tail(tail)
     if follow and raw:
         raise UsageError("--follow prints worker actions; it cannot be combined with --raw")
+    as_json = _wants_json(fmt, json_flag)
+    if as_json and (raw or follow):
+        raise UsageError(
+            f"--json prints the last worker actions; it cannot be combined with {'--raw' if raw else '--follow'}"
+        )
     machine, run_id = _target(reference, to)
     config = _config()
     if follow:
@@ -260,7 +273,11 @@ def logs(
         return
     response = ask(config, machine, _request("logs", agent_id=run_id, tail=tail, raw=raw))
     text = response.logs
-    if raw:
+    if as_json:
+        from courier.printed import actions_document
+
+        _out(to_json(actions_document(machine, run_id, text).to_json()))
+    elif raw:
         _out(text if not sys.stdout.isatty() else escape_controls(text))
     else:
         _out(sanitize(text, keep_newlines=True))
@@ -296,17 +313,21 @@ def _local_raw_logs(config: Config, run_id: str) -> None:
 def stop(
     reference: Annotated[str, typer.Argument(metavar="REF", help="agt-… or MACHINE:agt-…")],
     to: ToOpt = None,
+    fmt: FormatOpt = Format.text,
+    json_flag: JsonOpt = False,
 ) -> None:
     """Stop a running run: its worker is signalled and the run recorded as stopped."""
+    from courier.printed import stop_document, stop_message
+
     machine, run_id = _target(reference, to)
     ref = format_reference(machine, run_id)
     with _naming(f"the stop may have reached the run; check it with: wb agent status {ref}"):
         response = ask(_config(), machine, _request("stop", agent_id=run_id))
         stopped = response.stop_result_of()
-    if stopped.worker_pid:
-        _out(f"stopping {ref} worker process {stopped.worker_pid}\n")
+    if _wants_json(fmt, json_flag):
+        _out(to_json(stop_document(machine, stopped).to_json()))
     else:
-        _out(f"stopping {ref} before its worker started\n")
+        _out(stop_message(machine, stopped) + "\n")
     for warning in response.warnings or []:  # processes of the worker that outlived SIGKILL
         _warn(f"{ref}: {warning.error}")
 
@@ -369,10 +390,16 @@ def prune(
         typer.Option("--older-than", metavar="DURATION", help="Remove records of runs that finished longer ago."),
     ] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print what would be removed; remove nothing.")] = False,
+    worktrees: Annotated[
+        bool, typer.Option("--worktrees", help="Also remove their worktrees and wb/<name> branches.")
+    ] = False,
     to: ToOpt = None,
     all_machines: Annotated[bool, typer.Option("--all", help="This machine and every configured machine.")] = False,
+    fmt: FormatOpt = Format.text,
+    json_flag: JsonOpt = False,
 ) -> None:
-    """Remove old run records (never worktrees or branches, never a live run)."""
+    """Remove old run records (with --worktrees their worktrees too; never a live run's)."""
+    from courier.printed import prune_document, prune_fleet_document
     from courier.supervise import prune_machines, prune_text
 
     if older_than is None:
@@ -384,15 +411,20 @@ def prune(
     config = _config()
     machine, _ = _target(None, to)
     machines = ["", *sorted(config.targets)] if all_machines else [machine]
-    outcomes = prune_machines(config, machines, older_than_ms, dry_run)
-    text, warnings = prune_text(outcomes, dry_run)
+    outcomes = prune_machines(config, machines, older_than_ms, dry_run, worktrees)
+    text, warnings = prune_text(outcomes, dry_run, worktrees)
     if len(machines) == 1 and outcomes[0].error is not None:
         raise outcomes[0].error
-    _out(text)
+    if not _wants_json(fmt, json_flag):
+        _out(text)
+    elif all_machines:
+        _out(to_json(prune_fleet_document(outcomes, dry_run).to_json()))
+    else:
+        _out(to_json(prune_document(outcomes[0]).to_json()))
     for warning in warnings:
         _warn(warning)
     if warnings:
-        raise Finding("some machines could not be pruned (named above)")
+        raise Finding("not everything could be pruned (named above)")
 
 
 # -- fleet, demo ---------------------------------------------------------------------------
@@ -524,9 +556,11 @@ def run(argv: list[str]) -> int:
         _broken_pipe()
     except typer.Exit as exc:
         return int(exc.exit_code)
+    except click_exceptions.NoArgsIsHelpError as exc:  # `wb agent`: the help on stdout, exit 2
+        _out(exc.format_message() + "\n")
+        return 2
     except click_exceptions.UsageError as exc:
-        if exc.format_message():  # no_args_is_help has already printed the help
-            _error(exc.format_message())
+        _error(exc.format_message())
         return 2
     except (typer.Abort, KeyboardInterrupt):
         return 130

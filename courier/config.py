@@ -391,7 +391,12 @@ def _check_file_permissions(path: Path) -> None:
 
 
 def load_config(path: Path | None = None) -> Config:
-    path = path or config_path()
+    """The configuration of `path` (default: WB_CONFIG, else the XDG location); an absent
+    default file means the built-ins, but a file WB_CONFIG names must exist (contract §22)."""
+    if path is None:
+        path = config_path()
+        if os.environ.get("WB_CONFIG") and not path.exists():
+            raise UsageError(f"WB_CONFIG names {path}, which does not exist; create it or unset WB_CONFIG")
     document: Any = {}
     if path.exists():
         import yaml
@@ -401,7 +406,7 @@ def load_config(path: Path | None = None) -> Config:
             with open(path, "rb") as handle:
                 document = yaml.load(handle, Loader=_unique_key_loader()) or {}
         except yaml.YAMLError as exc:
-            raise UsageError(f"{path}: invalid YAML: {exc}") from None
+            raise UsageError(f"{path}: {_yaml_problem(exc)}") from None
         except OSError as exc:
             raise UsageError(f"{path}: cannot read: {exc.strerror}") from None
         if not isinstance(document, dict):
@@ -416,6 +421,18 @@ def load_config(path: Path | None = None) -> Config:
     config.targets = _targets(_section(session_move, "targets", path, "session_move."), path)
     _courier_settings(config, _section(document, "courier", path), path)
     return config
+
+
+def _yaml_problem(exc: yaml.YAMLError) -> str:
+    """PyYAML's several-line report as one line: where (1-based line and column), then what."""
+    mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+    problem = " ".join(str(getattr(exc, "problem", None) or exc).split())
+    context = getattr(exc, "context", None)
+    if context:
+        problem = f"{problem} ({' '.join(str(context).split())})"
+    if mark is None:
+        return f"invalid YAML: {problem}"
+    return f"invalid YAML at line {mark.line + 1}, column {mark.column + 1}: {problem}"
 
 
 def _courier_settings(config: Config, section: dict[str, Any], path: Path) -> None:

@@ -15,11 +15,15 @@ from pydantic import BaseModel
 
 from protocol import limits
 from protocol.documents import (
+    ActionsDocument,
     ErrorDocument,
     FleetDocument,
     ListDocument,
     LogsDocument,
     MachinesDocument,
+    PruneDocument,
+    PruneFleetDocument,
+    StopDocument,
 )
 from protocol.models import DiffResult, RemoteRequest, RemoteResponse, Result, StopResult
 
@@ -38,6 +42,10 @@ DOCUMENTS: dict[str, tuple[type[BaseModel], str]] = {
     "error": (ErrorDocument, "a refusal: the MCP tools' error; the CLI prints its message as `error: ...`"),
     "logs": (LogsDocument, "the MCP logs tool"),
     "stop": (StopResult, "the MCP stop tool"),
+    "actions": (ActionsDocument, "wb agent logs --json"),
+    "stopped": (StopDocument, "wb agent stop --json"),
+    "prune": (PruneDocument, "wb agent prune --json"),
+    "prune-fleet": (PruneFleetDocument, "wb agent prune --all --json"),
 }
 
 

@@ -137,27 +137,42 @@ class PruneOutcome:
     error: WbError | None = None
 
 
-def prune_on(config: Config, machine: str, older_than_ms: int, dry_run: bool) -> PruneOutcome:
+def prune_on(config: Config, machine: str, older_than_ms: int, dry_run: bool, worktrees: bool = False) -> PruneOutcome:
     try:
-        response = ask(config, machine, request("prune", older_than_ms=older_than_ms, dry_run=dry_run))
+        if worktrees and machine:
+            _require_prune_worktrees(config, machine)
+        call = request("prune", older_than_ms=older_than_ms, dry_run=dry_run, worktrees=worktrees)
+        response = ask(config, machine, call)
     except WbError as exc:
         return PruneOutcome(machine, None, exc)
     return PruneOutcome(machine, PruneResult.model_validate(response.result or {}))
 
 
-def prune_machines(config: Config, machines: list[str], older_than_ms: int, dry_run: bool) -> list[PruneOutcome]:
+def _require_prune_worktrees(config: Config, machine: str) -> None:
+    """An older peer ignores `worktrees` (and would prune the records, leaving their worktrees
+    orphaned): ask its capabilities first, as Part two's optional features require."""
+    from courier.capabilities import PRUNE_WORKTREES
+
+    version = ask(config, machine, request("version"))
+    if PRUNE_WORKTREES not in (version.capabilities or []):
+        raise UsageError(upgrade_message(machine, version.wb_version, "prune --worktrees"))
+
+
+def prune_machines(
+    config: Config, machines: list[str], older_than_ms: int, dry_run: bool, worktrees: bool = False
+) -> list[PruneOutcome]:
     """Prune on each machine concurrently (at most the fleet fan-out in flight), results in the given order."""
     from concurrent.futures import ThreadPoolExecutor
 
     with ThreadPoolExecutor(max_workers=max(1, min(limits.FLEET_MAX_IN_FLIGHT, len(machines)))) as pool:
-        return list(pool.map(lambda m: prune_on(config, m, older_than_ms, dry_run), machines))
+        return list(pool.map(lambda m: prune_on(config, m, older_than_ms, dry_run, worktrees), machines))
 
 
-def prune_text(outcomes: list[PruneOutcome], dry_run: bool) -> tuple[str, list[str]]:
-    """(stdout, warnings): one line per removed record and a total."""
+def prune_text(outcomes: list[PruneOutcome], dry_run: bool, worktrees: bool = False) -> tuple[str, list[str]]:
+    """(stdout, warnings): one line per removed record (and worktree) and a total."""
     verb = "would remove" if dry_run else "removed"
     lines = []
-    total = 0
+    total = removed_trees = 0
     warnings = []
     for outcome in outcomes:
         if outcome.result is None:
@@ -168,7 +183,18 @@ def prune_text(outcomes: list[PruneOutcome], dry_run: bool) -> tuple[str, list[s
             ref = format_reference(outcome.machine, entry.agent_id)
             lines.append(f"{verb} {ref} ({sanitize(entry.state)}, finished {sanitize(entry.finished_at)})\n")
             total += 1
-    lines.append(f"{verb} {total} record{'s' if total != 1 else ''}\n")
+        for tree in outcome.result.worktrees or []:
+            where = f"{outcome.machine}:" if outcome.machine else ""
+            if tree.error:
+                warnings.append(f"{where}{sanitize(tree.path)}: {tree.error}")
+                continue
+            branch = f" and branch {sanitize(tree.branch)}" if tree.branch else ""
+            lines.append(f"{verb} worktree {where}{sanitize(tree.path)}{branch}\n")
+            removed_trees += 1
+    summary = f"{verb} {total} record{'s' if total != 1 else ''}"
+    if worktrees:
+        summary += f" and {removed_trees} worktree{'s' if removed_trees != 1 else ''}"
+    lines.append(summary + "\n")
     return "".join(lines), warnings
 
 

@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, RootModel
 
-from protocol.models import Result
+from protocol.models import PrunedRun, PrunedWorktree, Result
 
 ErrorClass = Literal["usage", "finding", "transport"]
 
@@ -77,6 +77,70 @@ class LogsDocument(Document):
     agent_id: str
     machine: str | None = Field(default=None, exclude_if=lambda value: value is None)
     logs: str
+
+
+def _absent_when_none(value: object) -> bool:
+    return value is None
+
+
+class ActionsDocument(Document):
+    """`wb agent logs --json`: the run's last worker actions, oldest first."""
+
+    agent_id: str
+    machine: str | None = Field(
+        default=None, exclude_if=_absent_when_none, description="The machine holding the run; absent for this machine."
+    )
+    actions: list[str] = Field(
+        description="One worker action each (`ran: …`, `changed 2 files`, `diagnostic: …`) as text output prints it."
+    )
+    path: str | None = Field(
+        default=None,
+        exclude_if=_absent_when_none,
+        description="The transcript's path on the machine holding it; absent when no transcript was captured.",
+    )
+
+
+class StopDocument(Document):
+    """`wb agent stop --json`: the stop that was asked."""
+
+    agent_id: str
+    machine: str | None = Field(
+        default=None, exclude_if=_absent_when_none, description="The machine holding the run; absent for this machine."
+    )
+    message: str = Field(description="The line the text output prints (`stopping <ref> worker process <pid>`, …).")
+    state: str = Field(description="The run's state as the machine recorded it when the stop was asked.")
+
+
+class PruneDocument(Document):
+    """`wb agent prune --json` (one machine): the records removed (or, with --dry-run, that would be)."""
+
+    machine: str | None = Field(
+        default=None, exclude_if=_absent_when_none, description="The machine pruned; absent for this machine."
+    )
+    dry_run: bool
+    removed: list[PrunedRun] = Field(description="Oldest first.")
+    kept_live: int | None = Field(
+        ge=0, description="Records kept because their run is live; null from a machine whose wb does not count them."
+    )
+    worktrees: list[PrunedWorktree] | None = Field(
+        default=None,
+        exclude_if=_absent_when_none,
+        description="With --worktrees: the worktrees removed, each with its wb/<name> branch (null: branch kept).",
+    )
+
+
+class PruneFleetMachine(PruneDocument):
+    """One machine's row of `wb agent prune --all --json`; the local row has machine ""."""
+
+    machine: str = Field(description='The configured machine name; "" for this machine.')
+    ok: bool = Field(description="The machine was pruned.")
+    error: str | None = Field(description="Why the machine could not be pruned (removed is then []), else null.")
+
+
+class PruneFleetDocument(Document):
+    """`wb agent prune --all --json`: one row per machine, this machine first, then by name."""
+
+    machines: list[PruneFleetMachine]
 
 
 class ErrorDocument(Document):

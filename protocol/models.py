@@ -253,11 +253,23 @@ class PrunedRun(WireModel):
         return check_run_id(value)
 
 
+class PrunedWorktree(WireModel):
+    """A worktree `prune --worktrees` removed (or, dry, would remove), with its `wb/<name>` branch."""
+
+    path: PathText
+    branch: Identifier | None = None  # absent when the run's branch was not wb/<name> (kept)
+    error: str | None = Field(default=None, max_length=4096)  # git refused: the worktree is still there
+
+
 class PruneResult(WireModel):
-    """The prune reply's `result` (contract §15.5): what was (or, dry, would be) removed."""
+    """The prune reply's `result` (contract §15.5, §22): what was (or, dry, would be) removed."""
 
     dry_run: bool = False
     removed: list[PrunedRun] = Field(default_factory=list)
+    # Contract §22, fields an older peer does not send: records kept because their run is live,
+    # and with `worktrees` the worktrees removed.
+    kept_live: int | None = Field(default=None, ge=0)
+    worktrees: list[PrunedWorktree] | None = None
 
 
 class ListWarning(WireModel):
@@ -289,6 +301,8 @@ class RemoteRequest(WireModel):
     new_agent_id: str = ""
     older_than_ms: int = 0
     dry_run: bool = False
+    # Contract §22: prune also removes worktrees; sent only to a peer listing `prune-worktrees`.
+    worktrees: bool = False
 
     def encode(self) -> bytes:
         body = self.model_dump(exclude_defaults=True)

@@ -42,6 +42,12 @@ def schema_for(args: tuple[str, ...] | list[str]) -> str | None:
         return "fleet" if "--all" in args else "list"
     if command == "diff" and (SCHEMA_DIR / "diff.json").exists():
         return "diff"
+    if command == "logs":
+        return "actions"
+    if command == "stop":
+        return "stopped"
+    if command == "prune":
+        return "prune-fleet" if "--all" in args else "prune"
     return None
 
 

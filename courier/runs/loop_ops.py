@@ -69,5 +69,16 @@ def continue_op(request: RemoteRequest, response: RemoteResponse, context: Conte
 def prune_op(request: RemoteRequest, response: RemoteResponse, context: Context) -> None:
     from courier.runs.prune import prune
 
-    removed = prune(_store(context), request.older_than_ms, dry_run=request.dry_run)
-    response.result = {"dry_run": request.dry_run, "removed": [entry.to_wire() for entry in removed]}
+    projects_root = None
+    if request.worktrees:  # only then is wb.yaml needed (agents.projects_root)
+        from courier.config import load_config
+
+        projects_root = (context.config or load_config()).projects_root
+    done = prune(_store(context), request.older_than_ms, dry_run=request.dry_run, projects_root=projects_root)
+    response.result = {
+        "dry_run": request.dry_run,
+        "removed": [entry.to_wire() for entry in done.removed],
+        "kept_live": done.kept_live,
+    }
+    if request.worktrees:
+        response.result["worktrees"] = [entry.to_wire() for entry in done.worktrees]

@@ -117,6 +117,39 @@ def registered_worktrees(clone: Path) -> set[Path]:
     return found
 
 
+def default_branch(name: str) -> str:
+    """The branch a new worktree NAME gets unless --branch names another (contract §7.1)."""
+    return f"wb/{name}"
+
+
+def worktree_branches(clone: Path) -> dict[Path, str | None]:
+    """Each registered worktree of `clone` (its resolved path) and the branch checked out there (None: detached)."""
+    done = run_git(["worktree", "list", "--porcelain", "-z"], cwd=clone, timeout=_GIT_TIMEOUT)
+    if done.returncode != 0:
+        return {}
+    found: dict[Path, str | None] = {}
+    current: Path | None = None
+    for field in done.stdout.split(b"\0"):
+        if field.startswith(b"worktree "):
+            current = Path(os.fsdecode(field[len(b"worktree ") :])).resolve()
+            found[current] = None
+        elif field.startswith(b"branch refs/heads/") and current is not None:
+            found[current] = os.fsdecode(field[len(b"branch refs/heads/") :])
+    return found
+
+
+def remove_for_prune(clone: Path, path: Path, branch: str | None) -> str | None:
+    """Remove a pruned run's worktree (uncommitted changes included) and then `branch`; None, or why git refused."""
+    done = run_git(["worktree", "remove", "--force", "--", str(path)], cwd=clone, timeout=_GIT_TIMEOUT)
+    if done.returncode != 0:
+        return f"git worktree remove failed in {clone}: {_git_error(done)}"
+    if branch:
+        done = run_git(["branch", "-D", "--", branch], cwd=clone, timeout=_GIT_TIMEOUT)
+        if done.returncode != 0:
+            return f"the worktree is removed, but git branch -D {branch} failed in {clone}: {_git_error(done)}"
+    return None
+
+
 def find_existing(projects_root: Path, repository: str | None, name: str) -> tuple[str, Path, Path]:
     """Resolve `--use-worktree NAME` to (repository, clone, worktree path); never creates."""
     candidates = [repository] if repository else _all_clone_repositories(projects_root)

@@ -323,3 +323,39 @@ def test_use_worktree_that_does_not_exist_or_is_ambiguous(machine: Machine) -> N
         )
     done = machine.wb("agent", "dispatch", "--use-worktree", "shared", "--profile", "fake", "--task", "x")
     assert done.returncode == 1 and "several clones (acme/other, acme/widget)" in done.stderr
+
+
+def test_a_wb_config_naming_a_missing_file_is_refused_naming_it(machine: Machine) -> None:
+    missing = machine.root / "config" / "typo.yaml"
+    done = machine.wb("agent", "list", env={"WB_CONFIG": str(missing)})
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr == f"error: WB_CONFIG names {missing}, which does not exist; create it or unset WB_CONFIG\n"
+
+
+@pytest.mark.parametrize(
+    ("text", "where"),
+    [
+        ("agents:\n  profiles:\n    fake: [1\n  x: 2\n", "line 4, column 4: expected ',' or ']', but got ':'"),
+        ("agents: {}\nagents: {}\n", "line 2, column 1: duplicate key 'agents'"),
+        ("agents:\n\t- x\n", "line 2, column 1: found character '\\t' that cannot start any token"),
+    ],
+)
+def test_invalid_yaml_is_one_error_line_naming_file_line_and_column(machine: Machine, text: str, where: str) -> None:
+    machine.write_config(text)
+    done = machine.wb("agent", "list")
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.count("\n") == 1, done.stderr
+    assert done.stderr.startswith(f"error: {machine.config_path}: invalid YAML at {where}"), done.stderr
+
+
+@pytest.mark.parametrize("command", [(), ("agent",), ("agent", "list"), ("agent", "status"), ("machines",)])
+def test_help_shows_flags_as_flags(machine: Machine, command: tuple[str, ...]) -> None:
+    done = machine.wb(*command, "--help")
+    assert done.returncode == 0, done.stderr
+    assert "<bool>" not in done.stdout, done.stdout
+    flags = [line.split()[0] for line in done.stdout.splitlines() if line.strip().startswith("--")]
+    assert "--help" in flags
+    for line in done.stdout.splitlines():
+        words = line.split()
+        if words[:1] in (["--json"], ["--version"], ["--help"], ["--all"]):
+            assert not words[1].startswith(("<", "[", "{")), line  # the description follows at once

@@ -226,6 +226,51 @@ def test_remote_prune_removes_records_there_only(caller: Caller, box: SshdServer
     assert _worktree(box, "p1").is_dir()
 
 
+def test_remote_logs_stop_and_prune_json_and_prune_worktrees_there(caller: Caller, box: SshdServer) -> None:
+    """Contract §22 over sshd: the three documents (checked against their schemas) and --worktrees."""
+    from tests import json_documents
+
+    done_ref = caller.dispatch("scenario:complete", "j1")
+    caller.await_(done_ref)
+    live = caller.dispatch("scenario:silent", "j2")
+    assert wait_for(lambda: json.loads(caller.wb("agent", "status", live, "--json").stdout)["worker_alive"], 30)
+    logs = caller.wb("agent", "logs", done_ref, "--json")
+    assert logs.returncode == 0, logs.stderr
+    document = json.loads(logs.stdout)
+    json_documents.check("actions", document)
+    assert document["machine"] == "box" and document["agent_id"] == done_ref.split(":", 1)[1]
+    assert document["path"] == str(box.wb_home / "agents" / document["agent_id"] / "events.jsonl")
+    assert "changed 1 file" in document["actions"]
+
+    stopped = caller.wb("agent", "stop", live, "--json")
+    assert stopped.returncode == 0, stopped.stderr
+    document = json.loads(stopped.stdout)
+    json_documents.check("stopped", document)
+    assert document["machine"] == "box" and document["message"].startswith(f"stopping {live} worker process ")
+    assert wait_for(lambda: json.loads(caller.wb("agent", "status", live, "--json").stdout)["terminal"], 30)
+
+    refused = caller.wb("agent", "prune", "--older-than", "0s", "--worktrees", "--to", "old")
+    assert refused.returncode == 2 and refused.stdout == ""
+    assert refused.stderr.startswith("error: machine old runs ") and refused.stderr.endswith(
+        ", which does not support prune --worktrees; upgrade wb there\n"
+    )
+    assert (box.wb_home / "agents" / document["agent_id"]).is_dir()  # nothing was pruned there
+
+    pruned = caller.wb("agent", "prune", "--older-than", "0s", "--worktrees", "--to", "box", "--json")
+    assert pruned.returncode == 0, pruned.stderr
+    document = json.loads(pruned.stdout)
+    json_documents.check("prune", document)
+    assert document["machine"] == "box"
+    assert {done_ref.split(":", 1)[1], live.split(":", 1)[1]} <= {entry["agent_id"] for entry in document["removed"]}
+    trees = {tree["path"]: tree["branch"] for tree in document["worktrees"]}
+    assert trees[str(_worktree(box, "j1"))] == "wb/j1" and trees[str(_worktree(box, "j2"))] == "wb/j2"
+    assert not _worktree(box, "j1").exists() and not _worktree(box, "j2").exists()
+    branches = git(box.projects_root / "acme/widget", "branch", "--list", "--format=%(refname:short)").split()
+    assert "wb/j1" not in branches and "wb/j2" not in branches
+    # The same names can be dispatched again there.
+    assert caller.await_(caller.dispatch("scenario:complete", "j1"))["state"] == "completed"
+
+
 def test_the_version_reply_lists_the_capabilities() -> None:
     done = subprocess.run(
         [sys.executable, "-m", "courier.main", "--wb-internal-agent-remote"],

@@ -409,3 +409,120 @@ def test_continue_a_claude_run_resumes_its_session_and_a_command_run_is_refused(
     _await(machine, scripted)
     refused = machine.wb("agent", "continue", scripted, "--task", "more")
     assert refused.returncode == 1 and "command harness" in refused.stderr
+
+
+# -- --json of logs, stop and prune; prune --worktrees (contract §22) ---------------------------
+
+
+def test_logs_stop_and_prune_print_their_json_documents(machine: Machine) -> None:
+    """Each document is also checked against its published schema (Machine.wb validates every --json)."""
+    machine.clone()
+    live = machine.dispatch(task="scenario:silent")
+    assert wait_for(lambda: _status(machine, live).get("worker_alive") is True, 20)
+    logs = machine.wb_json("agent", "logs", live)
+    assert isinstance(logs, dict) and logs["agent_id"] == live and "machine" not in logs
+    assert logs["path"] == str(machine.home / "agents" / live / "events.jsonl")
+    assert isinstance(logs["actions"], list) and all(not action.startswith(" ") for action in logs["actions"])
+    text = machine.wb("agent", "logs", live).stdout.splitlines()
+    assert text == [logs["path"], *(f"  {action}" for action in logs["actions"])]
+
+    stopped = machine.wb("agent", "stop", live, "--format", "json")
+    assert stopped.returncode == 0, stopped.stderr
+    document = json.loads(stopped.stdout)
+    assert document == {
+        "agent_id": live,
+        "message": f"stopping {live} worker process {_status(machine, live)['worker_pid']}",
+        "state": "running",
+    }
+    assert _status(machine, live)["state"] == "failed"
+
+    pruned = machine.wb_json("agent", "prune", "--older-than", "0s", "--dry-run")
+    assert isinstance(pruned, dict) and pruned["dry_run"] is True and pruned["kept_live"] == 0
+    assert [entry["agent_id"] for entry in pruned["removed"]] == [live] and "worktrees" not in pruned
+    fleet = machine.wb_json("agent", "prune", "--older-than", "0s", "--all")
+    assert isinstance(fleet, dict) and [row["machine"] for row in fleet["machines"]] == [""]
+    row = fleet["machines"][0]
+    assert row["ok"] is True and row["error"] is None and [entry["agent_id"] for entry in row["removed"]] == [live]
+    assert not Store(machine.home).exists(live)
+
+
+def test_logs_json_refuses_raw_and_follow(machine: Machine) -> None:
+    ref = "agt-" + "1" * 32
+    for flag in ("--raw", "--follow"):
+        done = machine.wb("agent", "logs", ref, flag, "--json")
+        assert done.returncode == 2 and done.stdout == ""
+        assert done.stderr == f"error: --json prints the last worker actions; it cannot be combined with {flag}\n"
+
+
+def test_logs_json_of_a_run_without_a_transcript_has_no_path(machine: Machine) -> None:
+    store = Store(machine.home).ensure()
+    ref = _old_record(store, "failed", 10)
+    document = machine.wb_json("agent", "logs", ref)
+    assert document == {"agent_id": ref, "actions": []}
+
+
+def test_prune_worktrees_removes_the_pruned_runs_worktrees_and_wb_branches_only(machine: Machine) -> None:
+    clone = machine.clone()
+    first = machine.dispatch(worktree="w1")
+    _await(machine, first)
+    done = machine.wb("agent", "continue", first, "--task", "scenario:complete file:again.txt")
+    assert done.returncode == 0, done.stderr
+    _await(machine, done.stdout.split()[0])  # w1: a run and its continuation, both to prune
+    custom = machine.dispatch("--branch", "feature-x", worktree="w3")  # its branch is not wb/w3: kept
+    _await(machine, custom)
+    shared = machine.dispatch(worktree="w2")
+    _await(machine, shared)
+    live = machine.wb(  # a live run in w2 keeps w2 although w2's first record goes
+        "agent", "dispatch", "--use-worktree", "w2", "--profile", "fake", "--repo", "acme/widget",
+        "--task", "scenario:silent",
+    )  # fmt: skip
+    assert live.returncode == 0, live.stderr
+    live_ref = live.stdout.split()[0]
+    assert wait_for(lambda: _status(machine, live_ref).get("worker_alive") is True, 20)
+    (machine.projects / "mine").mkdir()  # a worktree of the user's own: never wb's to touch
+    git(clone, "worktree", "add", "-q", "-b", "wb/mine", str(machine.projects / "mine" / "wt"))
+
+    dry = machine.wb("agent", "prune", "--older-than", "0s", "--dry-run", "--worktrees")
+    assert dry.returncode == 0, dry.stderr
+    trees = [line for line in dry.stdout.splitlines() if " worktree " in line]
+    assert trees == [  # oldest first, as the records; w1 once for its two records
+        f"would remove worktree {_worktree(machine, 'w1')} and branch wb/w1",
+        f"would remove worktree {_worktree(machine, 'w3')}",
+    ], dry.stdout
+    assert dry.stdout.splitlines()[-1] == "would remove 4 records and 2 worktrees"
+    assert _worktree(machine, "w1").is_dir() and _worktree(machine, "w3").is_dir()
+
+    wet = machine.wb("agent", "prune", "--older-than", "0s", "--worktrees", "--json")
+    assert wet.returncode == 0, wet.stderr
+    document = json.loads(wet.stdout)
+    assert document["kept_live"] == 1 and len(document["removed"]) == 4
+    assert sorted((tree["path"], tree["branch"], tree["error"]) for tree in document["worktrees"]) == [
+        (str(_worktree(machine, "w1")), "wb/w1", None),
+        (str(_worktree(machine, "w3")), None, None),
+    ]
+    assert not _worktree(machine, "w1").exists() and not _worktree(machine, "w3").exists()
+    branches = git(clone, "branch", "--list", "--format=%(refname:short)").split()
+    assert "wb/w1" not in branches and "feature-x" in branches and "wb/w2" in branches and "wb/mine" in branches
+    assert _worktree(machine, "w2").is_dir() and (machine.projects / "mine" / "wt").is_dir()
+    assert str(_worktree(machine, "w1")) not in git(clone, "worktree", "list", "--porcelain")
+
+    # A rerun of the same names now works: the worktree and the branch are gone.
+    again = machine.dispatch(worktree="w1")
+    assert _await(machine, again)["state"] == "completed"
+    machine.wb("agent", "stop", live_ref)
+
+
+def test_prune_worktrees_names_a_worktree_git_will_not_remove(machine: Machine) -> None:
+    """A locked worktree stays; the record goes, and the refusal is a warning with exit 1."""
+    clone = machine.clone()
+    ref = machine.dispatch(worktree="w1")
+    _await(machine, ref)
+    git(clone, "worktree", "lock", "--reason", "mine", str(_worktree(machine, "w1")))
+    done = machine.wb("agent", "prune", "--older-than", "0s", "--worktrees")
+    assert done.returncode == 1
+    assert done.stdout.splitlines() == [done.stdout.splitlines()[0], "removed 1 record and 0 worktrees"]
+    warning, error = done.stderr.splitlines()
+    assert warning.startswith(f"warning: {_worktree(machine, 'w1')}: git worktree remove failed in {clone}: ")
+    assert error == "error: not everything could be pruned (named above)"
+    assert _worktree(machine, "w1").is_dir() and not Store(machine.home).exists(ref)
+    assert "wb/w1" in git(clone, "branch", "--list", "wb/w1")

@@ -18,52 +18,94 @@ SCRIPT = REPO_ROOT / "docs" / "supervisor-loop.sh"
 MACHINES = ("gpu-box", "build-1")
 
 
-def test_the_supervisor_loop_runs_as_written(sshd: SshdFactory, tmp_path: Path) -> None:
+def _machines(sshd: SshdFactory, first_address: int) -> tuple[dict[str, dict[str, object]], dict[str, Path]]:
+    """Two loopback machines with the script's profile: (their targets, their canonical clones)."""
     targets = {}
+    clones = {}
     for index, name in enumerate(MACHINES):
-        server = sshd.start(f"127.0.0.{40 + index}")
+        server = sshd.start(f"127.0.0.{first_address + index}")
         prepare_remote(server)
         with open(server.root / "remote-wb.yaml", "a") as config:  # the script's profile name
             config.write("    fast: {harness: codex, provider: mock, model: gpt-5.5}\n")
         targets[name] = sshd.target(server)
+        clones[name] = server.projects_root / "acme" / "widget"
+    return targets, clones
+
+
+def _run_script(
+    sshd: SshdFactory, tmp_path: Path, targets: dict[str, dict[str, object]], machines: str
+) -> subprocess.CompletedProcess[str]:
     workdir = tmp_path / "supervisor"
-    workdir.mkdir()
-    (workdir / "task.md").write_text("Fix the bug. scenario:complete file:fix.py\n")
-    (workdir / "follow-up.md").write_text("Add a test for it. scenario:complete file:tests/test_fix.py\n")
-    checkout = make_clone(workdir / "checkout")
+    if not workdir.exists():
+        workdir.mkdir()
+        (workdir / "task.md").write_text("Fix the bug. scenario:complete file:fix.py\n")
+        (workdir / "follow-up.md").write_text("Add a test for it. scenario:complete file:tests/test_fix.py\n")
+        make_clone(workdir / "checkout")
     env = {
         "HOME": str(tmp_path),
         "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin",
-        "WB_CONFIG": str(sshd.write_wb_config("supervisor", targets)),
+        "WB_CONFIG": str(sshd.write_wb_config(f"supervisor-{tmp_path.name}", targets)),
         "WB_HOME": str(tmp_path / "wbhome"),
         "WB_SSH_CONFIG": str(sshd.client_config),
         "LANG": "C.UTF-8",
-        "MACHINES": " ".join(MACHINES),
+        "MACHINES": machines,
         "PRUNE_AFTER": "0s",
         "GIT_CONFIG_GLOBAL": "/dev/null",
     }
-    done = subprocess.run(
-        ["bash", str(SCRIPT)], cwd=workdir, env=env, capture_output=True, text=True, timeout=600
-    )
+    return subprocess.run(["bash", str(SCRIPT)], cwd=workdir, env=env, capture_output=True, text=True, timeout=600)
+
+
+def _accepted(workdir: Path, run: Path, lines: list[str], machine: str) -> None:
+    """The machine's work was followed, continued and accepted into the script run's directory `run`."""
+    followed = [line for line in lines if line.startswith(f"[{machine}] ")]
+    finals = [line for line in followed if re.fullmatch(rf"\[{machine}\] {machine}:agt-[0-9a-f]{{32}} \S+", line)]
+    assert [line.rsplit(" ", 1)[1] for line in finals] == ["completed", "completed"], followed
+    assert f"[{machine}]   changed 1 file" in followed
+    accepted = [line for line in lines if line.startswith(f"{machine}: accepted {machine}:agt-")]
+    assert len(accepted) == 1 and accepted[0].endswith(": 2 files changed, +2 -0"), lines
+    patch = (run / f"{machine}.patch").read_text()
+    assert "+++ b/fix.py" in patch and "+++ b/tests/test_fix.py" in patch
+    # Accepted: staged in a worktree of the supervisor's own checkout, nothing committed.
+    accepted_tree = run / f"accepted-{machine}"
+    assert git(accepted_tree, "diff", "--cached", "--name-only").split() == ["fix.py", "tests/test_fix.py"]
+    assert git(accepted_tree, "rev-parse", "HEAD") == git(workdir / "checkout", "rev-parse", "HEAD")
+
+
+def _nothing_left_there(clone: Path) -> None:
+    """The script cleaned up after itself: no wb worktree and no wb/ branch on the machine."""
+    assert git(clone, "worktree", "list", "--porcelain").count("worktree ") == 1  # the clone itself
+    assert git(clone, "branch", "--list", "wb/*").strip() == ""
+
+
+def test_the_supervisor_loop_runs_as_written_twice_in_a_row(sshd: SshdFactory, tmp_path: Path) -> None:
+    targets, clones = _machines(sshd, 40)
+    workdir = tmp_path / "supervisor"
+    for attempt in (1, 2):
+        done = _run_script(sshd, tmp_path, targets, " ".join(MACHINES))
+        assert done.returncode == 0, f"run {attempt}: {done.stdout}{done.stderr}"
+        lines = done.stdout.splitlines()
+        runs = sorted(workdir.glob("run-*"))
+        assert len(runs) == attempt
+        for machine in MACHINES:
+            _accepted(workdir, runs[-1], lines, machine)
+            _nothing_left_there(clones[machine])
+        # Prune removed the four records (two runs and two continuations) and their two worktrees.
+        assert lines[-1] == "removed 4 records and 2 worktrees", lines
+        assert len([line for line in lines if line.startswith("removed worktree ")]) == 2
+
+
+def test_a_failed_dispatch_is_named_and_the_loop_goes_on(sshd: SshdFactory, tmp_path: Path) -> None:
+    targets, clones = _machines(sshd, 50)
+    done = _run_script(sshd, tmp_path, targets, "gpu-box nowhere")
     assert done.returncode == 0, done.stdout + done.stderr
+    assert "Traceback" not in done.stderr, done.stderr
+    assert 'error: unknown machine "nowhere"' in done.stderr, done.stderr
     lines = done.stdout.splitlines()
-    for machine in MACHINES:
-        # Followed live: the first run's and the continuation's actions, each ending in its state.
-        followed = [line for line in lines if line.startswith(f"[{machine}] ")]
-        finals = [line for line in followed if re.fullmatch(rf"\[{machine}\] {machine}:agt-[0-9a-f]{{32}} \S+", line)]
-        assert [line.rsplit(" ", 1)[1] for line in finals] == ["completed", "completed"], followed
-        assert f"[{machine}]   changed 1 file" in followed
-        accepted = [line for line in lines if line.startswith(f"{machine}: accepted {machine}:agt-")]
-        assert len(accepted) == 1 and accepted[0].endswith(": 2 files changed, +2 -0"), lines
-        patch = (workdir / f"{machine}.patch").read_text()
-        assert "+++ b/fix.py" in patch and "+++ b/tests/test_fix.py" in patch
-        # Accepted: staged in a worktree of the supervisor's own checkout, nothing committed.
-        accepted_tree = workdir / f"accepted-{machine}"
-        assert git(accepted_tree, "diff", "--cached", "--name-only").split() == ["fix.py", "tests/test_fix.py"]
-        assert git(accepted_tree, "rev-parse", "HEAD") == git(checkout, "rev-parse", "HEAD")
-    # Prune removed the four records (two runs and two continuations) on the two machines.
-    pruned = [line for line in lines if line.startswith("removed ")]
-    assert pruned[-1] == "removed 4 records", lines
+    assert "nowhere: not dispatched (the reason is above)" in lines
+    (run,) = (tmp_path / "supervisor").glob("run-*")
+    _accepted(tmp_path / "supervisor", run, lines, "gpu-box")
+    assert lines[-1] == "removed 2 records and 1 worktree", lines
+    _nothing_left_there(clones["gpu-box"])
 
 
 def test_the_readme_shows_the_loop_script_exactly() -> None:

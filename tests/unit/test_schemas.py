@@ -127,3 +127,19 @@ def test_the_fleet_rows_and_their_documents_have_the_same_fields() -> None:
 
     assert {f.name for f in dataclasses.fields(ProbeRow)} == set(MachineProbe.model_fields)
     assert {f.name for f in dataclasses.fields(MachineRow)} - {"results"} == set(FleetMachine.model_fields)
+
+
+@pytest.mark.parametrize(
+    ("args", "name"),
+    [
+        (("agent", "logs", "agt-x", "--json"), "actions"),
+        (("agent", "stop", "agt-x", "--format", "json"), "stopped"),
+        (("agent", "prune", "--older-than", "0s", "--json"), "prune"),
+        (("agent", "prune", "--older-than", "0s", "--all", "--json"), "prune-fleet"),
+    ],
+)
+def test_the_json_of_logs_stop_and_prune_is_checked_against_its_published_schema(
+    args: tuple[str, ...], name: str
+) -> None:
+    assert name in schemas.names()
+    assert json_documents.schema_for(args) == name
