@@ -112,7 +112,7 @@ def answer(data: bytes, oversize: bool, client_gone: Callable[[], bool]) -> Remo
 
 def _home_id() -> str | None:
     try:
-        from courier.runs.service import configured_home
+        from courier.runs.context import configured_home
         from courier.runs.store import Store, home_id
 
         return home_id(Store(configured_home()))

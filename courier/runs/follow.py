@@ -15,7 +15,8 @@ from collections.abc import Callable
 from typing import Any
 
 from courier.runs.harness import harness_for
-from courier.runs.harness.base import Harness, clean, decode_line
+from courier.runs.harness.base import Harness
+from courier.runs.harness.lines import clean, decode_line
 from courier.runs.harness.transcript import action_lines
 from courier.runs.store import EVENTS, Store, render
 from protocol import limits

@@ -12,7 +12,8 @@ import os
 import re
 from typing import Any
 
-from courier.runs.harness.base import FAILURE_MESSAGE_MAX_BYTES, EventParser, Harness, Launch, clean, plural_files
+from courier.runs.harness.base import FAILURE_MESSAGE_MAX_BYTES, EventParser, Harness, Launch, plural_files
+from courier.runs.harness.lines import clean
 from protocol.models import Usage
 
 CREDENTIAL_ENV = "ANTHROPIC_API_KEY"

@@ -29,9 +29,9 @@ from courier.runs.harness.base import (
     EventParser,
     Harness,
     Launch,
-    clean,
     plural_files,
 )
+from courier.runs.harness.lines import clean
 from courier.runs.harness.transcript import action_lines, lines_backwards
 from protocol import limits
 from protocol.models import Usage
