@@ -76,7 +76,8 @@ def _check_logs(request: RemoteRequest) -> None:
         raise RequestRefused("wait_timeout_ms must be >= 0")
     if request.follow and request.wait_timeout_ms > limits.FOLLOW_WAIT_MAX_MS:
         raise RequestRefused(
-            f"a follow call waits at most {limits.FOLLOW_WAIT_MAX_MS} ms (5 min); repeat the call from next_offset"
+            f"a follow call waits at most {limits.FOLLOW_WAIT_MAX_MS} ms ({limits.FOLLOW_WAIT_MAX_TEXT}); "
+            "repeat the call from next_offset"
         )
 
 

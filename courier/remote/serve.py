@@ -20,7 +20,7 @@ from protocol import limits
 if TYPE_CHECKING:
     from protocol.models import RemoteResponse
 
-_READ_CHUNK = 1 * limits.MIB
+_READ_CHUNK = limits.READ_CHUNK_BYTES
 _OPERATION_ECHO_MAX = 64
 _PLUGINS_ENV = "PYDANTIC_DISABLE_PLUGINS"
 _LOADER = "pydantic.plugin._loader"

@@ -23,7 +23,7 @@ from protocol import limits
 from protocol.models import Result
 
 # One reply carries at most this many actions (each ≤ 240 bytes): well under the 2 MiB transcript bound.
-ACTIONS_PER_REPLY_MAX = 4096
+ACTIONS_PER_REPLY_MAX = limits.FOLLOW_ACTIONS_PER_REPLY_MAX
 _READ_MAX = 2 * limits.EVENT_LINE_MAX_BYTES
 
 

@@ -145,6 +145,12 @@ def test_every_operation_in_the_table_has_a_handler_and_the_validator_reads_the_
                 validate_request(RemoteRequest(schema_version=1, operation=name))
 
 
+def test_the_handler_registry_names_exactly_the_operations_of_the_table() -> None:
+    from courier.operations import HANDLERS
+
+    assert set(HANDLERS) == set(TABLE)
+
+
 def test_every_registered_harness_implements_the_protocol() -> None:
     for name in REGISTRY:
         harness = harness_for(name)

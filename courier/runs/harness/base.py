@@ -22,7 +22,6 @@ if TYPE_CHECKING:
     from protocol.models import Usage
 
 DIAGNOSTICS_MAX = 50
-FAILURE_MESSAGE_MAX_BYTES = 4096
 
 
 @dataclass(frozen=True)
