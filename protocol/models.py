@@ -73,9 +73,11 @@ class WireModel(BaseModel):
         return self.model_dump(mode="json", exclude_none=True)
 
 
-# The provider APIs a harness may speak; "" is the routing of a harness without a provider
-# (`command`), whose Resolved also has provider and model "" (schema 1 keeps every field).
-WireApi = Literal["responses", "chat", "anthropic", "gemini", ""]
+# The provider APIs a harness may speak: the one list, read by wb.yaml's providers
+# (courier/config.py) and the harness registry. "" is the routing of a harness without a
+# provider (`command`), whose Resolved also has provider and model "" (schema 1 keeps every field).
+ProviderApi = Literal["responses", "chat", "anthropic", "gemini"]
+WireApi = Literal[ProviderApi, ""]
 
 
 class Routing(WireModel):
