@@ -298,7 +298,7 @@ def _local_raw_logs(config: Config, run_id: str) -> None:
     terminal = sys.stdout.isatty()
     decoder = codecs.getincrementaldecoder("utf-8")("replace")  # a character may span two chunks
     with os.fdopen(fd, "rb") as handle:
-        while chunk := handle.read(1 << 20):
+        while chunk := handle.read(limits.READ_CHUNK_BYTES):
             if terminal:
                 sys.stdout.write(escape_controls(decoder.decode(chunk)))
             else:

@@ -75,7 +75,7 @@ def read_task(task: str | None, task_file: str | None, stdin: BinaryIO | None = 
         except OSError as exc:
             raise UsageError(f"--task-file {task_file}: cannot read it: {exc.strerror or exc}") from None
     if len(raw) > limits.TASK_MAX_BYTES:
-        raise UsageError(f"the task is larger than {limits.TASK_MAX_BYTES} bytes (1 MiB); shorten it")
+        raise UsageError(f"the task is larger than {limits.TASK_MAX_BYTES} bytes ({limits.TASK_MAX_TEXT}); shorten it")
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -100,7 +100,7 @@ def repository(repo: str | None) -> str:
 def timeout_ms(text: str) -> int:
     value = duration_ms(text, "--timeout")
     if value <= 0 or value > limits.TIMEOUT_MAX_MS:
-        raise UsageError("--timeout must be more than 0 and at most 168h")
+        raise UsageError(f"--timeout must be more than 0 and at most {limits.TIMEOUT_MAX_TEXT}")
     return value
 
 

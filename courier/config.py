@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, mo
 from courier.errors import UsageError
 from courier.paths import HOME_ENV, config_path
 from protocol import limits
+from protocol.models import ProviderApi
 from protocol.refs import BadName, check_machine_name
 
 if TYPE_CHECKING:
@@ -112,7 +113,7 @@ class Provider(_Entry):
     base_url: str
     credential_env: str | None = None
     credential_file: str | None = None
-    wire_api: Literal["responses", "chat", "anthropic", "gemini"] = "responses"
+    wire_api: ProviderApi = "responses"
     request_max_retries: int | None = None
     stream_max_retries: int | None = None
     stream_idle_timeout_ms: int | None = None

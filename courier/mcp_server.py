@@ -67,7 +67,9 @@ class Arguments(BaseModel):
 
 
 class DispatchArgs(Arguments):
-    task: str = Field(description="The task for the worker, at most 1 MiB, not blank. Never printed back.")
+    task: str = Field(
+        description=f"The task for the worker, at most {limits.TASK_MAX_TEXT}, not blank. Never printed back."
+    )
     profile: str = Field(description="A profile from agents.profiles in wb.yaml.")
     new_worktree: str | None = Field(default=None, description="Create this worktree (exactly one of the two).")
     use_worktree: str | None = Field(default=None, description="Use this existing worktree (exactly one of the two).")
@@ -78,7 +80,8 @@ class DispatchArgs(Arguments):
     base: str | None = Field(default=None, description="Commit to start from.")
     to: str | None = TO
     timeout: str = Field(
-        default=commands.TIMEOUT_DEFAULT, description="Bound on the run, a Go duration (30m, 2h); at most 168h."
+        default=commands.TIMEOUT_DEFAULT,
+        description=f"Bound on the run, a Go duration (30m, 2h); at most {limits.TIMEOUT_MAX_TEXT}.",
     )
 
 
@@ -111,10 +114,11 @@ class DiffArgs(RefArgs):
 
 
 class ContinueArgs(RefArgs):
-    task: str = Field(description="The follow-up task, at most 1 MiB, not blank.")
+    task: str = Field(description=f"The follow-up task, at most {limits.TASK_MAX_TEXT}, not blank.")
     profile: str | None = Field(default=None, description="Default: the profile of the run continued.")
     timeout: str = Field(
-        default=commands.TIMEOUT_DEFAULT, description="Bound on the new run, a Go duration; at most 168h."
+        default=commands.TIMEOUT_DEFAULT,
+        description=f"Bound on the new run, a Go duration; at most {limits.TIMEOUT_MAX_TEXT}.",
     )
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from typing import Any
 
 import pydantic_core
@@ -11,7 +10,7 @@ from courier.text import sanitize
 from protocol.durations import format_duration_ms
 from protocol.models import Result
 from protocol.refs import format_reference
-from protocol.timestamps import epoch_seconds, parse_rfc3339
+from protocol.timestamps import epoch_seconds, parse_rfc3339, utc_now
 
 
 def ref_of(result: Result) -> str:
@@ -80,10 +79,10 @@ def state_text(result: Result) -> str:
     if not is_stalled(result) or not result.last_output_at:
         return result.state
     try:
-        last = datetime.fromisoformat(result.last_output_at.replace("Z", "+00:00"))
+        last = parse_rfc3339(result.last_output_at)
     except ValueError:
         return f"{result.state} (stalled)"
-    return f"{result.state} (stalled {silence((datetime.now(UTC) - last).total_seconds())})"
+    return f"{result.state} (stalled {silence((utc_now() - last).total_seconds())})"
 
 
 def list_lines(results: list[Result]) -> str:

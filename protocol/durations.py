@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import re
 
+from protocol import limits
+
 _UNIT_NS = {
     "ns": 1,
     "us": 1_000,
@@ -50,9 +52,9 @@ def format_duration_ms(ms: int) -> str:
         return "0s"
     sign = "-" if ms < 0 else ""
     ms = abs(ms)
-    hours, rest = divmod(ms, 3_600_000)
-    minutes, rest = divmod(rest, 60_000)
-    seconds = rest / 1000
+    hours, rest = divmod(ms, limits.MS_PER_HOUR)
+    minutes, rest = divmod(rest, limits.MS_PER_MINUTE)
+    seconds = rest / limits.MS_PER_SECOND
     out = ""
     if hours:
         out += f"{hours}h"

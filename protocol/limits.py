@@ -14,10 +14,24 @@ EVENTS_STORED_MAX_BYTES = 128 * MIB
 EVENT_LINE_MAX_BYTES = 8 * MIB
 FINAL_MESSAGE_MAX_BYTES = 4096
 CHANGED_FILES_MAX = 50
+# A profile name in a dispatch or continue request: printable, at most this many characters.
+PROFILE_NAME_MAX_CHARS = 128
 LOG_ACTION_MAX_BYTES = 240
 REMOTE_STDERR_EXCERPT_MAX_BYTES = 1024
 REMOTE_FAILURE_SHOWN_MAX_BYTES = 4096
 CREDENTIAL_FILE_MAX_BYTES = 64 * KIB
+# The failure text a harness reports for a run (its own error message), cut to this many bytes.
+RUN_FAILURE_MESSAGE_MAX_BYTES = 4096
+# A run's small private notes (the stop request, the owner's error) are read up to this size.
+RUN_NOTE_MAX_BYTES = 64 * KIB
+# A Result's `failure` text on the wire, in characters.
+RESULT_FAILURE_MAX_CHARS = 64 * KIB
+# A path on the wire (a worktree, a diff's file), in characters: Linux's PATH_MAX.
+PATH_TEXT_MAX_CHARS = 4096
+
+# How much one read takes from a file, a pipe or a socket; SSH channels read in smaller steps.
+READ_CHUNK_BYTES = 1 * MIB
+SSH_READ_CHUNK_BYTES = 64 * KIB
 
 MS_PER_SECOND = 1000
 MS_PER_MINUTE = 60 * MS_PER_SECOND
@@ -45,8 +59,9 @@ STOP_GRACE_S = 3.0
 # How long stop waits for an owner that is recording the terminal state (it holds the run's lock).
 RUN_LOCK_WAIT_S = 40.0
 TIMEOUT_KILL_GRACE_S = 0.25
+# The owner's terminal save: this many tries, pausing 1 s, 2 s, 4 s, 8 s between them (15 s in all).
 TERMINAL_SAVE_TRIES = 5
-TERMINAL_SAVE_SPAN_S = 30.0
+TERMINAL_SAVE_FIRST_PAUSE_S = 1.0
 AWAIT_POLL_S = 0.05
 
 # Contract §15 (the supervisor's loop).
@@ -54,6 +69,8 @@ STALL_AFTER_DEFAULT_MS = 10 * MS_PER_MINUTE
 DIFF_PATCH_WIRE_MAX_BYTES = 2 * MIB
 FOLLOW_WAIT_MAX_MS = AWAIT_CHUNK_MS
 FOLLOW_RETRIES = 5
+# One follow reply carries at most this many actions (each at most LOG_ACTION_MAX_BYTES).
+FOLLOW_ACTIONS_PER_REPLY_MAX = 4096
 
 SSH_CONNECT_TIMEOUT_S = 10.0
 SSH_KEEPALIVE_INTERVAL_S = 15.0
@@ -77,3 +94,8 @@ CAPABILITIES_MAX = 64
 # A `command` profile (contract §14): at most this many argv items, each at most this many bytes.
 COMMAND_ARGS_MAX = 64
 COMMAND_ARG_MAX_BYTES = 4 * KIB
+
+# The bounds as messages and tool descriptions write them.
+TASK_MAX_TEXT = f"{TASK_MAX_BYTES // MIB} MiB"
+TIMEOUT_MAX_TEXT = f"{TIMEOUT_MAX_MS // MS_PER_HOUR}h"
+FOLLOW_WAIT_MAX_TEXT = f"{FOLLOW_WAIT_MAX_MS // MS_PER_MINUTE} min"

@@ -50,7 +50,7 @@ def collector_paused() -> Iterator[None]:
 # Checked by pydantic-core's own regex engine: a list of 10,000 records pays no Python call per field.
 _PLAIN_PATTERN = "^[^\x00-\x1f\x7f-\x9f\u200b-\u200f\u202a-\u202e\u2066-\u2069\ufeff]*$"
 Identifier = Annotated[str, StringConstraints(pattern=_PLAIN_PATTERN, max_length=256)]
-PathText = Annotated[str, StringConstraints(pattern=_PLAIN_PATTERN, max_length=4096)]
+PathText = Annotated[str, StringConstraints(pattern=_PLAIN_PATTERN, max_length=limits.PATH_TEXT_MAX_CHARS)]
 RoutingText = Annotated[str, StringConstraints(pattern=_PLAIN_PATTERN, max_length=2048)]
 Timestamp = Annotated[str, StringConstraints(pattern=f"^(?:{_RFC3339})$")]
 # One optional feature a receiver supports (`diff`, `harness:claude`, …): short and plain.
@@ -73,9 +73,11 @@ class WireModel(BaseModel):
         return self.model_dump(mode="json", exclude_none=True)
 
 
-# The provider APIs a harness may speak; "" is the routing of a harness without a provider
-# (`command`), whose Resolved also has provider and model "" (schema 1 keeps every field).
-WireApi = Literal["responses", "chat", "anthropic", "gemini", ""]
+# The provider APIs a harness may speak: the one list, read by wb.yaml's providers
+# (courier/config.py) and the harness registry. "" is the routing of a harness without a
+# provider (`command`), whose Resolved also has provider and model "" (schema 1 keeps every field).
+ProviderApi = Literal["responses", "chat", "anthropic", "gemini"]
+WireApi = Literal[ProviderApi, ""]
 
 
 class Routing(WireModel):
@@ -138,7 +140,7 @@ class Result(WireModel):
     owner_alive: bool = False
     worker_alive: bool = False
     exit_code: int | None = None
-    failure: str | None = Field(default=None, max_length=64 * 1024)
+    failure: str | None = Field(default=None, max_length=limits.RESULT_FAILURE_MAX_CHARS)
     result: str | None = Field(default=None, max_length=2 * limits.FINAL_MESSAGE_MAX_BYTES)
     tool_calls: int | None = Field(default=None, ge=0)
     usage: Usage | None = None
@@ -215,7 +217,7 @@ class StopResult(WireModel):
 class DiffFile(WireModel):
     """One file of a diff (contract §15.1); a path is git's, so output sanitises it."""
 
-    path: Annotated[str, StringConstraints(max_length=4096)]
+    path: Annotated[str, StringConstraints(max_length=limits.PATH_TEXT_MAX_CHARS)]
     status: Identifier
     insertions: int = Field(default=0, ge=0)
     deletions: int = Field(default=0, ge=0)
@@ -258,7 +260,7 @@ class PrunedWorktree(WireModel):
 
     path: PathText
     branch: Identifier | None = None  # absent when the run's branch was not wb/<name> (kept)
-    error: str | None = Field(default=None, max_length=4096)  # git refused: the worktree is still there
+    error: str | None = Field(default=None, max_length=limits.RUN_FAILURE_MESSAGE_MAX_BYTES)  # git refused: the worktree is still there
 
 
 class PruneResult(WireModel):

@@ -1,9 +1,11 @@
 """The operation table (contract §5.2, §15): one entry per operation, read by every side.
 
-An entry holds what the operation takes (`fields`, `check`), what its reply carries (`reply`)
-and who handles it on the receiving machine (`handler`, "module:function", imported only
-there). The validator, the receiver and the caller's reply checks all read this table, so
-adding an operation is one entry here, its handler, its CLI command and its tests.
+An entry holds what the operation takes (`fields`, `check`) and what its reply carries
+(`reply`). The validator, the receiver and the caller's reply checks all read this table;
+who answers an operation on the receiving machine is the courier's business (its handler
+registry, courier/operations.py), so this package stays a leaf that names no courier module.
+Adding an operation is one entry here, its handler and registry line, its CLI command and
+its tests.
 """
 
 from __future__ import annotations
@@ -27,7 +29,6 @@ Reply = Literal["result", "results", "logs", "stop", "diff", "prune", "none"]
 class Operation:
     name: str
     reply: Reply
-    handler: str  # "module:function" on the receiving machine
     fields: tuple[str, ...] = ()  # the request fields it reads, besides schema_version and operation
     needs_agent_id: bool = False
     check: Callable[[RemoteRequest], None] | None = None
@@ -43,8 +44,8 @@ def _check_dispatch(request: RemoteRequest) -> None:
     check_worktree_name(request.worktree)
     if not request.profile.strip():
         raise RequestRefused("dispatch needs profile")
-    if not request.profile.isprintable() or len(request.profile) > 128:
-        raise RequestRefused("profile must be a printable name of at most 128 characters")
+    if not request.profile.isprintable() or len(request.profile) > limits.PROFILE_NAME_MAX_CHARS:
+        raise RequestRefused(f"profile must be a printable name of at most {limits.PROFILE_NAME_MAX_CHARS} characters")
     check_task(request.task)
     if request.mode == "new" and not request.repository:
         raise RequestRefused("dispatch with mode new needs repository (OWNER/REPO)")
@@ -75,14 +76,15 @@ def _check_logs(request: RemoteRequest) -> None:
         raise RequestRefused("wait_timeout_ms must be >= 0")
     if request.follow and request.wait_timeout_ms > limits.FOLLOW_WAIT_MAX_MS:
         raise RequestRefused(
-            f"a follow call waits at most {limits.FOLLOW_WAIT_MAX_MS} ms (5 min); repeat the call from next_offset"
+            f"a follow call waits at most {limits.FOLLOW_WAIT_MAX_MS} ms ({limits.FOLLOW_WAIT_MAX_TEXT}); "
+            "repeat the call from next_offset"
         )
 
 
 def _check_continue(request: RemoteRequest) -> None:
     check_task(request.task)
-    if request.profile and (not request.profile.isprintable() or len(request.profile) > 128):
-        raise RequestRefused("profile must be a printable name of at most 128 characters")
+    if request.profile and (not request.profile.isprintable() or len(request.profile) > limits.PROFILE_NAME_MAX_CHARS):
+        raise RequestRefused(f"profile must be a printable name of at most {limits.PROFILE_NAME_MAX_CHARS} characters")
     check_timeout_ms(request.timeout_ms)
     if request.new_agent_id:
         check_run_id(request.new_agent_id)
@@ -93,53 +95,44 @@ def _check_prune(request: RemoteRequest) -> None:
         raise RequestRefused("older_than_ms must be >= 0")
 
 
-_SERVICE = "courier.runs.service"
-_LOOP = "courier.runs.loop_ops"
-
 TABLE: dict[str, Operation] = {
     op.name: op
     for op in (
         Operation(
             "dispatch",
             "result",
-            f"{_SERVICE}:dispatch_op",
             ("mode", "worktree", "profile", "task", "repository", "branch", "base", "timeout_ms", "agent_id"),
             check=_check_dispatch,
         ),
-        Operation("status", "result", f"{_SERVICE}:status_op", ("agent_id",), needs_agent_id=True),
+        Operation("status", "result", ("agent_id",), needs_agent_id=True),
         Operation(
             "await",
             "result",
-            f"{_SERVICE}:await_op",
             ("agent_id", "wait_timeout_ms"),
             needs_agent_id=True,
             check=_check_await,
         ),
-        Operation("list", "results", f"{_SERVICE}:list_op"),
+        Operation("list", "results"),
         Operation(
             "logs",
             "logs",
-            f"{_SERVICE}:logs_op",
             ("agent_id", "raw", "tail", "follow", "follow_from", "wait_timeout_ms"),
             needs_agent_id=True,
             check=_check_logs,
         ),
-        Operation("stop", "stop", f"{_SERVICE}:stop_op", ("agent_id",), needs_agent_id=True),
-        Operation("version", "none", "courier.operations:version_op"),
+        Operation("stop", "stop", ("agent_id",), needs_agent_id=True),
+        Operation("version", "none"),
         # Contract §15: the supervisor's loop.
-        Operation("diff", "diff", f"{_LOOP}:diff_op", ("agent_id", "stat"), needs_agent_id=True, capability="diff"),
+        Operation("diff", "diff", ("agent_id", "stat"), needs_agent_id=True, capability="diff"),
         Operation(
             "continue",
             "result",
-            f"{_LOOP}:continue_op",
             ("agent_id", "task", "profile", "timeout_ms", "new_agent_id"),
             needs_agent_id=True,
             check=_check_continue,
             capability="continue",
         ),
-        Operation(
-            "prune", "prune", f"{_LOOP}:prune_op", ("older_than_ms", "dry_run"), check=_check_prune, capability="prune"
-        ),
+        Operation("prune", "prune", ("older_than_ms", "dry_run"), check=_check_prune, capability="prune"),
     )
 }
 
@@ -152,4 +145,3 @@ def operation(name: str) -> Operation:
     if entry is None:
         raise RequestRefused(f'unknown operation "{name[:64]}": expected one of {", ".join(OPERATIONS)}')
     return entry
-

@@ -14,7 +14,9 @@ def check_task(task: str) -> None:
         raise RequestRefused("task is blank: give the worker something to do")
     size = len(task.encode("utf-8", "surrogatepass"))
     if size > limits.TASK_MAX_BYTES:
-        raise RequestRefused(f"task is {size} bytes; the limit is {limits.TASK_MAX_BYTES} bytes (1 MiB)")
+        raise RequestRefused(
+            f"task is {size} bytes; the limit is {limits.TASK_MAX_BYTES} bytes ({limits.TASK_MAX_TEXT})"
+        )
     try:
         task.encode("utf-8")
     except UnicodeEncodeError:
@@ -33,4 +35,4 @@ def check_timeout_ms(value: int, what: str = "timeout_ms") -> None:
     if value <= 0:
         raise RequestRefused(f"{what} must be > 0")
     if value > limits.TIMEOUT_MAX_MS:
-        raise RequestRefused(f"{what} must be at most {limits.TIMEOUT_MAX_MS} (168h)")
+        raise RequestRefused(f"{what} must be at most {limits.TIMEOUT_MAX_MS} ({limits.TIMEOUT_MAX_TEXT})")

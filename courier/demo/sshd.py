@@ -25,9 +25,10 @@ from typing import Any
 
 import asyncssh
 
+from protocol import limits
 from protocol.entry import REMOTE_ARGUMENT
 
-_CHUNK = 64 * 1024
+_CHUNK = limits.SSH_READ_CHUNK_BYTES
 _STOP_GRACE_S = 3.0
 _REFUSED_STATUS = 1
 

@@ -20,7 +20,7 @@ from protocol import limits
 if TYPE_CHECKING:
     from protocol.models import RemoteResponse
 
-_READ_CHUNK = 1 * limits.MIB
+_READ_CHUNK = limits.READ_CHUNK_BYTES
 _OPERATION_ECHO_MAX = 64
 _PLUGINS_ENV = "PYDANTIC_DISABLE_PLUGINS"
 _LOADER = "pydantic.plugin._loader"
@@ -112,7 +112,7 @@ def answer(data: bytes, oversize: bool, client_gone: Callable[[], bool]) -> Remo
 
 def _home_id() -> str | None:
     try:
-        from courier.runs.service import configured_home
+        from courier.runs.context import configured_home
         from courier.runs.store import Store, home_id
 
         return home_id(Store(configured_home()))

@@ -41,7 +41,7 @@ from protocol import limits
 CONFIG_ENV = "WB_SSH_CONFIG"
 KEEPALIVE_ENV = "WB_SSH_KEEPALIVE_S"
 DEFAULT_PORT = 22
-_READ_CHUNK = 64 * limits.KIB
+_READ_CHUNK = limits.SSH_READ_CHUNK_BYTES
 _DEV_NULL = "/dev/null"
 _ADDRESS_OPTIONS = frozenset({"Hostname", "Port", "User"})
 _STRICT_OPTION = re.compile(r"^\s*StrictHostKeyChecking\b", re.IGNORECASE | re.MULTILINE)

@@ -15,14 +15,15 @@ from collections.abc import Callable
 from typing import Any
 
 from courier.runs.harness import harness_for
-from courier.runs.harness.base import Harness, clean, decode_line
+from courier.runs.harness.base import Harness
+from courier.runs.harness.lines import clean, decode_line
 from courier.runs.harness.transcript import action_lines
 from courier.runs.store import EVENTS, Store, render
 from protocol import limits
 from protocol.models import Result
 
 # One reply carries at most this many actions (each ≤ 240 bytes): well under the 2 MiB transcript bound.
-ACTIONS_PER_REPLY_MAX = 4096
+ACTIONS_PER_REPLY_MAX = limits.FOLLOW_ACTIONS_PER_REPLY_MAX
 _READ_MAX = 2 * limits.EVENT_LINE_MAX_BYTES
 
 

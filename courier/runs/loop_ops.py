@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 from courier.errors import Finding
-from courier.operations import Context
-from courier.runs.service import _store
+from courier.runs.context import Context, store_for
 from courier.runs.store import Store
 from protocol import limits
 from protocol.models import DiffFile, DiffResult, RemoteRequest, RemoteResponse
@@ -43,14 +42,14 @@ def diff_result(store: Store, agent_id: str, *, stat: bool, wire_cap: bool) -> D
 
 def diff_op(request: RemoteRequest, response: RemoteResponse, context: Context) -> None:
     # The 2 MiB cap is for the wire: the CLI on this machine calls diff_result without it.
-    response.result = diff_result(_store(context), request.agent_id, stat=request.stat, wire_cap=True).to_wire()
+    response.result = diff_result(store_for(context), request.agent_id, stat=request.stat, wire_cap=True).to_wire()
 
 
 def follow_op(request: RemoteRequest, response: RemoteResponse, context: Context) -> None:
     from courier.runs.follow import follow_once
 
     wait_ms = min(request.wait_timeout_ms or limits.FOLLOW_WAIT_MAX_MS, limits.FOLLOW_WAIT_MAX_MS)
-    store = _store(context)
+    store = store_for(context)
     actions, next_offset, result = follow_once(
         store, request.agent_id, request.follow_from, wait_ms, context.client_gone
     )
@@ -74,7 +73,7 @@ def prune_op(request: RemoteRequest, response: RemoteResponse, context: Context)
         from courier.config import load_config
 
         projects_root = (context.config or load_config()).projects_root
-    done = prune(_store(context), request.older_than_ms, dry_run=request.dry_run, projects_root=projects_root)
+    done = prune(store_for(context), request.older_than_ms, dry_run=request.dry_run, projects_root=projects_root)
     response.result = {
         "dry_run": request.dry_run,
         "removed": [entry.to_wire() for entry in done.removed],

@@ -28,7 +28,7 @@ from courier.runs.store import Record, Store, rfc3339, utc_now, within_admission
 from protocol import limits
 from protocol.durations import format_duration_ms
 
-_READ_CHUNK = 1 << 20
+_READ_CHUNK = limits.READ_CHUNK_BYTES
 _POLL_S = 0.1
 _DRAIN_POLL_S = 0.05
 _DRAIN_AFTER_EXIT_S = 2.0
@@ -75,8 +75,12 @@ def finish(store: Store, record: Record, state: str, failure: str | None, secret
 
 
 def save_terminal(store: Store, record: Record) -> None:
-    """Retry the terminal save (5 tries over about 30 s); if it is lost, say why in owner-error."""
-    delay = 1.0
+    """Retry the terminal save; if it is lost, say why in owner-error.
+
+    `limits.TERMINAL_SAVE_TRIES` tries, the pause doubling from `TERMINAL_SAVE_FIRST_PAUSE_S`:
+    5 tries and 1 + 2 + 4 + 8 = 15 s of pauses, well within the 40 s a `stop` waits for the lock.
+    """
+    delay = limits.TERMINAL_SAVE_FIRST_PAUSE_S
     last_error: OSError | None = None
     for attempt in range(limits.TERMINAL_SAVE_TRIES):
         try:

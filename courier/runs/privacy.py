@@ -9,11 +9,13 @@ import stat
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from protocol import limits
+
 if TYPE_CHECKING:
     from courier.runs.store import Record
 
 REDACTED = "[redacted]"
-_CHUNK = 1 << 20
+_CHUNK = limits.READ_CHUNK_BYTES
 # A clipped text (ending in "…") may end with the start of the credential: a fragment this long is masked too.
 _FRAGMENT_MIN = 4
 # Files wb writes itself never hold the credential; a harness's may (its final message, its session files).

@@ -1,4 +1,4 @@
-"""The run operations on this machine, each filling a RemoteResponse (handlers of protocol.operations.TABLE)."""
+"""The run operations on this machine, each filling a RemoteResponse (handlers registered in courier/operations.py)."""
 
 from __future__ import annotations
 
@@ -6,39 +6,15 @@ import os
 import signal
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 from courier.errors import Finding, WbError
-from courier.operations import Context
 from courier.runs import descendants, process
+from courier.runs.context import Context, store_for
 from courier.runs.store import Store, read_fd, render, within_admission_grace
 from protocol import limits
 from protocol.models import ListWarning, RemoteRequest, RemoteResponse, Result, StopResult, collector_paused
 
 NO_TRANSCRIPT = "(no worker transcript was captured)"
-
-
-def configured_home() -> Path:
-    """agents.home as `load_config().home` resolves it, without reading wb.yaml when there is none.
-
-    The receiver's hot path (status, await, list, logs, stop) needs only the home. With no
-    wb.yaml, `load_config` would resolve it from WB_HOME or ~/.wb and could refuse nothing,
-    so that answer costs no yaml and no config models; when the file exists it is read by
-    `load_config` exactly as for every other command (same refusals).
-    """
-    from courier.paths import config_path, default_home
-
-    path = config_path()
-    if not path.exists():
-        return default_home()
-    from courier.config import load_config
-
-    return load_config(path).home
-
-
-def _store(context: Context) -> Store:
-    # Only dispatch needs the whole configuration (and the harness facts).
-    return Store(context.config.home if context.config else configured_home()).ensure()
 
 
 def dispatch_op(request: RemoteRequest, response: RemoteResponse, context: Context) -> None:
@@ -49,16 +25,16 @@ def dispatch_op(request: RemoteRequest, response: RemoteResponse, context: Conte
 
 
 def status_op(request: RemoteRequest, response: RemoteResponse, context: Context) -> None:
-    response.set_result(status(_store(context), request.agent_id))
+    response.set_result(status(store_for(context), request.agent_id))
 
 
 def await_op(request: RemoteRequest, response: RemoteResponse, context: Context) -> None:
-    store = _store(context)
+    store = store_for(context)
     response.set_result(await_run(store, request.agent_id, request.wait_timeout_ms, context.client_gone))
 
 
 def list_op(request: RemoteRequest, response: RemoteResponse, context: Context) -> None:
-    results, warnings = list_runs(_store(context))
+    results, warnings = list_runs(store_for(context))
     response.set_results(results)
     response.warnings = warnings or None
 
@@ -70,12 +46,12 @@ def logs_op(request: RemoteRequest, response: RemoteResponse, context: Context) 
         follow_op(request, response, context)
         return
     tail = request.tail or limits.LOGS_TAIL_DEFAULT
-    response.logs = logs_text(_store(context), request.agent_id, tail, raw=request.raw)
+    response.logs = logs_text(store_for(context), request.agent_id, tail, raw=request.raw)
 
 
 def stop_op(request: RemoteRequest, response: RemoteResponse, context: Context) -> None:
     survivors: list[int] = []
-    response.set_result(stop(_store(context), request.agent_id, f"pid {os.getpid()}", survivors))
+    response.set_result(stop(store_for(context), request.agent_id, f"pid {os.getpid()}", survivors))
     response.warnings = descendants.survivor_warnings(request.agent_id, survivors)
 
 

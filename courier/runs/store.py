@@ -266,7 +266,7 @@ class Store:
 
     def stop_requested_at(self, agent_id: str) -> str | None:
         try:
-            raw = read_private(self.run_dir(agent_id) / STOP_REQUESTED, 64 * 1024)
+            raw = read_private(self.run_dir(agent_id) / STOP_REQUESTED, limits.RUN_NOTE_MAX_BYTES)
         except FileNotFoundError:
             return None
         except OSError:
@@ -278,7 +278,8 @@ class Store:
 
     def owner_error(self, agent_id: str) -> str | None:
         try:
-            return read_private(self.run_dir(agent_id) / OWNER_ERROR, 64 * 1024).decode("utf-8", "replace")
+            raw = read_private(self.run_dir(agent_id) / OWNER_ERROR, limits.RUN_NOTE_MAX_BYTES)
+            return raw.decode("utf-8", "replace")
         except OSError:
             return None
 
@@ -382,7 +383,7 @@ def read_fd(fd: int, limit: int) -> bytes:
     chunks = []
     remaining = limit
     while remaining > 0:
-        chunk = os.read(fd, min(remaining, 1 << 20))
+        chunk = os.read(fd, min(remaining, limits.READ_CHUNK_BYTES))
         if not chunk:
             break
         chunks.append(chunk)

@@ -30,15 +30,17 @@ from courier.remote import ssh
 from courier.warm import child, frames, place
 from courier.warm.pool import CallSpec, Pool
 from courier.warm.stamp import program_stamp
+from protocol import limits
+from protocol.timestamps import rfc3339, utc_now
 
 _UCRED = struct.Struct("3i")
-_RECV_CHUNK = 1 << 20
+_RECV_CHUNK = limits.READ_CHUNK_BYTES
 _IDLE_CHECK_MAX_S = 5.0
 
 
 def _log(message: str) -> None:
     with contextlib.suppress(OSError, ValueError):
-        sys.stderr.write(f"{time.strftime('%Y-%m-%dT%H:%M:%S')} courier {os.getpid()}: {message}\n")
+        sys.stderr.write(f"{rfc3339(utc_now())} courier {os.getpid()}: {message}\n")
         sys.stderr.flush()
 
 
@@ -373,7 +375,7 @@ async def _recv_frame(sock: socket.socket, *, with_fds: bool = False) -> tuple[l
 
 
 async def _wait_closed(sock: socket.socket) -> None:
-    while await _recv_some(sock, 4096, None):
+    while await _recv_some(sock, limits.READ_CHUNK_BYTES, None):
         pass
 
 

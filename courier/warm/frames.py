@@ -5,6 +5,8 @@ from __future__ import annotations
 import socket
 import struct
 
+from protocol import limits
+
 _LENGTH = struct.Struct("!I")
 FRAME_MAX_BYTES = 64 * 1024 * 1024  # above any request (8 MiB) or reply (4 MiB + 64 KiB) plus an environment
 
@@ -44,7 +46,7 @@ def recv_exact(sock: socket.socket, size: int) -> bytes:
     chunks: list[bytes] = []
     remaining = size
     while remaining:
-        chunk = sock.recv(min(remaining, 1 << 20))
+        chunk = sock.recv(min(remaining, limits.READ_CHUNK_BYTES))
         if not chunk:
             raise FrameError("the peer closed the connection")
         chunks.append(chunk)

@@ -27,8 +27,9 @@ from courier.remote.reply import BadReply, find_reply
 from protocol import limits
 from protocol.entry import REMOTE_ARGUMENT, SERVE_ARGUMENT
 from protocol.models import RemoteRequest
+from protocol.timestamps import rfc3339, utc_now
 
-_READ_CHUNK = 64 * limits.KIB
+_READ_CHUNK = limits.SSH_READ_CHUNK_BYTES
 _REPLY_ID = re.compile(rb'^\{"request_id":"(r[0-9]{1,12})",')
 # A session refused while none of ours is open is asked again this many times, pausing
 # 50 ms, 100 ms, … (a session that just ended may not be released by the server yet).
@@ -329,7 +330,7 @@ class Peer:
 def _log(message: str) -> None:
     """One line in the courier's log (its stderr): reconnects are worth knowing about afterwards."""
     with contextlib.suppress(OSError, ValueError):
-        sys.stderr.write(f"{time.strftime('%Y-%m-%dT%H:%M:%S')} courier: {message}\n")
+        sys.stderr.write(f"{rfc3339(utc_now())} courier: {message}\n")
         sys.stderr.flush()
 
 

@@ -71,3 +71,23 @@ def test_the_receiver_skips_pydantic_plugin_discovery_and_ctypes(tmp_path: Path,
     assert reply["operation"] == operation
     loaded = set((tmp_path / "modules.txt").read_text().split())
     assert not loaded & {"importlib.metadata", "ctypes"}, loaded & {"importlib.metadata", "ctypes"}
+
+
+@pytest.mark.parametrize("operation", ["status", "list"])
+def test_the_receiver_loads_only_the_run_service_for_a_read(tmp_path: Path, operation: str) -> None:
+    """The handler registry imports one operation's module: no harness, no configuration, no supervisor's loop."""
+    request: dict[str, object] = {"schema_version": 1, "operation": operation}
+    if operation == "status":
+        request["agent_id"] = "agt-" + "0" * 32
+    _, reply = _imported(tmp_path, request)
+    assert reply["operation"] == operation
+    loaded = set((tmp_path / "modules.txt").read_text().split())
+    assert "courier.runs.service" in loaded
+    unwanted = {
+        "courier.runs.harness",
+        "courier.runs.loop_ops",
+        "courier.config",
+        "courier.runs.dispatch",
+        "courier.cli",
+    }
+    assert not loaded & unwanted, loaded & unwanted

@@ -84,3 +84,27 @@ def test_a_lost_terminal_save_is_retried_then_reported_through_owner_error(
     result = render(store.load(agent_id), store)
     assert result.state == "abandoned"
     assert "could not save the terminal state completed" in str(result.failure)
+
+
+def test_a_lost_terminal_save_is_retried_five_times_over_15_s_then_reported(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from courier.runs import owner as owner_mod
+    from courier.runs import store as store_mod
+
+    store, _, agent_id = _owner(tmp_path)
+    record = store.load(agent_id)
+    record.state = "completed"
+    tries: list[str] = []
+    pauses: list[float] = []
+
+    def refuse(saved: object) -> None:
+        tries.append("save")
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(store, "save", refuse)
+    monkeypatch.setattr(owner_mod.time, "sleep", pauses.append)
+    owner_mod.save_terminal(store, record)
+    assert len(tries) == 5 and pauses == [1.0, 2.0, 4.0, 8.0]
+    error = (store.run_dir(agent_id) / store_mod.OWNER_ERROR).read_text()
+    assert error == "the owner could not save the terminal state completed: [Errno 28] No space left on device"

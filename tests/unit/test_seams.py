@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import ast
 import json
+import re
 import subprocess
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -144,51 +145,151 @@ def test_every_operation_in_the_table_has_a_handler_and_the_validator_reads_the_
                 validate_request(RemoteRequest(schema_version=1, operation=name))
 
 
+def test_the_handler_registry_names_exactly_the_operations_of_the_table() -> None:
+    from courier.operations import HANDLERS
+
+    assert set(HANDLERS) == set(TABLE)
+
+
 def test_every_registered_harness_implements_the_protocol() -> None:
     for name in REGISTRY:
         harness = harness_for(name)
         assert isinstance(harness, Harness) and harness.name == name == spec_for(name).name
 
 
-def _module_imports(path: Path, package_root: Path) -> Iterator[str]:
-    """Module-level imports of one file (TYPE_CHECKING blocks and function bodies excluded)."""
-    tree = ast.parse(path.read_text())
-    for node in tree.body:
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-            continue
-        if isinstance(node, ast.Import):
-            yield from (alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            yield node.module
-            yield from (f"{node.module}.{alias.name}" for alias in node.names)
-
-
-def test_the_package_import_graph_has_no_circle() -> None:
+def _package_modules() -> dict[str, Path]:
     modules: dict[str, Path] = {}
     for package in ("courier", "protocol"):
         for path in (REPO / package).rglob("*.py"):
             parts = path.relative_to(REPO).with_suffix("").parts
-            name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-            modules[name] = path
-    graph = {
-        name: {target for target in _module_imports(path, REPO) if target in modules and target != name}
-        for name, path in modules.items()
-    }
-    state: dict[str, int] = {}  # 1 = on the current path, 2 = done
+            modules[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return modules
 
-    def visit(name: str, trail: list[str]) -> None:
-        state[name] = 1
+
+def _imports_of(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
+    """Every package module one file imports: module level and inside functions alike (a lazy import
+    hides a circle, it does not remove it); only `if TYPE_CHECKING:` blocks are left out. A name
+    that is not a module (`from pkg.mod import function`) counts as its module."""
+    tree = ast.parse(path.read_text())
+    typing_only = {
+        id(inner)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+        for inner in ast.walk(node)
+    }
+    package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+    targets: list[str] = []
+    for node in ast.walk(tree):
+        if id(node) in typing_only:
+            continue
+        if isinstance(node, ast.Import):
+            targets += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join([*package[: len(package) - node.level + 1], *([base] if base else [])])
+            targets += [base, *(f"{base}.{alias.name}" for alias in node.names)]
+    found: set[str] = set()
+    for target in targets:
+        while target and target not in modules:
+            target = target.rpartition(".")[0]
+        if target and target != name:
+            found.add(target)
+    return found
+
+
+def _import_graph() -> dict[str, set[str]]:
+    modules = _package_modules()
+    return {name: _imports_of(name, path, modules) for name, path in modules.items()}
+
+
+def _circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def strong(name: str) -> None:
+        index[name] = low[name] = len(index)
+        stack.append(name)
         for target in sorted(graph[name]):
-            if state.get(target) == 1:
-                circle = [*trail[trail.index(target) :], target] if target in trail else [name, target]
-                pytest.fail("import circle: " + " -> ".join(circle))
-            if target not in state:
-                visit(target, [*trail, target])
-        state[name] = 2
+            if target not in index:
+                strong(target)
+                low[name] = min(low[name], low[target])
+            elif target in stack:
+                low[name] = min(low[name], index[target])
+        if low[name] == index[name]:
+            component = []
+            while (member := stack.pop()) != name:
+                component.append(member)
+            component.append(name)
+            if len(component) > 1:
+                found.append(sorted(component))
 
     for name in sorted(graph):
-        if name not in state:
-            visit(name, [name])
+        if name not in index:
+            strong(name)
+    return found
+
+
+def test_the_import_graph_sees_imports_inside_functions_but_not_type_checking_blocks(tmp_path: Path) -> None:
+    (tmp_path / "pkg").mkdir()
+    files = {
+        "pkg/__init__.py": "",
+        "pkg/a.py": "def f():\n    from pkg.b import g\n",
+        "pkg/b.py": "from . import a\n",
+        "pkg/c.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pkg import a\n",
+    }
+    for relative, text in files.items():
+        (tmp_path / relative).write_text(text)
+    modules = {name: tmp_path / f"{name.replace('.', '/')}.py" for name in ("pkg.a", "pkg.b", "pkg.c")}
+    graph = {name: _imports_of(name, path, modules) for name, path in modules.items()}
+    assert graph == {"pkg.a": {"pkg.b"}, "pkg.b": {"pkg.a"}, "pkg.c": set()}
+    assert _circles(graph) == [["pkg.a", "pkg.b"]]
+
+
+def test_the_package_import_graph_has_no_circle() -> None:
+    circles = _circles(_import_graph())
+    assert not circles, "import circles: " + "; ".join(" <-> ".join(circle) for circle in circles)
+
+
+def test_neither_the_courier_nor_the_remote_caller_imports_the_cli() -> None:
+    """warm/ and remote/ sit below the CLI: an arrow from them up to courier.cli (at any depth) is refused."""
+    graph = _import_graph()
+    upward = sorted(
+        f"{name} -> courier.cli"
+        for name, targets in graph.items()
+        if name.split(".")[:2] in (["courier", "warm"], ["courier", "remote"]) and "courier.cli" in targets
+    )
+    assert not upward, upward
+
+
+def test_protocol_is_a_leaf_that_names_no_courier_module() -> None:
+    """protocol/ imports nothing of courier, and no string in it (a handler path, say) names a courier module."""
+    graph = _import_graph()
+    modules = _package_modules()
+    assert not {
+        f"{name} -> {target}"
+        for name, targets in graph.items()
+        if name.startswith("protocol")
+        for target in targets
+        if not target.startswith("protocol")
+    }
+    courier_modules = {name for name in modules if name.startswith("courier")}
+    named = set()
+    for name, path in modules.items():
+        if not name.startswith("protocol"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                for word in re.findall(r"(?<![\w.])courier(?:\.\w+)+", node.value):
+                    module = word  # "courier.runs.service" or "courier.runs.service.status_op"
+                    while module and module not in courier_modules:
+                        module = module.rpartition(".")[0]
+                    if module:
+                        named.add(f"{name}: {word}")
+    assert not named, named
 
 
 def test_a_remote_result_is_validated_once_on_its_way_to_the_caller(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from courier.runs.harness.base import Harness
+    from protocol.models import ProviderApi
 
 
 @dataclass(frozen=True)
@@ -23,7 +24,7 @@ class HarnessSpec:
     display: str  # how messages name it ("Codex")
     target: str  # "module:class"
     executable: str | None  # None: the profile names its own command
-    wire_apis: tuple[str, ...]  # the provider wire_api values it speaks; () = no provider
+    wire_apis: tuple[ProviderApi, ...]  # the provider wire_api values it speaks; () = no provider
     can_resume: bool
 
 

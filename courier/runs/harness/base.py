@@ -8,14 +8,13 @@ answering `status` or `list`).
 
 from __future__ import annotations
 
-import json
 import os
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from courier.text import clip_bytes, sanitize
+from courier.runs.harness.lines import clean, decode_line, malformed_excerpt
 from protocol import limits
 
 if TYPE_CHECKING:
@@ -23,9 +22,6 @@ if TYPE_CHECKING:
     from protocol.models import Usage
 
 DIAGNOSTICS_MAX = 50
-DIAGNOSTIC_MAX_BYTES = limits.LOG_ACTION_MAX_BYTES
-FAILURE_MESSAGE_MAX_BYTES = 4096
-MALFORMED_EXCERPT_CHARS = 120
 
 
 @dataclass(frozen=True)
@@ -56,25 +52,6 @@ class Launch:
         from courier.runs.store import LAST_MESSAGE
 
         return self.run_dir / LAST_MESSAGE
-
-
-def clean(text: str, limit: int = DIAGNOSTIC_MAX_BYTES) -> str:
-    """Sanitised, valid UTF-8 (JSON may decode lone surrogates) and at most `limit` bytes."""
-    return clip_bytes(sanitize(text.encode("utf-8", "replace").decode()), limit)
-
-
-def decode_line(line: bytes) -> tuple[str, Any, bool]:
-    """(text, value, ok): ok is False when the line is not a JSON object."""
-    text = line.decode("utf-8", "replace").rstrip("\r\n")
-    try:
-        value = json.loads(text)
-    except (ValueError, RecursionError):
-        return text, None, False
-    return text, value, isinstance(value, dict)
-
-
-def malformed_excerpt(text: str) -> str:
-    return sanitize(text[:MALFORMED_EXCERPT_CHARS])
 
 
 def plural_files(count: int) -> str:

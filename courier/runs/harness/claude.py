@@ -12,7 +12,9 @@ import os
 import re
 from typing import Any
 
-from courier.runs.harness.base import FAILURE_MESSAGE_MAX_BYTES, EventParser, Harness, Launch, clean, plural_files
+from courier.runs.harness.base import EventParser, Harness, Launch, plural_files
+from courier.runs.harness.lines import clean
+from protocol import limits
 from protocol.models import Usage
 
 CREDENTIAL_ENV = "ANTHROPIC_API_KEY"
@@ -174,7 +176,7 @@ class ClaudeEvents(EventParser):
             self.last_message = text if isinstance(text, str) else None
         else:
             self.result_failed = True
-            self.failure_message = clean(_result_error(event), FAILURE_MESSAGE_MAX_BYTES)
+            self.failure_message = clean(_result_error(event), limits.RUN_FAILURE_MESSAGE_MAX_BYTES)
 
     def failure(self, exit_code: int | None) -> str | None:
         """Success is exit 0 and a `result` with is_error false (SIGINT exits 0 without one)."""

@@ -14,13 +14,12 @@ from typing import Any
 
 from courier.config import Provider
 from courier.runs.harness.base import (
-    FAILURE_MESSAGE_MAX_BYTES,
     EventParser,
     Harness,
     Launch,
-    clean,
     plural_files,
 )
+from courier.runs.harness.lines import clean
 from courier.runs.harness.message import bounded_message, message_bytes, read_message_file
 from courier.runs.harness.transcript import action_lines, lines_backwards
 from protocol import limits
@@ -198,7 +197,7 @@ class EventSummary(EventParser):
             self.turn_failed = True
             message = _message_of(event.get("error"))
             if message is not None:
-                self.failure_message = clean(message, FAILURE_MESSAGE_MAX_BYTES)
+                self.failure_message = clean(message, limits.RUN_FAILURE_MESSAGE_MAX_BYTES)
                 # Codex repeats the failure as a top-level `error` right before `turn.failed`:
                 # it is the failure, not a separate diagnostic.
                 if pending_error == message:

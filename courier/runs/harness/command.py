@@ -10,7 +10,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from courier.runs.harness.base import EventParser, Harness, Launch, clean, decode_line
+from courier.runs.harness.base import EventParser, Harness, Launch
+from courier.runs.harness.lines import clean, decode_line
 from courier.runs.harness.transcript import lines_backwards
 from protocol import limits
 

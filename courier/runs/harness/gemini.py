@@ -25,13 +25,12 @@ from pathlib import Path
 from typing import Any
 
 from courier.runs.harness.base import (
-    FAILURE_MESSAGE_MAX_BYTES,
     EventParser,
     Harness,
     Launch,
-    clean,
     plural_files,
 )
+from courier.runs.harness.lines import clean
 from courier.runs.harness.transcript import action_lines, lines_backwards
 from protocol import limits
 from protocol.models import Usage
@@ -219,7 +218,7 @@ class GeminiEvents(EventParser):
             self.usage = usage_of(event.get("stats"))
             if self.status != "success":
                 message = _error_message(event.get("error")) or f"status {self.status}"
-                self.failure_message = clean(message, FAILURE_MESSAGE_MAX_BYTES)
+                self.failure_message = clean(message, limits.RUN_FAILURE_MESSAGE_MAX_BYTES)
         return line
 
     def _assistant(self, text: str) -> None:

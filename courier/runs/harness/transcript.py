@@ -7,10 +7,10 @@ import stat
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from courier.runs.harness.base import clean, decode_line, malformed_excerpt
+from courier.runs.harness.lines import clean, decode_line, malformed_excerpt
 from protocol import limits
 
-_BLOCK = 1 << 20
+_BLOCK = limits.READ_CHUNK_BYTES
 
 
 def lines_backwards(path: str | os.PathLike[str] | int, block: int = _BLOCK) -> Iterator[bytes | None]:

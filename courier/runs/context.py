@@ -1,0 +1,57 @@
+"""What an operation's handler may use besides its request: the caller's configuration and a gone-check.
+
+Below every handler module and the handler registry (`courier/operations.py`), so that the
+registry can import its handlers and the handlers need nothing from it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from courier.runs.store import Store
+
+if TYPE_CHECKING:  # the receiver does not import the configuration unless it dispatches
+    from courier.config import Config
+    from protocol.models import RemoteRequest, RemoteResponse
+
+
+def never_gone() -> bool:
+    return False
+
+
+@dataclass
+class Context:
+    """The caller's already-loaded configuration (the CLI; None on the receiver) and a gone-check."""
+
+    client_gone: Callable[[], bool] = never_gone
+    config: Config | None = None
+
+
+Handler = Callable[["RemoteRequest", "RemoteResponse", Context], None]
+
+
+def configured_home() -> Path:
+    """agents.home as `load_config().home` resolves it, without reading wb.yaml when there is none.
+
+    The receiver's hot path (status, await, list, logs, stop) needs only the home. With no
+    wb.yaml, `load_config` would resolve it from WB_HOME or ~/.wb and could refuse nothing,
+    so that answer costs no yaml and no config models; when the file exists it is read by
+    `load_config` exactly as for every other command (same refusals).
+    """
+    from courier.paths import config_path, default_home
+
+    path = config_path()
+    if not path.exists():
+        return default_home()
+    from courier.config import load_config
+
+    return load_config(path).home
+
+
+def store_for(context: Context) -> Store:
+    """The run store a handler reads: the caller's configured home, else the one wb.yaml names."""
+    # Only dispatch needs the whole configuration (and the harness facts).
+    return Store(context.config.home if context.config else configured_home()).ensure()

@@ -1,0 +1,36 @@
+"""One line of a harness's event stream: decoding it, and the bounded, sanitised text taken from it.
+
+Below both the parser interface (`base.py`, which reads lines as they arrive) and the
+stored-transcript reader (`transcript.py`, which reads them backwards), so neither imports
+the other for these.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from courier.text import clip_bytes, sanitize
+from protocol import limits
+
+DIAGNOSTIC_MAX_BYTES = limits.LOG_ACTION_MAX_BYTES
+MALFORMED_EXCERPT_CHARS = 120
+
+
+def clean(text: str, limit: int = DIAGNOSTIC_MAX_BYTES) -> str:
+    """Sanitised, valid UTF-8 (JSON may decode lone surrogates) and at most `limit` bytes."""
+    return clip_bytes(sanitize(text.encode("utf-8", "replace").decode()), limit)
+
+
+def decode_line(line: bytes) -> tuple[str, Any, bool]:
+    """(text, value, ok): ok is False when the line is not a JSON object."""
+    text = line.decode("utf-8", "replace").rstrip("\r\n")
+    try:
+        value = json.loads(text)
+    except (ValueError, RecursionError):
+        return text, None, False
+    return text, value, isinstance(value, dict)
+
+
+def malformed_excerpt(text: str) -> str:
+    return sanitize(text[:MALFORMED_EXCERPT_CHARS])
