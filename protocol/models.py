@@ -260,7 +260,8 @@ class PrunedWorktree(WireModel):
 
     path: PathText
     branch: Identifier | None = None  # absent when the run's branch was not wb/<name> (kept)
-    error: str | None = Field(default=None, max_length=limits.RUN_FAILURE_MESSAGE_MAX_BYTES)  # git refused: the worktree is still there
+    # git refused: the worktree is still there
+    error: str | None = Field(default=None, max_length=limits.RUN_FAILURE_MESSAGE_MAX_BYTES)
 
 
 class PruneResult(WireModel):
