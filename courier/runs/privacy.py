@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import secrets
 import stat
@@ -42,6 +43,76 @@ def redact_text(text: str | None, secret: str) -> str | None:
             if body.endswith(secret[:size]):
                 return body[:-size] + REDACTED + "…"
     return text
+
+
+def redact_line(line: bytes, secret: bytes) -> bytes:
+    """One stored transcript line with `secret` masked wherever it shows, the line still what it was.
+
+    A JSON line is redacted inside its decoded strings, so a harness that writes the credential
+    JSON-escaped (`\\u0073\\u006b…`) is caught too, and re-encoded only when something was masked:
+    it stays valid JSON. Any other line is masked as text (docs/cli.md, "Credentials").
+    """
+    if not secret:
+        return line
+    body = line.rstrip(b"\r\n")
+    ending = line[len(body) :]
+    text = body.decode("utf-8", "replace")  # as the readers decode it, so they see what was checked
+    try:
+        value = json.loads(text)
+    except (ValueError, RecursionError):
+        return body.replace(secret, REDACTED.encode()) + ending
+    plain = secret.decode("utf-8", "replace")
+    value, masked = _mask_strings(value, plain)
+    if not masked and secret not in body:
+        return line
+    try:
+        encoded = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    except (ValueError, RecursionError):
+        encoded = plain  # cannot be re-encoded: take the fallback below
+    if any(plain in part for part in encoded.split(REDACTED)):
+        # The credential is spelled by the JSON itself (a number, or across the syntax): the line
+        # becomes one JSON string of its masked text, still valid JSON, read as a malformed event.
+        encoded = json.dumps(_mask(text, plain), ensure_ascii=False)
+    # A lone surrogate (decoded from a `\\udXXX` escape) goes back to that escape.
+    return encoded.encode("utf-8", "backslashreplace") + ending
+
+
+def _mask(text: str, secret: str) -> str:
+    # Idempotent: a mask already there is kept whole, even when the secret is a part of it.
+    return REDACTED.join(part.replace(secret, REDACTED) for part in text.split(REDACTED))
+
+
+def _mask_strings(value: object, secret: str) -> tuple[object, bool]:
+    """A decoded JSON value with `secret` masked in every string (keys included), containers
+    changed in place, and whether one held it. Iterative: a line nested as deep as the decoder
+    allows costs no recursion here."""
+    if isinstance(value, str):
+        return _mask(value, secret), secret in value
+    found = False
+    pending = [value]
+    while pending:
+        container = pending.pop()
+        if isinstance(container, dict):
+            items = list(container.items())
+            if any(secret in key for key, _ in items):
+                found = True
+                container.clear()
+                container.update((_mask(key, secret), item) for key, item in items)
+                items = list(container.items())
+            for key, item in items:
+                if isinstance(item, str):
+                    if secret in item:
+                        container[key], found = _mask(item, secret), True
+                elif isinstance(item, dict | list):
+                    pending.append(item)
+        elif isinstance(container, list):
+            for index, item in enumerate(container):
+                if isinstance(item, str):
+                    if secret in item:
+                        container[index], found = _mask(item, secret), True
+                elif isinstance(item, dict | list):
+                    pending.append(item)
+    return value, found
 
 
 def seal(run_dir: Path, secret: bytes) -> list[str]:
