@@ -121,7 +121,7 @@ def test_logs_refuse_a_linked_or_special_transcript_naming_it(machine: Machine, 
     else:
         os.mkfifo(events, 0o600)
         reason = "is a FIFO"
-    for args in (("logs", ref), ("logs", ref, "--raw")):
+    for args in (("logs", ref), ("logs", ref, "--raw"), ("logs", ref, "--follow")):
         done = machine.wb("agent", *args, timeout=20)  # a FIFO must never hang
         assert done.returncode == 1, (args, done.stdout, done.stderr)
         assert done.stdout == ""

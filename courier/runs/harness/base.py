@@ -77,6 +77,22 @@ def malformed_excerpt(text: str) -> str:
     return sanitize(text[:MALFORMED_EXCERPT_CHARS])
 
 
+def action_lines(line: bytes | None) -> tuple[dict[str, Any] | None, list[str] | None]:
+    """(event, actions) for one stored line: a malformed or oversize line is its own diagnostic action.
+
+    Returns (event, None) for a well-formed event, whose actions the harness decides; (None, [])
+    for a blank line. `line` is None for a line over the line bound.
+    """
+    if line is None:
+        return None, [f"diagnostic: event line over {limits.EVENT_LINE_MAX_BYTES} bytes"]
+    if not line or line.isspace():
+        return None, []
+    text, event, ok = decode_line(line)
+    if not ok:
+        return None, [f"diagnostic: malformed event line: {malformed_excerpt(text)}"]
+    return event, None
+
+
 def plural_files(count: int) -> str:
     return "changed 1 file" if count == 1 else f"changed {count} files"
 
@@ -176,6 +192,15 @@ class Harness(ABC):
 
         return message_bytes(parser.last_message)
 
+    def line_actions(self, line: bytes | None) -> tuple[dict[str, Any] | None, list[str] | None]:
+        """What one stored line of the transcript is: (event, None) for an event whose actions
+        `actions_of` decides, (None, actions) for a line that stands for itself (blank: none).
+
+        The one reading of a line: `logs` (backwards) and `logs --follow` (forwards) both take
+        it from here, so they print the same line for the same worker action (docs/cli.md).
+        """
+        return action_lines(line)
+
     @abstractmethod
     def actions_of(self, event: dict[str, Any]) -> list[str]:
         """The worker actions (§7.6) one well-formed event stands for, unsanitised, oldest first."""
@@ -196,4 +221,4 @@ class Harness(ABC):
         opened and checked), oldest first, each sanitised and bounded."""
         from courier.runs.harness.transcript import last_actions
 
-        return last_actions(events_path, limit, self.actions_of)
+        return last_actions(events_path, limit, self.actions_of, self.line_actions)
