@@ -19,6 +19,9 @@ _CHUNK = 1 << 20
 _FRAGMENT_MIN = 4
 # Files wb writes itself never hold the credential; a harness's may (its final message, its session files).
 _HARNESS_FILES = ("last-message.txt", "harness-home")
+# A harness's own JSON files (session logs, chats) are redacted on their decoded strings, up to this size.
+_JSON_SUFFIXES = (".json", ".jsonl")
+_JSON_DECODED_MAX_BYTES = 64 << 20
 
 
 def end_of_run(run_dir: Path, record: Record, secret: bytes) -> None:
@@ -178,13 +181,48 @@ def _seal_file(path: Path, secret: bytes, problems: list[str]) -> None:
                 problems.append(f"removed {path}, linked from elsewhere, that could not be copied: {exc.strerror}")
             return
         os.fchmod(fd, 0o600)  # first, so a failed rewrite (a full disk) still leaves it private
-        if secret and _contains(fd, secret):
+        if secret and path.suffix in _JSON_SUFFIXES and opened.st_size <= _JSON_DECODED_MAX_BYTES:
+            _redact_json_file(fd, path, secret)
+        elif secret and _contains(fd, secret):
             os.lseek(fd, 0, os.SEEK_SET)
             _rewrite(fd, path, secret)
     except OSError as exc:
         problems.append(f"could not make {path} private: {exc.strerror or exc}")
     finally:
         os.close(fd)
+
+
+def _redact_json_file(fd: int, path: Path, secret: bytes) -> None:
+    """A harness's JSON file (`.json`: one document; `.jsonl`: one per line) redacted as transcript
+    lines are, on decoded strings: a JSON-escaped credential is caught there too. Rewritten only
+    when something was masked."""
+    chunks = []
+    while chunk := os.read(fd, _CHUNK):
+        chunks.append(chunk)
+    data = b"".join(chunks)
+    if path.suffix == ".jsonl":
+        redacted = b"".join(redact_line(line, secret) for line in data.splitlines(keepends=True))
+    else:
+        redacted = redact_line(data, secret)
+    if redacted != data:
+        _write_private_copy(path, redacted)
+
+
+def _write_private_copy(path: Path, data: bytes) -> None:
+    """Replace path by a 0600 file holding data (a temporary file renamed over it)."""
+    temp = path.with_name(f".{path.name}.{secrets.token_hex(6)}.redact")
+    out = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        try:
+            _write_all(out, data)
+            os.fsync(out)
+        finally:
+            os.close(out)
+        os.replace(temp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temp)
+        raise
 
 
 def _contains(fd: int, secret: bytes) -> bool:

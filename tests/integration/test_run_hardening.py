@@ -199,6 +199,11 @@ def test_a_json_escaped_credential_is_redacted_in_actions_diagnostics_and_the_tr
     logs = machine.wb("agent", "logs", ref).stdout
     assert "  ran: curl -H x-api-key:[redacted] http://x\n" in logs
     assert "  diagnostic: rejected key [redacted]\n" in logs
+    # The harness's own JSON files in its home are redacted on their decoded strings too.
+    home = _run_dir(machine, ref) / "harness-home"
+    session = (home / "session-escaped.jsonl").read_bytes().splitlines()
+    assert [json.loads(line) for line in session] == [{"note": "key [redacted]"}, {"other": 1}]
+    assert json.loads((home / "chat-escaped.json").read_bytes()) == {"messages": ["key [redacted]"]}
 
 
 def test_an_echoed_credential_is_redacted_in_every_file_the_harness_left(machine: Machine) -> None:
