@@ -1,9 +1,10 @@
 """Worker actions as they happen (contract §15.2): read events.jsonl forward from a byte offset.
 
 Only complete lines are consumed, so an offset never splits a line and a reader that resumes
-from `next_offset` neither repeats nor loses an action. An event the harness may repeat in
-the next one (Codex's `error` before `turn.failed`) is held back, not consumed, while it is
-the last line of a live run, so `--follow` shows exactly what `logs` shows.
+from `next_offset` neither repeats nor loses an action. An event whose meaning the next one
+decides (Codex's `error` repeated by `turn.failed`, a Gemini tool call its error result undoes)
+is held back, not consumed, while it is the last line of a live run, and every line is read
+through the harness's `line_actions`, so `--follow` shows exactly what `logs` shows.
 """
 
 from __future__ import annotations

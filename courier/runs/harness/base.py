@@ -206,7 +206,8 @@ class Harness(ABC):
         """The worker actions (§7.6) one well-formed event stands for, unsanitised, oldest first."""
 
     def echoed_by(self, event: dict[str, Any], following: dict[str, Any]) -> bool:
-        """True when `event` only repeats what `following` (the next event) says, so `logs` shows it once.
+        """True when `following` (the next event) makes `event` stand for nothing: it only repeats
+        what `event` said, or says that it did not happen; `logs` then shows it once, or not at all.
 
         Reading forward (`logs --follow`), an event that may be such an echo is held back until
         the next event arrives; `may_echo` names those.
