@@ -12,7 +12,6 @@ sys.stdout is stderr too.
 from __future__ import annotations
 
 import functools
-import json
 import os
 import sys
 import time
@@ -31,6 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from courier import __version__, commands
 from courier.config import Config, load_config
 from courier.errors import Finding, UsageError, WbError
+from courier.render import json_text
 from courier.route import ask
 from courier.schemas import DOCUMENTS, schema
 from protocol import limits
@@ -437,7 +437,7 @@ def _error(exc: WbError) -> types.CallToolResult:
     """
     document = ErrorDocument(message=exc.message, error_class=error_class(exc.exit_code), exit_code=exc.exit_code)
     return types.CallToolResult(
-        content=[types.TextContent(text=json.dumps(document.to_json(), ensure_ascii=False))], is_error=True
+        content=[types.TextContent(text=json_text(document.to_json(), indent=None))], is_error=True
     )
 
 
@@ -465,7 +465,7 @@ async def call_tool(ctx: ServerRequestContext[Any, Any], params: types.CallToolR
     except Exception as exc:  # never a traceback to the client: the CLI's internal error, as a finding
         return _error(WbError(f"internal: {type(exc).__name__}: {exc}"))
     return types.CallToolResult(
-        content=[types.TextContent(text=json.dumps(document, ensure_ascii=False))],
+        content=[types.TextContent(text=json_text(document, indent=None))],
         structured_content=document,
     )
 

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pydantic_core
 
-from courier.text import sanitize
+from courier.text import escape_json_unsafe, sanitize
 from protocol.durations import format_duration_ms
 from protocol.models import Result
 from protocol.refs import format_reference
@@ -17,14 +18,31 @@ def ref_of(result: Result) -> str:
     return format_reference(result.machine or "", result.agent_id)
 
 
-def to_json(document: Any) -> str:
-    """2-space indented JSON with a trailing newline; pydantic-core's encoder, fast on 10,000 results."""
-    return pydantic_core.to_json(document, indent=2).decode() + "\n"
+def json_text(document: Any, *, indent: int | None = 2, exclude_none: bool = False) -> str:
+    """The one JSON printer: every JSON document wb prints (CLI `--json`, MCP text) comes from here.
+
+    pydantic-core's encoder (fast on 10,000 results; models, dicts and lists alike), then the
+    characters text output sanitises escaped as `\\uXXXX` (docs/cli.md, "Formats"). A document
+    holding a lone surrogate (a non-UTF-8 patch byte kept as `\\udcXX`) takes the standard
+    library's encoder, whose raw surrogate the escaping then writes as that escape.
+    """
+    try:
+        encoded = pydantic_core.to_json(document, indent=indent, exclude_none=exclude_none).decode()
+    except pydantic_core.PydanticSerializationError:
+        plain = pydantic_core.to_jsonable_python(document, exclude_none=exclude_none)
+        separators = (",", ": ") if indent is not None else (",", ":")
+        encoded = json.dumps(plain, indent=indent, ensure_ascii=False, separators=separators)
+    return escape_json_unsafe(encoded)
+
+
+def to_json(document: Any, *, exclude_none: bool = False) -> str:
+    """2-space indented JSON with a trailing newline (docs/cli.md, "Formats")."""
+    return json_text(document, exclude_none=exclude_none) + "\n"
 
 
 def results_json(results: list[Result]) -> str:
     """A list of results as JSON, absent fields omitted, without a dict per result in between."""
-    return pydantic_core.to_json(results, indent=2, exclude_none=True).decode() + "\n"
+    return to_json(results, exclude_none=True)
 
 
 def _s(text: object) -> str:

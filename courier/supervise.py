@@ -6,7 +6,6 @@ CLI only parses flags and prints what these return.
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 from collections.abc import Callable
@@ -21,7 +20,7 @@ from courier.errors import (
     UsageError,
     WbError,
 )
-from courier.render import ref_of
+from courier.render import ref_of, to_json
 from courier.route import ask, await_chunk_ms, upgrade_message
 from courier.text import sanitize
 from protocol import limits
@@ -64,11 +63,8 @@ def stat_text(diff: DiffResult) -> str:
 
 
 def diff_json(diff: DiffResult) -> str:
-    document = diff.to_wire()
-    try:
-        return json.dumps(document, indent=2, ensure_ascii=False).encode().decode() + "\n"
-    except UnicodeEncodeError:  # a non-UTF-8 patch byte: keep it as its \udcXX escape
-        return json.dumps(document, indent=2, ensure_ascii=True) + "\n"
+    # A non-UTF-8 patch byte (kept as a lone \udcXX surrogate) is printed as that escape.
+    return to_json(diff.to_wire())
 
 
 # -- logs --follow ---------------------------------------------------------------------------

@@ -29,6 +29,25 @@ def escape_controls(text: str) -> str:
     return _UNSAFE.sub(lambda m: m.group().encode("unicode_escape", "backslashreplace").decode("ascii"), text)
 
 
+def escape_json_unsafe(json_text: str) -> str:
+    """JSON text with every character `sanitize` replaces written as a `\\uXXXX` escape (a surrogate
+    pair above U+FFFF): bidi marks, U+2028/2029, zero-width characters, C1 controls, lone surrogates.
+
+    The same document to any JSON parser, and none of them raw for a terminal, a log viewer or an
+    older JavaScript parser (U+2028 ends a string there). `json_text` must come from a JSON encoder:
+    those characters can then only stand inside strings (C0 controls there are escaped already).
+    """
+    return _UNSAFE.sub(_json_escape, json_text)
+
+
+def _json_escape(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    if code > 0xFFFF:
+        code -= 0x10000
+        return f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}"
+    return f"\\u{code:04x}"
+
+
 def clip_bytes(text: str, limit: int, marker: str = "…") -> str:
     """Cut text to at most `limit` UTF-8 bytes including the marker, on a character boundary."""
     raw = text.encode()

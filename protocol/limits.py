@@ -32,6 +32,8 @@ PATH_TEXT_MAX_CHARS = 4096
 # How much one read takes from a file, a pipe or a socket; SSH channels read in smaller steps.
 READ_CHUNK_BYTES = 1 * MIB
 SSH_READ_CHUNK_BYTES = 64 * KIB
+# A shorter credential is unusable: masking it would rewrite ordinary text of the transcript.
+CREDENTIAL_MIN_BYTES = 8
 
 MS_PER_SECOND = 1000
 MS_PER_MINUTE = 60 * MS_PER_SECOND

@@ -33,6 +33,7 @@ def resolve_credential(provider_name: str, provider: Provider, environ: dict[str
                 f"provider {provider_name}: the credential variable {provider.credential_env} is not set "
                 "in this environment (on a remote machine prefer credential_file)"
             )
+        _check_length(value, f"provider {provider_name}: the credential variable {provider.credential_env}")
         return Credential(provider.credential_env, value)
     assert provider.credential_file is not None
     return Credential(FILE_CREDENTIAL_ENV, read_credential_file(provider_name, Path(provider.credential_file)))
@@ -74,7 +75,17 @@ def read_credential_file(provider_name: str, path: Path) -> str:
         raise NotStartable(f"{where} is not UTF-8 text") from None
     if not value:
         raise NotStartable(f"{where} is empty")
+    _check_length(value, where)
     return value
+
+
+def _check_length(value: str, where: str) -> None:
+    """A credential shorter than 8 bytes is refused: its mask would rewrite ordinary text (docs/cli.md)."""
+    if len(value.encode()) < limits.CREDENTIAL_MIN_BYTES:
+        raise NotStartable(
+            f"{where} holds a credential shorter than {limits.CREDENTIAL_MIN_BYTES} bytes, "
+            "too short to be kept out of what the run stores; use the real credential"
+        )
 
 
 def worker_environment(credential: Credential | None, environ: dict[str, str] | None = None) -> dict[str, str]:

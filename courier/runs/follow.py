@@ -1,24 +1,23 @@
 """Worker actions as they happen (contract §15.2): read events.jsonl forward from a byte offset.
 
 Only complete lines are consumed, so an offset never splits a line and a reader that resumes
-from `next_offset` neither repeats nor loses an action. An event the harness may repeat in
-the next one (Codex's `error` before `turn.failed`) is held back, not consumed, while it is
-the last line of a live run, so `--follow` shows exactly what `logs` shows.
+from `next_offset` neither repeats nor loses an action. An event whose meaning the next one
+decides (Codex's `error` repeated by `turn.failed`, a Gemini tool call its error result undoes)
+is held back, not consumed, while it is the last line of a live run, and every line is read
+through the harness's `line_actions`, so `--follow` shows exactly what `logs` shows.
 """
 
 from __future__ import annotations
 
 import os
-import stat
 import time
 from collections.abc import Callable
 from typing import Any
 
 from courier.runs.harness import harness_for
 from courier.runs.harness.base import Harness
-from courier.runs.harness.lines import clean, decode_line
-from courier.runs.harness.transcript import action_lines
-from courier.runs.store import EVENTS, Store, render
+from courier.runs.harness.lines import clean
+from courier.runs.store import EVENTS, Store, open_transcript_file, render
 from protocol import limits
 from protocol.models import Result
 
@@ -28,21 +27,25 @@ _READ_MAX = 2 * limits.EVENT_LINE_MAX_BYTES
 
 
 def _read_from(path: str, offset: int) -> bytes:
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except FileNotFoundError:
+    """The bytes after `offset`; the file checked and refused as `logs` refuses it (no link, FIFO or hard link)."""
+    opened = open_transcript_file(path)
+    if opened is None:
         return b""
+    fd, _ = opened
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise OSError(f"{path} is not a regular file")
         return os.pread(fd, _READ_MAX, offset)
     finally:
         os.close(fd)
 
 
-def _event(line: bytes) -> dict[str, Any] | None:
-    _, event, ok = decode_line(line)
-    return event if ok else None
+def _next_event(harness: Harness, lines: list[bytes]) -> tuple[bool, dict[str, Any] | None]:
+    """(seen, event): what follows among `lines`, as `logs` reading backwards sees it. Lines that
+    stand for nothing are passed over; a line that is its own action follows as no event."""
+    for later in lines:
+        event, found = harness.line_actions(later)
+        if event is not None or found:
+            return True, event
+    return False, None
 
 
 def read_actions(harness: Harness, path: str, offset: int, *, final: bool) -> tuple[list[str], int]:
@@ -53,20 +56,21 @@ def read_actions(harness: Harness, path: str, offset: int, *, final: bool) -> tu
     data = _read_from(path, offset)
     end = data.rfind(b"\n") + 1
     if end == 0 and len(data) >= _READ_MAX:
-        # A line longer than the window: the owner never stores one, so skip it as one diagnostic.
-        return [f"diagnostic: event line over {limits.EVENT_LINE_MAX_BYTES} bytes"], offset + len(data)
+        # A line longer than the window: the owner never stores one, so skip it as `logs` shows it.
+        _, found = harness.line_actions(None)
+        return [clean(action, limits.LOG_ACTION_MAX_BYTES) for action in found or []], offset + len(data)
     lines = data[:end].split(b"\n")[:-1]
     actions: list[str] = []
     consumed = 0
     for index, line in enumerate(lines):
         if len(actions) >= ACTIONS_PER_REPLY_MAX:
             break
-        event, found = action_lines(line)
+        event, found = harness.line_actions(line)
         if found is None:
             assert event is not None
             if harness.may_echo(event):
-                following = next((_event(later) for later in lines[index + 1 :] if later.strip()), None)
-                if following is None and not final:
+                seen, following = _next_event(harness, lines[index + 1 :])
+                if not seen and not final:
                     break  # hold it back: the next event decides whether it is an echo
                 if following is not None and harness.echoed_by(event, following):
                     found = []

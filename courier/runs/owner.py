@@ -319,7 +319,7 @@ class Owner:
             self.diagnostics.append(f"stopped storing events in {store_mod.EVENTS}: {exc.strerror or exc}")
 
     def redact(self, line: bytes) -> bytes:
-        return line.replace(self.secret, REDACTED) if self.secret else line
+        return privacy.redact_line(line, self.secret)
 
     def decide_and_save(self, exit_code: int | None) -> None:
         record = self.record

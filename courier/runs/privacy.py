@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import secrets
 import stat
@@ -20,6 +21,9 @@ _CHUNK = limits.READ_CHUNK_BYTES
 _FRAGMENT_MIN = 4
 # Files wb writes itself never hold the credential; a harness's may (its final message, its session files).
 _HARNESS_FILES = ("last-message.txt", "harness-home")
+# A harness's own JSON files (session logs, chats) are redacted on their decoded strings, up to this size.
+_JSON_SUFFIXES = (".json", ".jsonl")
+_JSON_DECODED_MAX_BYTES = 64 << 20
 
 
 def end_of_run(run_dir: Path, record: Record, secret: bytes) -> None:
@@ -44,6 +48,78 @@ def redact_text(text: str | None, secret: str) -> str | None:
             if body.endswith(secret[:size]):
                 return body[:-size] + REDACTED + "…"
     return text
+
+
+def redact_line(line: bytes, secret: bytes) -> bytes:
+    """One stored transcript line with `secret` masked wherever it shows, the line still what it was.
+
+    A JSON line is redacted inside its decoded strings, so a harness that writes the credential
+    JSON-escaped (`\\u0073\\u006b…`) is caught too, and re-encoded only when something was masked:
+    it stays valid JSON. Any other line is masked as text (docs/cli.md, "Credentials").
+    """
+    if not secret:
+        return line
+    body = line.rstrip(b"\r\n")
+    if b"\\" not in body and secret not in body:
+        return line  # no escape at all: every JSON string in it is spelled as it decodes
+    ending = line[len(body) :]
+    text = body.decode("utf-8", "replace")  # as the readers decode it, so they see what was checked
+    try:
+        value = json.loads(text)
+    except (ValueError, RecursionError):
+        return body.replace(secret, REDACTED.encode()) + ending
+    plain = secret.decode("utf-8", "replace")
+    value, masked = _mask_strings(value, plain)
+    if not masked and secret not in body:
+        return line
+    try:
+        encoded = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    except (ValueError, RecursionError):
+        encoded = plain  # cannot be re-encoded: take the fallback below
+    if any(plain in part for part in encoded.split(REDACTED)):
+        # The credential is spelled by the JSON itself (a number, or across the syntax): the line
+        # becomes one JSON string of its masked text, still valid JSON, read as a malformed event.
+        encoded = json.dumps(_mask(text, plain), ensure_ascii=False)
+    # A lone surrogate (decoded from a `\\udXXX` escape) goes back to that escape.
+    return encoded.encode("utf-8", "backslashreplace") + ending
+
+
+def _mask(text: str, secret: str) -> str:
+    # Idempotent: a mask already there is kept whole, even when the secret is a part of it.
+    return REDACTED.join(part.replace(secret, REDACTED) for part in text.split(REDACTED))
+
+
+def _mask_strings(value: object, secret: str) -> tuple[object, bool]:
+    """A decoded JSON value with `secret` masked in every string (keys included), containers
+    changed in place, and whether one held it. Iterative: a line nested as deep as the decoder
+    allows costs no recursion here."""
+    if isinstance(value, str):
+        return _mask(value, secret), secret in value
+    found = False
+    pending = [value]
+    while pending:
+        container = pending.pop()
+        if isinstance(container, dict):
+            items = list(container.items())
+            if any(secret in key for key, _ in items):
+                found = True
+                container.clear()
+                container.update((_mask(key, secret), item) for key, item in items)
+                items = list(container.items())
+            for key, item in items:
+                if isinstance(item, str):
+                    if secret in item:
+                        container[key], found = _mask(item, secret), True
+                elif isinstance(item, dict | list):
+                    pending.append(item)
+        elif isinstance(container, list):
+            for index, item in enumerate(container):
+                if isinstance(item, str):
+                    if secret in item:
+                        container[index], found = _mask(item, secret), True
+                elif isinstance(item, dict | list):
+                    pending.append(item)
+    return value, found
 
 
 def seal(run_dir: Path, secret: bytes) -> list[str]:
@@ -109,13 +185,48 @@ def _seal_file(path: Path, secret: bytes, problems: list[str]) -> None:
                 problems.append(f"removed {path}, linked from elsewhere, that could not be copied: {exc.strerror}")
             return
         os.fchmod(fd, 0o600)  # first, so a failed rewrite (a full disk) still leaves it private
-        if secret and _contains(fd, secret):
+        if secret and path.suffix in _JSON_SUFFIXES and opened.st_size <= _JSON_DECODED_MAX_BYTES:
+            _redact_json_file(fd, path, secret)
+        elif secret and _contains(fd, secret):
             os.lseek(fd, 0, os.SEEK_SET)
             _rewrite(fd, path, secret)
     except OSError as exc:
         problems.append(f"could not make {path} private: {exc.strerror or exc}")
     finally:
         os.close(fd)
+
+
+def _redact_json_file(fd: int, path: Path, secret: bytes) -> None:
+    """A harness's JSON file (`.json`: one document; `.jsonl`: one per line) redacted as transcript
+    lines are, on decoded strings: a JSON-escaped credential is caught there too. Rewritten only
+    when something was masked."""
+    chunks = []
+    while chunk := os.read(fd, _CHUNK):
+        chunks.append(chunk)
+    data = b"".join(chunks)
+    if path.suffix == ".jsonl":
+        redacted = b"".join(redact_line(line, secret) for line in data.splitlines(keepends=True))
+    else:
+        redacted = redact_line(data, secret)
+    if redacted != data:
+        _write_private_copy(path, redacted)
+
+
+def _write_private_copy(path: Path, data: bytes) -> None:
+    """Replace path by a 0600 file holding data (a temporary file renamed over it)."""
+    temp = path.with_name(f".{path.name}.{secrets.token_hex(6)}.redact")
+    out = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        try:
+            _write_all(out, data)
+            os.fsync(out)
+        finally:
+            os.close(out)
+        os.replace(temp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temp)
+        raise
 
 
 def _contains(fd: int, secret: bytes) -> bool:

@@ -245,15 +245,8 @@ class Store:
         """(descriptor, size, path) of the run's events.jsonl, checked as every store file is;
         None when there is none. A link, FIFO or hard-linked file is a finding naming it."""
         path = self.run_dir(agent_id) / EVENTS
-        try:
-            fd, info = open_private(path)
-        except FileNotFoundError:
-            return None
-        except UnsafeStoreFile as exc:
-            raise Finding(str(exc)) from None
-        except OSError as exc:
-            raise Finding(f"cannot read {path}: {exc.strerror or exc}") from None
-        return fd, info.st_size, path
+        opened = open_transcript_file(path)
+        return None if opened is None else (opened[0], opened[1].st_size, path)
 
     def request_stop(self, agent_id: str, requester: str) -> bool:
         """Create stop-requested exclusively; False when it already existed."""
@@ -368,6 +361,19 @@ def open_private(path: str | Path) -> tuple[int, os.stat_result]:
         os.close(fd)
         raise UnsafeStoreFile(errno.EPERM, problem)
     return fd, info
+
+
+def open_transcript_file(path: str | Path) -> tuple[int, os.stat_result] | None:
+    """A transcript opened as every store file is (open_private); None when there is none. A link,
+    FIFO or hard-linked file is a finding naming it: `logs` and `logs --follow` refuse alike."""
+    try:
+        return open_private(path)
+    except FileNotFoundError:
+        return None
+    except UnsafeStoreFile as exc:
+        raise Finding(str(exc)) from None
+    except OSError as exc:
+        raise Finding(f"cannot read {path}: {exc.strerror or exc}") from None
 
 
 def read_private(path: str | Path, limit: int) -> bytes:

@@ -209,6 +209,10 @@ def test_a_command_profile_runs_the_program_in_the_worktree(claude: Machine) -> 
     assert logs(claude, result) == [
         f"  diagnostic: cwd {worktree}", "  diagnostic: task bytes 12", "  diagnostic: oops on stderr",
     ]  # fmt: skip
+    # `logs --follow` prints the same line for the same action, then the terminal state.
+    followed = claude.wb("agent", "logs", result["agent_id"], "--follow")
+    assert followed.returncode == 0, followed.stderr
+    assert followed.stdout.splitlines()[:-1] == logs(claude, result)
     names = {line.split("=", 1)[0] for line in (worktree.parent / "env-of-command.txt").read_text().splitlines()}
     assert CREDENTIAL_ENV not in names and "ANTHROPIC_API_KEY" not in names and "WB_HOME" not in names
     dispatched = claude.wb(

@@ -224,6 +224,21 @@ def test_escape_sequences_are_sanitised_in_text_and_intact_in_json(machine: Mach
     assert "\x1b" not in text and "\u202e" not in text and "\x07" not in text
 
 
+def test_json_output_escapes_what_text_output_sanitises(machine: Machine) -> None:
+    machine.clone()
+    message = "a\u202eb\u2028c\u200bd\u00ade\u0085f"  # bidi, line separator, zero-width, soft hyphen, C1
+    ref = machine.dispatch(task=f"scenario:complete message:{message}")
+    _await(machine, ref)
+    for args in (("status", ref), ("await", ref), ("list",)):
+        out = machine.wb("agent", *args, "--json").stdout
+        raw = [f"U+{ord(ch):04X}" for ch in out if ch in message and not ch.isalpha()]
+        assert raw == [], args
+        assert "a\\u202eb\\u2028c\\u200bd\\u00ade\\u0085f" in out, args
+        document = json.loads(out)
+        result = document[0] if isinstance(document, list) else document
+        assert result["result"] == message  # the same text to a JSON parser
+
+
 def test_run_directories_are_private(machine: Machine) -> None:
     machine.clone()
     ref = machine.dispatch()

@@ -165,7 +165,8 @@ def _make_cred(kind: str, path: Path) -> None:
     elif kind == "directory":
         path.mkdir(mode=0o700)
     else:
-        content = {"empty": "", "too-large": "x" * (64 * 1024 + 1)}.get(kind, CREDENTIAL_VALUE)
+        odd = {"empty": "", "too-large": "x" * (64 * 1024 + 1), "too-short": " 1234567\n"}
+        content = odd.get(kind, CREDENTIAL_VALUE)
         path.write_text(content)
         path.chmod(0o640 if kind == "group-readable" else 0o600)
         if kind == "wrong-owner":
@@ -183,6 +184,7 @@ def _make_cred(kind: str, path: Path) -> None:
         ("group-readable", "readable or writable by group/others"),
         ("empty", "is empty"),
         ("too-large", "larger than 65536 bytes"),
+        ("too-short", "holds a credential shorter than 8 bytes"),
     ],
 )
 def test_credential_file_refusals(machine: Machine, tmp_path: Path, kind: str, message: str) -> None:
@@ -196,6 +198,7 @@ def test_credential_file_refusals(machine: Machine, tmp_path: Path, kind: str, m
     done = _dispatch(machine, *BASE)
     assert done.returncode == 1, done.stderr
     assert message in done.stderr and CREDENTIAL_VALUE not in done.stderr
+    assert f"credential_file {cred}" in done.stderr  # the source is named
     _nothing_created(machine)
 
 

@@ -162,7 +162,7 @@ def test_remote_logs_refuse_a_linked_or_special_transcript(
     else:
         os.mkfifo(events, 0o600)
         reason = "is a FIFO"
-    for extra in (("--raw",), ()):
+    for extra in (("--raw",), (), ("--follow",)):
         started = time.monotonic()
         done = _wb(env, "agent", "logs", f"box:{record.agent_id}", *extra, timeout=30)
         assert done.returncode == 1, (extra, done.stdout, done.stderr)

@@ -121,7 +121,7 @@ def test_logs_refuse_a_linked_or_special_transcript_naming_it(machine: Machine, 
     else:
         os.mkfifo(events, 0o600)
         reason = "is a FIFO"
-    for args in (("logs", ref), ("logs", ref, "--raw")):
+    for args in (("logs", ref), ("logs", ref, "--raw"), ("logs", ref, "--follow")):
         done = machine.wb("agent", *args, timeout=20)  # a FIFO must never hang
         assert done.returncode == 1, (args, done.stdout, done.stderr)
         assert done.stdout == ""
@@ -154,15 +154,56 @@ def test_a_fifo_or_symlink_in_place_of_a_store_file_is_a_finding(machine: Machin
 # -- 4. parse first, redact after; no credential left in the run directory ----------------
 
 
-def test_a_one_letter_credential_does_not_break_parsing(machine: Machine) -> None:
+def test_a_credential_shorter_than_8_bytes_is_unusable_naming_its_variable(machine: Machine) -> None:
     machine.clone()
-    machine.env[CREDENTIAL_ENV] = "e"
+    machine.env[CREDENTIAL_ENV] = " e "  # one letter once trimmed: its mask would rewrite every `e`
+    done = machine.wb(
+        "agent", "dispatch", "--new-worktree", "w1", "--profile", "fake", "--repo", "acme/widget", "--task", "x"
+    )
+    assert done.returncode == 1, done.stderr
+    assert f"the credential variable {CREDENTIAL_ENV} holds a credential shorter than 8 bytes" in done.stderr
+    assert done.stdout == "" and list(machine.home.glob("agents/agt-*")) == []
+
+
+def _stored_events(machine: Machine, ref: str) -> list[Any]:
+    """Every line of the run's events.jsonl, a JSON one decoded (one that no longer is fails the test);
+    the CLI's own text line on stderr stays text."""
+    lines = (_run_dir(machine, ref) / "events.jsonl").read_bytes().splitlines()
+    return [json.loads(line) if line.startswith((b"{", b'"')) else line.decode() for line in lines if line.strip()]
+
+
+def test_a_credential_spelled_by_the_json_itself_leaves_every_stored_line_valid_json(machine: Machine) -> None:
+    machine.clone()
+    credential = '":"item.'  # 8 bytes that occur across the syntax of every Codex item event
+    machine.env[CREDENTIAL_ENV] = credential
     ref = machine.dispatch(task="scenario:complete")
     result = _await(machine, ref)
+    assert result["state"] == "completed", result  # parsed before it was redacted
+    events = _stored_events(machine, ref)
+    assert events and credential not in json.dumps(events, ensure_ascii=False)
+    # An event without the credential in its text is stored as it was.
+    assert any(isinstance(event, dict) and event.get("type") == "turn.completed" for event in events)
+
+
+def test_a_json_escaped_credential_is_redacted_in_actions_diagnostics_and_the_transcript(machine: Machine) -> None:
+    machine.clone()
+    ref = machine.dispatch(task="scenario:echo-credential-escaped")
+    result = _await(machine, ref)
     assert result["state"] == "completed", result
-    assert result["exit_code"] == 0 and result["usage"]["output_tokens"] == 100
-    # Printed text is still redacted (the credential is one letter of it).
-    assert result["result"] == "Cr[redacted]at[redacted]d h[redacted]llo.txt."
+    assert CREDENTIAL_VALUE not in json.dumps(result)
+    assert CREDENTIAL_VALUE not in json.dumps(_stored_events(machine, ref), ensure_ascii=False)
+    for args in (("logs", ref), ("logs", ref, "--follow"), ("logs", ref, "--raw"), ("status", ref, "--json")):
+        done = machine.wb("agent", *args)
+        assert done.returncode == 0, done.stderr
+        assert CREDENTIAL_VALUE not in done.stdout + done.stderr, args
+    logs = machine.wb("agent", "logs", ref).stdout
+    assert "  ran: curl -H x-api-key:[redacted] http://x\n" in logs
+    assert "  diagnostic: rejected key [redacted]\n" in logs
+    # The harness's own JSON files in its home are redacted on their decoded strings too.
+    home = _run_dir(machine, ref) / "harness-home"
+    session = (home / "session-escaped.jsonl").read_bytes().splitlines()
+    assert [json.loads(line) for line in session] == [{"note": "key [redacted]"}, {"other": 1}]
+    assert json.loads((home / "chat-escaped.json").read_bytes()) == {"messages": ["key [redacted]"]}
 
 
 def test_an_echoed_credential_is_redacted_in_every_file_the_harness_left(machine: Machine) -> None:

@@ -15,6 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tests_support import sample_record
 
+from courier.errors import WbError
 from courier.remote.serve import _operation_of, _refusal
 from courier.render import dispatch_line, list_lines, status_text
 from courier.runs.privacy import redact_text
@@ -134,3 +135,37 @@ def test_the_receiver_refuses_a_surrogate_agent_id_in_band_with_now(tmp_path: Pa
     assert "not valid Unicode text" in reply["failure"] and "internal" not in reply["failure"]
     assert reply["now"].endswith("Z")
     assert reply["operation"] == ("" if operation == "\ud800" else operation)
+
+
+# -- JSON output escapes what text output sanitises (docs/cli.md, "Formats") -------------------
+
+SAFE_FOR_ROUND_TRIP = "".join(ch for ch in EVERY_CHARACTER if unicodedata.category(ch) != "Cs")
+
+
+def test_json_output_escapes_every_character_text_output_sanitises() -> None:
+    from courier.render import json_text, to_json
+
+    for out in (to_json({"text": SAFE_FOR_ROUND_TRIP}), json_text({"text": SAFE_FOR_ROUND_TRIP}, indent=None)):
+        left = [f"U+{ord(ch):04X}" for ch in out if _unsafe(ch) and ch != "\n"]
+        assert left == []
+        assert json.loads(out) == {"text": SAFE_FOR_ROUND_TRIP}  # the same text to a parser
+    assert to_json({"a": "x\u202e\u2028\u200b\u00ad\U000e0001"}) == (
+        '{\n  "a": "x\\u202e\\u2028\\u200b\\u00ad\\udb40\\udc01"\n}\n'
+    )
+
+
+def test_a_lone_surrogate_is_printed_as_its_escape() -> None:
+    from courier.render import to_json
+
+    assert to_json({"patch": "\udc80x"}) == '{\n  "patch": "\\udc80x"\n}\n'
+
+
+def test_diff_json_and_the_mcp_text_use_the_one_json_printer() -> None:
+    from courier.mcp_server import _error
+    from courier.supervise import diff_json
+    from protocol.models import DiffResult
+
+    diff = DiffResult(agent_id="agt-" + "0" * 32, base_sha="a" * 40, head_sha="b" * 40, patch="+x\u202e\udc80\n")
+    assert '"patch": "+x\\u202e\\udc80\\n"' in diff_json(diff)
+    text = _error(WbError("bad \u2028 name")).content[0]
+    assert '"message":"bad \\u2028 name"' in getattr(text, "text", "")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -132,3 +133,67 @@ def test_claude_resumes_its_session_with_the_equals_form(tmp_path: Path) -> None
     assert claude_argv(launch(tmp_path, resume_session=session)) == [*plain, f"--resume={session}"]
     with pytest.raises(ValueError, match="session ID"):
         claude_argv(launch(tmp_path, resume_session="--dangerously-skip-permissions"))
+
+
+# -- `logs` and `logs --follow` print the same line for the same worker action (docs/cli.md) ----
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+_NOISE = [b"not json at all", b"", b'["a","json","array"]', b"[STARTUP] Recording metric", b'{"type":"unknown"}']
+
+
+def _followed(harness_name: str, path: Path, lines: list[bytes]) -> list[str]:
+    """What `logs --follow` prints for `lines` written one at a time while the run is live."""
+    harness = harness_for(harness_name)
+    path.write_bytes(b"")
+    printed: list[str] = []
+    offset = 0
+    for line in lines:
+        with path.open("ab") as handle:
+            handle.write(line + b"\n")
+        actions, offset = read_actions(harness, str(path), offset, final=False)
+        printed += actions
+    printed += read_actions(harness, str(path), offset, final=True)[0]
+    return printed
+
+
+def _transcripts() -> list[tuple[str, Path]]:
+    found = []
+    for harness_name, directory in (
+        ("claude", "claude-code-2.1.328"),
+        ("codex", "codex-0.169.0"),
+        ("gemini", "gemini-cli-0.61.0"),
+        ("command", "codex-0.169.0"),  # any output: every line but a wb.result is a diagnostic
+    ):
+        found += [(harness_name, path) for path in sorted((FIXTURES / directory).glob("*.jsonl"))]
+    return found
+
+
+def _name(value: object) -> str:
+    return str(getattr(value, "name", value))
+
+
+@pytest.mark.parametrize(("harness_name", "fixture"), _transcripts(), ids=_name)
+def test_logs_and_logs_follow_print_the_same_lines(harness_name: str, fixture: Path, tmp_path: Path) -> None:
+    lines = fixture.read_bytes().splitlines()
+    # Noise between the events: malformed lines, blank lines, a known stderr line, a result line.
+    lines = [*_NOISE, *lines[:2], *_NOISE, *lines[2:], b'{"type":"wb.result","message":"m"}']
+    path = tmp_path / "events.jsonl"
+    followed = _followed(harness_name, path, lines)
+    shown = harness_for(harness_name).worker_actions(str(path), 10_000)
+    assert followed == shown
+    assert followed  # something to compare
+
+
+def test_follow_prints_a_command_harness_line_as_logs_does(tmp_path: Path) -> None:
+    lines = [b"plain output", b'{"type":"progress"}', b'{"type":"wb.result","message":"done"}']
+    assert _followed("command", tmp_path / "events.jsonl", lines) == [
+        "diagnostic: plain output",
+        'diagnostic: {"type":"progress"}',
+    ]
+
+
+def test_follow_refuses_a_fifo_transcript_as_logs_does(tmp_path: Path) -> None:
+    path = tmp_path / "events.jsonl"
+    os.mkfifo(path, 0o600)
+    with pytest.raises(Finding, match=f"{path} is a FIFO; refusing to read it"):
+        read_actions(CODEX, str(path), 0, final=True)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from courier.runs.harness.lines import clean, decode_line, malformed_excerpt
+from courier.runs.harness.lines import action_lines, clean, decode_line, malformed_excerpt
 from protocol import limits
 
 if TYPE_CHECKING:
@@ -153,12 +153,22 @@ class Harness(ABC):
 
         return message_bytes(parser.last_message)
 
+    def line_actions(self, line: bytes | None) -> tuple[dict[str, Any] | None, list[str] | None]:
+        """What one stored line of the transcript is: (event, None) for an event whose actions
+        `actions_of` decides, (None, actions) for a line that stands for itself (blank: none).
+
+        The one reading of a line: `logs` (backwards) and `logs --follow` (forwards) both take
+        it from here, so they print the same line for the same worker action (docs/cli.md).
+        """
+        return action_lines(line)
+
     @abstractmethod
     def actions_of(self, event: dict[str, Any]) -> list[str]:
         """The worker actions (§7.6) one well-formed event stands for, unsanitised, oldest first."""
 
     def echoed_by(self, event: dict[str, Any], following: dict[str, Any]) -> bool:
-        """True when `event` only repeats what `following` (the next event) says, so `logs` shows it once.
+        """True when `following` (the next event) makes `event` stand for nothing: it only repeats
+        what `event` said, or says that it did not happen; `logs` then shows it once, or not at all.
 
         Reading forward (`logs --follow`), an event that may be such an echo is held back until
         the next event arrives; `may_echo` names those.
@@ -173,4 +183,4 @@ class Harness(ABC):
         opened and checked), oldest first, each sanitised and bounded."""
         from courier.runs.harness.transcript import last_actions
 
-        return last_actions(events_path, limit, self.actions_of)
+        return last_actions(events_path, limit, self.actions_of, self.line_actions)

@@ -19,9 +19,9 @@ from courier.runs.harness.base import (
     Launch,
     plural_files,
 )
-from courier.runs.harness.lines import clean
+from courier.runs.harness.lines import action_lines, clean
 from courier.runs.harness.message import bounded_message, message_bytes, read_message_file
-from courier.runs.harness.transcript import action_lines, lines_backwards
+from courier.runs.harness.transcript import LineActions, lines_backwards
 from protocol import limits
 from protocol.models import Usage
 
@@ -272,7 +272,9 @@ def _action_of(event: dict[str, Any]) -> str | None:
     return None
 
 
-def worker_actions(events_path: str | os.PathLike[str] | int, limit: int) -> list[str]:
+def worker_actions(
+    events_path: str | os.PathLike[str] | int, limit: int, line_actions: LineActions = action_lines
+) -> list[str]:
     """The last `limit` worker actions of a Codex transcript, oldest first (contract §3.5, §7.6).
 
     As `transcript.last_actions`, except that the `error` event Codex repeats right before a
@@ -283,7 +285,7 @@ def worker_actions(events_path: str | os.PathLike[str] | int, limit: int) -> lis
     found: list[str] = []
     failed_message: str | None = None  # a turn.failed's message, to drop the `error` Codex repeats before it
     for line in lines_backwards(events_path):
-        event, actions = action_lines(line)
+        event, actions = line_actions(line)
         if actions is not None:
             if not actions:
                 continue
@@ -367,4 +369,4 @@ class Codex(Harness):
         )
 
     def worker_actions(self, events_path: str | os.PathLike[str] | int, limit: int) -> list[str]:
-        return worker_actions(events_path, limit)
+        return worker_actions(events_path, limit, self.line_actions)

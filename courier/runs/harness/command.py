@@ -11,8 +11,7 @@ import os
 from typing import Any
 
 from courier.runs.harness.base import EventParser, Harness, Launch
-from courier.runs.harness.lines import clean, decode_line
-from courier.runs.harness.transcript import lines_backwards
+from courier.runs.harness.lines import decode_line
 from protocol import limits
 
 RESULT_TYPE = "wb.result"
@@ -61,25 +60,13 @@ class Command(Harness):
         return CommandLines()
 
     def actions_of(self, event: dict[str, Any]) -> list[str]:
-        return []  # not used: worker_actions reads every line itself
+        return []  # not used: line_actions reads every line itself
 
-    def worker_actions(self, events_path: str | os.PathLike[str] | int, limit: int) -> list[str]:
+    def line_actions(self, line: bytes | None) -> tuple[dict[str, Any] | None, list[str] | None]:
         """Every output line is a `diagnostic:` action, except the `wb.result` lines."""
-        if limit <= 0:
-            return []
-        found: list[str] = []
-        for line in lines_backwards(events_path):
-            if line is None:
-                action = f"diagnostic: output line over {limits.EVENT_LINE_MAX_BYTES} bytes"
-            elif not line or line.isspace():
-                continue
-            else:
-                text, event, _ = decode_line(line)
-                if result_message(event) is not None:
-                    continue
-                action = f"diagnostic: {text}"
-            found.append(clean(action, limits.LOG_ACTION_MAX_BYTES))
-            if len(found) >= limit:
-                break
-        found.reverse()
-        return found
+        if line is None:
+            return None, [f"diagnostic: output line over {limits.EVENT_LINE_MAX_BYTES} bytes"]
+        if not line or line.isspace():
+            return None, []
+        text, event, _ = decode_line(line)
+        return None, [] if result_message(event) is not None else [f"diagnostic: {text}"]

@@ -30,8 +30,8 @@ from courier.runs.harness.base import (
     Launch,
     plural_files,
 )
-from courier.runs.harness.lines import clean
-from courier.runs.harness.transcript import action_lines, lines_backwards
+from courier.runs.harness.lines import action_lines, clean
+from courier.runs.harness.transcript import lines_backwards
 from protocol import limits
 from protocol.models import Usage
 
@@ -332,16 +332,32 @@ class Gemini(Harness):
         action = _event_action(event)
         return [] if action is None else [action]
 
+    def may_echo(self, event: dict[str, Any]) -> bool:
+        # A tool call is held back (reading forwards) until its result says whether it happened.
+        return event.get("type") == "tool_use" and _text(event.get("tool_id")) is not None
+
+    def echoed_by(self, event: dict[str, Any], following: dict[str, Any]) -> bool:
+        """A call whose result, next, is an error did not happen: its diagnostic stands for it (as in `logs`)."""
+        return (
+            following.get("type") == "tool_result"
+            and following.get("status") == "error"
+            and _text(following.get("tool_id")) == _text(event.get("tool_id"))
+        )
+
+    def line_actions(self, line: bytes | None) -> tuple[dict[str, Any] | None, list[str] | None]:
+        """As every harness's, except that the CLI's known stderr lines stand for nothing."""
+        if line is not None and line.startswith(_KNOWN_STDERR):
+            return None, []
+        return action_lines(line)
+
     def worker_actions(self, events_path: str | os.PathLike[str] | int, limit: int) -> list[str]:
-        """As `transcript.last_actions`, without the CLI's known stderr lines and the actions of failed calls."""
+        """As `transcript.last_actions`, without the actions of failed calls."""
         if limit <= 0:
             return []
         found: list[str] = []
         backwards = _Backwards()
         for line in lines_backwards(events_path):
-            if line is not None and line.startswith(_KNOWN_STDERR):
-                continue
-            event, actions = action_lines(line)
+            event, actions = self.line_actions(line)
             if actions is None:
                 assert event is not None
                 actions = backwards(event)

@@ -34,3 +34,19 @@ def decode_line(line: bytes) -> tuple[str, Any, bool]:
 
 def malformed_excerpt(text: str) -> str:
     return sanitize(text[:MALFORMED_EXCERPT_CHARS])
+
+
+def action_lines(line: bytes | None) -> tuple[dict[str, Any] | None, list[str] | None]:
+    """(event, actions) for one stored line: a malformed or oversize line is its own diagnostic action.
+
+    Returns (event, None) for a well-formed event, whose actions the harness decides; (None, [])
+    for a blank line. `line` is None for a line over the line bound.
+    """
+    if line is None:
+        return None, [f"diagnostic: event line over {limits.EVENT_LINE_MAX_BYTES} bytes"]
+    if not line or line.isspace():
+        return None, []
+    text, event, ok = decode_line(line)
+    if not ok:
+        return None, [f"diagnostic: malformed event line: {malformed_excerpt(text)}"]
+    return event, None

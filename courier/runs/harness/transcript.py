@@ -7,7 +7,7 @@ import stat
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from courier.runs.harness.lines import clean, decode_line, malformed_excerpt
+from courier.runs.harness.lines import action_lines, clean
 from protocol import limits
 
 _BLOCK = limits.READ_CHUNK_BYTES
@@ -50,24 +50,14 @@ def lines_backwards(path: str | os.PathLike[str] | int, block: int = _BLOCK) -> 
         yield None if oversize else carry
 
 
-def action_lines(line: bytes | None) -> tuple[dict[str, Any] | None, list[str] | None]:
-    """(event, actions) for one stored line: a malformed or oversize line is its own diagnostic action.
-
-    Returns (event, None) for a well-formed event, whose actions the harness decides; (None, [])
-    for a blank line.
-    """
-    if line is None:
-        return None, [f"diagnostic: event line over {limits.EVENT_LINE_MAX_BYTES} bytes"]
-    if not line or line.isspace():
-        return None, []
-    text, event, ok = decode_line(line)
-    if not ok:
-        return None, [f"diagnostic: malformed event line: {malformed_excerpt(text)}"]
-    return event, None
+LineActions = Callable[[bytes | None], tuple[dict[str, Any] | None, list[str] | None]]
 
 
 def last_actions(
-    path: str | os.PathLike[str] | int, limit: int, actions_of: Callable[[dict[str, Any]], list[str]]
+    path: str | os.PathLike[str] | int,
+    limit: int,
+    actions_of: Callable[[dict[str, Any]], list[str]],
+    line_actions: LineActions = action_lines,
 ) -> list[str]:
     """The last `limit` worker actions of a transcript, oldest first (contract §3.5, §7.6).
 
@@ -80,7 +70,7 @@ def last_actions(
         return []
     found: list[str] = []
     for line in lines_backwards(path):
-        event, actions = action_lines(line)
+        event, actions = line_actions(line)
         if actions is None:
             assert event is not None
             actions = actions_of(event)

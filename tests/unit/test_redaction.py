@@ -1,0 +1,87 @@
+"""Redaction of a stored transcript line (docs/cli.md, "Credentials"): on decoded strings, never breaking JSON."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from courier.runs.privacy import redact_line
+
+SECRET = "sk-live/7Qx9"
+
+
+def _escaped(text: str) -> str:
+    return "".join(f"\\u{ord(char):04x}" for char in text)
+
+
+def test_a_json_escaped_credential_is_masked_in_the_decoded_string() -> None:
+    line = f'{{"type":"item.completed","item":{{"command":"curl -H x-api-key:{_escaped(SECRET)}"}}}}\n'.encode()
+    out = redact_line(line, SECRET.encode())
+    assert out.endswith(b"\n")
+    assert json.loads(out) == {"type": "item.completed", "item": {"command": "curl -H x-api-key:[redacted]"}}
+
+
+@pytest.mark.parametrize(
+    "spelling",
+    [
+        SECRET,
+        SECRET.replace("/", "\\/"),  # the escaped solidus
+        SECRET.replace("-", "\\u002d"),  # partly escaped
+        _escaped(SECRET),
+    ],
+)
+def test_every_spelling_of_the_credential_in_a_json_string_is_masked(spelling: str) -> None:
+    out = redact_line(f'{{"k":"a {spelling} b","{spelling}":1}}'.encode(), SECRET.encode())
+    assert json.loads(out) == {"k": "a [redacted] b", "[redacted]": 1}
+
+
+def test_a_credential_with_json_metacharacters_is_masked_where_json_escapes_them() -> None:
+    secret = 'ab"cd\\ef/12'
+    line = json.dumps({"text": f"key={secret}!", "list": [secret, 3]}).encode() + b"\r\n"
+    out = redact_line(line, secret.encode())
+    assert out.endswith(b"\r\n")
+    assert json.loads(out) == {"text": "key=[redacted]!", "list": ["[redacted]", 3]}
+
+
+def test_a_line_without_the_credential_is_stored_byte_for_byte() -> None:
+    line = b'{ "type" : "turn.started",  "x": "\\u00e9" }\n'
+    assert redact_line(line, SECRET.encode()) is line
+
+
+def test_a_credential_spelled_by_the_syntax_leaves_valid_json_without_it() -> None:
+    secret = '":"item.'  # what a byte replace would cut out of every Codex item event
+    line = b'{"type":"item.completed","item":{"id":"i","type":"reasoning"}}\n'
+    out = redact_line(line, secret.encode())
+    decoded = json.loads(out)  # still JSON: one string, its text masked
+    assert decoded == '{"type[redacted]completed","item":{"id":"i","type":"reasoning"}}'
+    assert secret.encode() not in out
+
+
+def test_a_credential_written_as_a_number_is_not_left_in_the_line() -> None:
+    out = redact_line(b'{"n":12345678901}\n', b"12345678")
+    assert b"12345678" not in out and isinstance(json.loads(out), str)
+
+
+def test_a_line_that_is_not_json_is_masked_as_text() -> None:
+    assert redact_line(f"warning: key {SECRET} refused\n".encode(), SECRET.encode()) == (
+        b"warning: key [redacted] refused\n"
+    )
+
+
+def test_a_lone_surrogate_escape_survives_the_re_encoding() -> None:
+    out = redact_line(f'{{"a":"\\ud800 {SECRET}"}}'.encode(), SECRET.encode())
+    assert out == b'{"a":"\\ud800 [redacted]"}'
+    assert json.loads(out) == {"a": "\ud800 [redacted]"}
+
+
+def test_deep_nesting_costs_no_recursion() -> None:
+    depth = 900  # as deep as the decoder goes
+    line = ("[" * depth + json.dumps(SECRET) + "]" * depth).encode()
+    out = redact_line(line, SECRET.encode())
+    assert SECRET.encode() not in out
+    json.loads(out)
+
+
+def test_no_credential_changes_nothing() -> None:
+    assert redact_line(b"anything", b"") == b"anything"
