@@ -54,6 +54,8 @@ STALL_AFTER_DEFAULT_MS = 10 * MS_PER_MINUTE
 DIFF_PATCH_WIRE_MAX_BYTES = 2 * MIB
 FOLLOW_WAIT_MAX_MS = AWAIT_CHUNK_MS
 FOLLOW_RETRIES = 5
+# A byte offset on the wire (`follow_from`): what a signed 64-bit file offset can hold.
+BYTE_OFFSET_MAX = 2**63 - 1
 
 SSH_CONNECT_TIMEOUT_S = 10.0
 SSH_KEEPALIVE_INTERVAL_S = 15.0
