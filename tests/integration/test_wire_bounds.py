@@ -145,6 +145,20 @@ def test_await_prints_the_last_observation_when_the_peer_falls_silent_at_the_bou
     assert elapsed < 3 + 5 + 6, f"the call took {elapsed:.1f}s"
 
 
+# --- issue 21 item 6: a Result about another run ------------------------------------------------
+
+
+@pytest.mark.parametrize("command", ["status", "await"])
+def test_a_reply_about_another_run_is_refused_as_untrusted(caller: Caller, command: str) -> None:
+    other = "agt-" + "d3" * 16
+    about_other = {**running_result(), "agent_id": other, "state": "completed", "terminal": True}
+    config = caller.peer(f"cat >/dev/null\nprintf '%s\\n' {reply(command, result=about_other)}\n")
+    done, _ = caller.wb(config, "agent", command, f"m1:{RUN_ID}", "--json")
+    assert done.returncode == 255, done.stderr
+    assert done.stdout == ""
+    assert f"m1: the {command} reply is about agent run {other}, not {RUN_ID}; refused" in done.stderr
+
+
 # --- 14. a dropped connection names the reference -----------------------------------------------
 
 

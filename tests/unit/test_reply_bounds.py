@@ -63,3 +63,34 @@ def test_a_repeated_agent_id_from_one_machine_is_refused_naming_it() -> None:
 def test_distinct_results_are_accepted() -> None:
     response = decode_response("m1", LIST, list_reply(results=[result(), result(agent_id=OTHER_ID)]))
     assert [item.agent_id for item in response.results_of()] == [RUN_ID, OTHER_ID]
+
+
+@pytest.mark.parametrize(
+    ("operation", "fields", "body"),
+    [
+        ("status", {"agent_id": RUN_ID}, {"result": result(agent_id=OTHER_ID)}),
+        ("await", {"agent_id": RUN_ID}, {"result": result(agent_id=OTHER_ID)}),
+        ("dispatch", {"agent_id": RUN_ID}, {"result": result(agent_id=OTHER_ID)}),
+        ("logs", {"agent_id": RUN_ID, "follow": True}, {"logs": "", "result": result(agent_id=OTHER_ID)}),
+        ("stop", {"agent_id": RUN_ID}, {"result": {"agent_id": OTHER_ID, "worker_pid": 7, "state": "failed"}}),
+        ("diff", {"agent_id": RUN_ID}, {"result": {"agent_id": OTHER_ID, "base_sha": "a", "head_sha": "b"}}),
+        ("continue", {"agent_id": OTHER_ID, "new_agent_id": RUN_ID}, {"result": result(agent_id=OTHER_ID)}),
+    ],
+    ids=lambda value: value if isinstance(value, str) else "",
+)
+def test_a_result_about_another_run_than_the_one_asked_about_is_untrusted(
+    operation: str, fields: dict[str, Any], body: dict[str, Any]
+) -> None:
+    request = RemoteRequest(schema_version=1, operation=operation, **fields)
+    with pytest.raises(ReplyUntrusted) as caught:
+        decode_response("m1", request, {"schema_version": 1, "operation": operation, **body})
+    assert caught.value.message == f"m1: the {operation} reply is about agent run {OTHER_ID}, not {RUN_ID}; refused"
+    assert caught.value.exit_code == 255
+
+
+def test_a_result_about_the_run_asked_about_is_accepted() -> None:
+    request = RemoteRequest(schema_version=1, operation="status", agent_id=RUN_ID)
+    response = decode_response("m1", request, {"schema_version": 1, "operation": "status", "result": result()})
+    assert response.result_of().agent_id == RUN_ID and response.result_of().machine == "m1"
+    unnamed = RemoteRequest(schema_version=1, operation="dispatch")  # a dispatch may leave the ID to the peer
+    assert decode_response("m1", unnamed, {"schema_version": 1, "operation": "dispatch", "result": result()})
