@@ -73,6 +73,10 @@ REPLY_RESULTS_MAX = 20_000
 # JSON objects and arrays in one reply (a result has at most seven), counted before decoding,
 # so a reply of a million tiny `{}` never becomes a million Python objects.
 REPLY_CONTAINERS_MAX = 8 * REPLY_RESULTS_MAX
+# JSON values in one reply, scalars included, counted before decoding: a real result spends
+# at least about 23 bytes per value, so a 4 MiB reply of real results holds fewer than this,
+# and a reply of millions of tiny numbers or strings never becomes millions of Python objects.
+REPLY_VALUES_MAX = 200_000
 
 # The version reply's `capabilities` (contract Part two): how many a reply may list.
 CAPABILITIES_MAX = 64

@@ -206,6 +206,25 @@ def test_a_list_reply_of_a_million_tiny_objects_is_refused_in_little_memory(call
     assert peak < 150, f"peak RSS {peak:.0f} MiB"  # 407 MiB before the bound
 
 
+@pytest.mark.parametrize(
+    ("junk", "count"), [("1", 2_000_000), ('""', 1_000_000)], ids=["integers", "strings"]
+)
+def test_a_reply_of_too_many_scalars_is_refused_before_decoding_in_little_memory(
+    caller: Caller, junk: str, count: int
+) -> None:
+    """A list reply under the byte cap whose junk array holds millions of tiny values (issue 21 item 7)."""
+    document = caller.server.root / f"scalars{next(_names)}.json"
+    document.write_text('{"schema_version":1,"operation":"list","results":[],"junk":[' + ",".join([junk] * count) + "]}\n")
+    assert document.stat().st_size < 4 * 1024 * 1024
+    config = caller.peer(f"cat >/dev/null\ncat {document}\n")
+    done, _ = caller.wb(config, "agent", "list", "--to", "m1")
+    assert done.returncode == 255 and done.stdout == "", done.stderr
+    assert "m1: the reply cannot be trusted: it holds more than 200000 JSON values" in done.stderr
+    code, peak = peak_rss_mib([sys.executable, "-m", "courier.main", "agent", "list", "--to", "m1"], caller.env(config))
+    assert code == 255
+    assert peak < 120, f"peak RSS {peak:.0f} MiB"  # 150-230 MiB before the bound
+
+
 def test_a_list_reply_that_repeats_one_id_is_refused_naming_it(caller: Caller) -> None:
     document = caller.server.root / f"repeated{next(_names)}.json"
     document.write_text(json.dumps({"schema_version": 1, "operation": "list", "results": [running_result()] * 3409}))

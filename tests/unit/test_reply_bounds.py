@@ -94,3 +94,23 @@ def test_a_result_about_the_run_asked_about_is_accepted() -> None:
     assert response.result_of().agent_id == RUN_ID and response.result_of().machine == "m1"
     unnamed = RemoteRequest(schema_version=1, operation="dispatch")  # a dispatch may leave the ID to the peer
     assert decode_response("m1", unnamed, {"schema_version": 1, "operation": "dispatch", "result": result()})
+
+
+def test_a_reply_of_too_many_scalars_is_refused_before_decoding() -> None:
+    bound = limits.REPLY_VALUES_MAX
+    for junk, count in (("1", bound), ('"x"', bound), ("true", bound), ("null", bound), ('{"a":0}', bound // 2 + 1)):
+        data = ('{"schema_version":1,"operation":"list","results":[],"junk":[' + ",".join([junk] * count) + "]}").encode()
+        started = time.monotonic()
+        with pytest.raises(BadReply, match=f"^it holds more than {limits.REPLY_VALUES_MAX} JSON values$"):
+            find_reply(data)
+        assert time.monotonic() - started < 2, junk
+
+
+def test_a_reply_at_the_value_bound_is_accepted_and_commas_in_strings_are_not_counted() -> None:
+    # 1 (the object) + 4 members + the junk array's elements: exactly the bound.
+    count = limits.REPLY_VALUES_MAX - 5
+    junk = ",".join(["0"] * (count - 1) + ["[]"])
+    data = ('{"schema_version":1,"operation":"list","results":[],"junk":[' + junk + "]}").encode()
+    assert len(find_reply(data)["junk"]) == count
+    text = "," * (2 * limits.REPLY_VALUES_MAX)
+    assert find_reply(json.dumps(list_reply(failure=text, results=[])).encode())["failure"] == text
