@@ -50,11 +50,8 @@ class _Session:
     def handle(self, line: bytes) -> None:
         request_id = _request_id(line)
         try:
-            if request_id:
-                response = answer(line, False, self.gone)
-            else:
-                # Its reply could not be matched to it, so the work must not happen either.
-                response = _refusal(_NO_REQUEST_ID, _operation_of(line))
+            # Without a request_id the reply could not be matched to it, so the work must not happen.
+            response = answer(line, False, self.gone) if request_id else _refusal(_NO_REQUEST_ID, _operation_of(line))
             response.home_id = _home_id()
             body = response.encode()
         except Exception as exc:  # one line, never a traceback

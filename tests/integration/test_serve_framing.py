@@ -58,9 +58,7 @@ def test_a_line_without_a_valid_request_id_is_refused_and_not_executed(machine: 
     for reply in replies:
         assert reply["request_id"] == ""
         assert reply["failure_kind"] == "request"
-        assert reply["failure"] == (
-            "the request has no valid request_id (1-64 of [A-Za-z0-9._-]); it was not executed"
-        )
+        assert reply["failure"] == ("the request has no valid request_id (1-64 of [A-Za-z0-9._-]); it was not executed")
         assert "capabilities" not in reply and "result" not in reply
     assert {reply["operation"] for reply in replies} == {"dispatch", "version"}  # the echo, for the reader
     assert not (machine.home / "agents").exists() or not any((machine.home / "agents").iterdir())

@@ -214,7 +214,8 @@ def test_a_reply_of_too_many_scalars_is_refused_before_decoding_in_little_memory
 ) -> None:
     """A list reply under the byte cap whose junk array holds millions of tiny values (issue 21 item 7)."""
     document = caller.server.root / f"scalars{next(_names)}.json"
-    document.write_text('{"schema_version":1,"operation":"list","results":[],"junk":[' + ",".join([junk] * count) + "]}\n")
+    junk_array = ",".join([junk] * count)
+    document.write_text('{"schema_version":1,"operation":"list","results":[],"junk":[' + junk_array + "]}\n")
     assert document.stat().st_size < 4 * 1024 * 1024
     config = caller.peer(f"cat >/dev/null\ncat {document}\n")
     done, _ = caller.wb(config, "agent", "list", "--to", "m1")

@@ -99,7 +99,8 @@ def test_a_result_about_the_run_asked_about_is_accepted() -> None:
 def test_a_reply_of_too_many_scalars_is_refused_before_decoding() -> None:
     bound = limits.REPLY_VALUES_MAX
     for junk, count in (("1", bound), ('"x"', bound), ("true", bound), ("null", bound), ('{"a":0}', bound // 2 + 1)):
-        data = ('{"schema_version":1,"operation":"list","results":[],"junk":[' + ",".join([junk] * count) + "]}").encode()
+        junk_array = ",".join([junk] * count)
+        data = ('{"schema_version":1,"operation":"list","results":[],"junk":[' + junk_array + "]}").encode()
         started = time.monotonic()
         with pytest.raises(BadReply, match=f"^it holds more than {limits.REPLY_VALUES_MAX} JSON values$"):
             find_reply(data)
