@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import contextlib
-import gc
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -34,14 +32,6 @@ if _COURIER_MODE is not None:
         _popen_init(self, *args, **kwargs)  # type: ignore[arg-type]
 
     subprocess.Popen.__init__ = _popen_with_courier_mode  # type: ignore[assignment,method-assign]
-
-# Launched from a non-interactive shell (`trap "" INT`, a script's `cmd &`, `setsid nohup`) the
-# suite inherits SIGINT ignored, and an ignored signal stays ignored across exec: every process a
-# test starts would shrug off the Ctrl-C the tests send it (Python installs its KeyboardInterrupt
-# handler only over the default disposition). With a handler here instead, exec resets SIGINT to
-# the default in every child, however it is started (subprocess, asyncio, sshd, wb itself).
-if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
-    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 FAKES = REPO_ROOT / "tests" / "fakes"
@@ -215,26 +205,6 @@ def machine(tmp_path: Path) -> Iterator[Machine]:
 
 
 COURIER_MODULE = "courier.warm.server"
-
-
-def pytest_collection_finish(session: pytest.Session) -> None:
-    """Everything imported and collected so far lives for the session: keep the collector off it.
-
-    The per-test collection below then looks only at what tests made, so it costs little.
-    """
-    gc.freeze()
-
-
-@pytest.fixture(autouse=True)
-def _garbage_of_this_test() -> Iterator[None]:
-    """Free what the test left in reference cycles before the next test starts.
-
-    A finalizer's warning (a killed subprocess never waited for, a pipe never closed) is then
-    reported in this test's teardown, by the same filterwarnings=error rule, instead of in
-    whichever later test the collector happened to run in.
-    """
-    yield
-    gc.collect()
 
 
 @pytest.fixture(scope="session", autouse=True)
