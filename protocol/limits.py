@@ -26,6 +26,10 @@ MS_PER_HOUR = 60 * MS_PER_MINUTE
 TIMEOUT_DEFAULT_MS = 30 * MS_PER_MINUTE
 TIMEOUT_MAX_MS = 168 * MS_PER_HOUR
 AWAIT_DEFAULT_MS = 1 * MS_PER_HOUR
+# MCP `await` (contract §22): below the 60 s request timeout common MCP clients apply.
+MCP_AWAIT_DEFAULT_MS = 45 * MS_PER_SECOND
+# `wb mcp`: threads for the tools' blocking steps (a waiting `await` holds none between polls).
+MCP_BLOCKING_THREADS = 16
 AWAIT_CHUNK_MS = 5 * MS_PER_MINUTE
 REMOTE_CALL_MAX_MS = 10 * MS_PER_MINUTE
 # A remote await call may outlast its chunk by this much (connect, receiver start, reply).
