@@ -142,4 +142,5 @@ def test_a_default_await_of_a_long_run_answers_before_the_inspectors_request_tim
     json_documents.check("result", observed)
     assert observed["agent_id"] == record.agent_id
     assert observed["state"] == "running" and observed["terminal"] is False
-    assert 45 <= elapsed < 60, f"the await took {elapsed:.0f}s"
+    # The Inspector answered (it fails a request unanswered after 60 s); its own start-up is in `elapsed` too.
+    assert elapsed >= 45, f"the await returned after {elapsed:.0f}s, before its 45 s bound"
