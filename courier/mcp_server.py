@@ -3,28 +3,37 @@
 Each tool validates and builds its request with the CLI's own functions (courier/commands.py)
 and answers with the documents of `wb schema`. A refusal is an MCP tool error whose text is
 the `error` document: the message the CLI prints and its class (usage, finding, transport).
-Blocking work runs in worker threads; `await` waits in short chunks, reporting progress
-between them, so a cancelled call returns at once while the run goes on.
+Blocking work runs in a bounded pool of worker threads of its own (so the SDK's stdio
+threads are never starved); `await` polls the run's status in that pool and waits between
+polls without holding a thread, reporting progress, so hundreds of waiting calls never hold
+up another tool, and a cancelled call returns at once while the run goes on.
 Nothing but the protocol reaches stdout: the SDK points fd 1 at stderr while serving, and
 sys.stdout is stderr too.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import functools
+import io
+import json
 import os
+import re
 import sys
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import anyio
 import anyio.to_thread
+from anyio.streams.memory import MemoryObjectSendStream
 from mcp import types
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
 from mcp.server.stdio import stdio_server
+from mcp.shared.message import SessionMessage
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from courier import __version__, commands
@@ -38,8 +47,11 @@ from protocol.documents import ErrorDocument, FleetDocument, FleetMachine, LogsD
 from protocol.models import DiffResult, RemoteResponse, Result, collector_paused
 from protocol.refs import format_reference
 
-# How often a waiting `await` reports progress (and notices a cancellation).
+# How often a waiting `await` reports progress (contract §22: at least every 10 s).
 AWAIT_PROGRESS_MS = 5_000
+# How often a waiting `await` asks for the run's status: soon at first, then backing off.
+AWAIT_POLL_FIRST_S = 0.2
+AWAIT_POLL_MAX_S = 2.0
 
 
 def progress_interval_ms() -> int:
@@ -92,8 +104,11 @@ class RefArgs(Arguments):
 
 class AwaitArgs(RefArgs):
     wait_timeout: str = Field(
-        default=commands.AWAIT_DEFAULT,
-        description="Bound on the wait, a Go duration; 0 = no bound. Past it: a finding error.",
+        default=commands.default_duration(limits.MCP_AWAIT_DEFAULT_MS),
+        description=(
+            "Bound on the wait, a Go duration (default 45s, below the usual 60 s MCP request timeout); "
+            "0 = no bound. Past it: the run's result as observed (terminal false); call await again."
+        ),
     )
 
 
@@ -142,6 +157,12 @@ class Tool:
     read_only: bool = True
 
 
+@functools.cache
+def _blocking_pool() -> anyio.CapacityLimiter:
+    """The tools' own threads: anyio's default pool stays free for the SDK's stdin and stdout."""
+    return anyio.CapacityLimiter(limits.MCP_BLOCKING_THREADS)
+
+
 @dataclass
 class Call:
     """One tool call: its request context (for progress) and the configuration, loaded per call."""
@@ -150,7 +171,7 @@ class Call:
 
     async def blocking(self, work: Callable[[], Any]) -> Any:
         # A cancelled call returns at once; the thread ends its bounded step on its own.
-        return await anyio.to_thread.run_sync(work, abandon_on_cancel=True)
+        return await anyio.to_thread.run_sync(work, abandon_on_cancel=True, limiter=_blocking_pool())
 
     async def config(self) -> Config:
         return await self.blocking(load_config)  # type: ignore[no-any-return]
@@ -186,30 +207,53 @@ async def _status(call: Call, args: RefArgs) -> dict[str, Any]:
 
 
 async def _await(call: Call, args: AwaitArgs) -> dict[str, Any]:
-    from courier.route import await_result
+    """Poll the run's status until it is terminal or the bound passes; past it, the run as observed.
 
+    Each poll is one quick status call in the pool; between polls the call holds no thread.
+    Progress goes out from a task of its own, so a slow poll never delays it.
+    """
     machine, run_id = commands.target(args.ref, args.to)
     bound_ms = commands.wait_bound_ms(args.wait_timeout)
     ref = format_reference(machine, run_id)
     config = await call.config()
+    request = commands.request("status", agent_id=run_id)
     began = time.monotonic()
     deadline = began + bound_ms / 1000 if bound_ms else None
-    while True:
-        step = progress_interval_ms()
-        if deadline is not None:
-            step = max(1, min(step, int((deadline - time.monotonic()) * 1000)))
-        with commands.naming(f"the run is not affected; await it again with: wb agent await {ref}"):
-            result: Result = await call.blocking(functools.partial(await_result, config, machine, run_id, step))
-        if result.terminal:
-            return result.to_wire()
-        if deadline is not None and time.monotonic() >= deadline:
-            raise commands.still_running(ref)
-        waited = time.monotonic() - began
-        await call.ctx.session.report_progress(
-            round(waited, 1),
-            bound_ms / 1000 if bound_ms else None,
-            f"{ref} is {result.state}; waited {int(waited)}s",
-        )
+    observed = ["running"]
+
+    async def report_progress() -> None:
+        while True:
+            await anyio.sleep(progress_interval_ms() / 1000)
+            waited = time.monotonic() - began
+            await call.ctx.session.report_progress(
+                round(waited, 1),
+                bound_ms / 1000 if bound_ms else None,
+                f"{ref} is {observed[0]}; waited {int(waited)}s",
+            )
+
+    async def poll() -> Result:
+        pause = AWAIT_POLL_FIRST_S
+        while True:
+            with commands.naming(f"the run is not affected; await it again with: wb agent await {ref}"):
+                result: Result = await call.blocking(lambda: ask(config, machine, request).result_of())
+            observed[0] = result.state
+            now = time.monotonic()
+            if result.terminal or (deadline is not None and now >= deadline):
+                return result
+            await anyio.sleep(pause if deadline is None else min(pause, deadline - now))
+            pause = min(pause * 2, AWAIT_POLL_MAX_S)
+
+    failure: Exception | None = None
+    async with anyio.create_task_group() as group:
+        group.start_soon(report_progress)
+        try:
+            result = await poll()
+        except Exception as exc:  # raised below as itself, not wrapped in the task group's ExceptionGroup
+            failure = exc
+        group.cancel_scope.cancel()
+    if failure is not None:
+        raise failure
+    return result.to_wire()
 
 
 async def _list(call: Call, args: ListArgs) -> dict[str, Any]:
@@ -301,7 +345,8 @@ async def _machines(call: Call, args: MachinesArgs) -> dict[str, Any]:
     timeout_s = commands.machine_timeout_s(args.machine_timeout)
     config = await call.config()
     rows = await call.blocking(lambda: probe_machines(config, check=args.check, machine_timeout_s=timeout_s))
-    return {"machines": [row.document().to_json() for row in rows]}
+    # The file named, so a client that passed no environment sees which wb.yaml it got (contract §22).
+    return {"machines": [row.document().to_json() for row in rows], "config": str(config.path)}
 
 
 TOOLS: list[Tool] = [
@@ -325,8 +370,9 @@ TOOLS: list[Tool] = [
     ),
     Tool(
         "await",
-        "Wait until the run is terminal and return its result (any terminal state is a success). Reports progress "
-        "while it waits; cancelling the call leaves the run going. Past wait_timeout: a finding error.",
+        "Wait until the run is terminal and return its result (any terminal state is a success). Waits at most "
+        "wait_timeout (default 45s), reporting progress every few seconds; past it, returns the result as observed "
+        "(terminal false, not an error): call await again to keep waiting. Cancelling the call leaves the run going.",
         AwaitArgs,
         "result",
         _await,
@@ -374,7 +420,7 @@ TOOLS: list[Tool] = [
     Tool(
         "machines",
         "The configured machines (host, user, port, wb_path) and, with check, whether each answers (wb and schema "
-        "versions, round trip, clock offset).",
+        "versions, round trip, clock offset); config names the wb.yaml they were read from.",
         MachinesArgs,
         "machines",
         _machines,
@@ -389,6 +435,17 @@ def available_tools() -> list[Tool]:
 # -- schemas -------------------------------------------------------------------------------
 
 
+# What a wrapped tool result carries beside its document.
+WRAPPER_FIELDS: dict[str, dict[str, Any]] = {
+    "machines": {
+        "config": {
+            "type": "string",
+            "description": "The wb.yaml this server read: WB_CONFIG, else the default path (which may not exist).",
+        }
+    }
+}
+
+
 def output_schema(name: str) -> dict[str, Any]:
     """A tool's output schema: the named document, an array wrapped in an object (MCP wants objects)."""
     body = dict(schema(name))
@@ -399,8 +456,8 @@ def output_schema(name: str) -> dict[str, Any]:
     wrapped: dict[str, Any] = {
         "$schema": body.pop("$schema"),
         "type": "object",
-        "properties": {name: body},
-        "required": [name],
+        "properties": {name: body, **WRAPPER_FIELDS.get(name, {})},
+        "required": [name, *WRAPPER_FIELDS.get(name, {})],
     }
     if defs:
         wrapped["$defs"] = defs
@@ -487,12 +544,108 @@ def build_server() -> Server[Any]:
     )
 
 
+# -- every line answered --------------------------------------------------------------------
+#
+# The SDK's stdio reader drops a line it cannot take as a JSON-RPC message (invalid JSON, a
+# lone surrogate, a non-object, a request without a method) without a word, and a client
+# waiting for that id hangs. The lines pass through `ScreenedLines` first: a message the SDK
+# takes goes on to it unchanged, any other line is answered here (JSON-RPC 2.0 §5.1).
+
+
+def screen(line: str) -> types.JSONRPCError | None:
+    """None when the SDK takes the line as a message; else the error answering it."""
+    try:
+        types.jsonrpc_message_adapter.validate_json(line, by_name=False)
+        return None
+    except ValidationError:
+        pass
+    try:
+        document = json.loads(line)  # unlike the SDK's parser, this one takes lone surrogates
+    except (ValueError, RecursionError):
+        return _rpc_error(None, types.PARSE_ERROR, "Parse error: the line is not one JSON value")
+    request_id = document.get("id") if isinstance(document, dict) else None
+    if isinstance(request_id, bool) or not isinstance(request_id, int | str):
+        request_id = None
+    if not isinstance(document, dict):
+        reason = "a message must be a JSON object"
+    elif any(_SURROGATE.search(text) for text in _strings(document)):
+        reason = "the message contains a lone surrogate (a \\ud800-\\udfff escape), which is not Unicode text"
+    else:
+        reason = "not a JSON-RPC 2.0 request, notification or response"
+    return _rpc_error(request_id, types.INVALID_REQUEST, f"Invalid Request: {reason}")
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _strings(value: Any) -> Iterator[str]:
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            yield item
+        elif isinstance(item, dict):
+            stack.extend(item)
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+
+
+def _rpc_error(request_id: str | int | None, code: int, message: str) -> types.JSONRPCError:
+    return types.JSONRPCError(jsonrpc="2.0", id=request_id, error=types.ErrorData(code=code, message=message))
+
+
+class ScreenedLines:
+    """stdin for the SDK's reader: it gets the lines it can take; the others are answered on the wire."""
+
+    def __init__(self, lines: AsyncIterable[str]) -> None:
+        self.lines = lines
+        self.wire: MemoryObjectSendStream[SessionMessage] | None = None
+        self.ready = anyio.Event()
+
+    async def __aiter__(self) -> AsyncIterator[str]:
+        async for line in self.lines:
+            answer = screen(line)
+            if answer is None:
+                yield line
+                continue
+            # Sent before the next line is read, so an answer is on the wire before EOF ends the server.
+            await self.ready.wait()
+            assert self.wire is not None
+            await self.wire.send(SessionMessage(answer))
+
+    def connect(self, wire: MemoryObjectSendStream[SessionMessage]) -> None:
+        self.wire = wire
+        self.ready.set()
+
+
+@contextlib.contextmanager
+def _claimed_stdin() -> Iterator[anyio.AsyncFile[str]]:
+    """The wire moved to a private descriptor and fd 0 pointed at /dev/null, as the SDK does when it reads.
+
+    A process wb starts then never inherits (or reads) the client's pipe.
+    """
+    wire = fcntl.fcntl(0, fcntl.F_DUPFD_CLOEXEC, 3)
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+    try:
+        # closefd=False: a reader thread may still block on it after the server ends.
+        binary = os.fdopen(wire, "rb", closefd=False)
+        yield anyio.wrap_file(io.TextIOWrapper(binary, encoding="utf-8", errors="replace"))
+    finally:
+        os.dup2(wire, 0)
+
+
 async def _serve() -> None:
     server = build_server()
-    async with stdio_server() as (read_stream, write_stream):
-        # The SDK has pointed fd 1 at stderr; Python-level writes follow it, never the wire.
-        sys.stdout = sys.stderr
-        await server.run(read_stream, write_stream, server.create_initialization_options())
+    with _claimed_stdin() as stdin:
+        screened = ScreenedLines(stdin)
+        async with stdio_server(stdin=cast("anyio.AsyncFile[str]", screened)) as (read_stream, write_stream):
+            # The SDK has pointed fd 1 at stderr; Python-level writes follow it, never the wire.
+            sys.stdout = sys.stderr
+            screened.connect(write_stream)
+            await server.run(read_stream, write_stream, server.create_initialization_options())
 
 
 def serve() -> None:

@@ -42,6 +42,10 @@ MS_PER_HOUR = 60 * MS_PER_MINUTE
 TIMEOUT_DEFAULT_MS = 30 * MS_PER_MINUTE
 TIMEOUT_MAX_MS = 168 * MS_PER_HOUR
 AWAIT_DEFAULT_MS = 1 * MS_PER_HOUR
+# MCP `await` (contract §22): below the 60 s request timeout common MCP clients apply.
+MCP_AWAIT_DEFAULT_MS = 45 * MS_PER_SECOND
+# `wb mcp`: threads for the tools' blocking steps (a waiting `await` holds none between polls).
+MCP_BLOCKING_THREADS = 16
 AWAIT_CHUNK_MS = 5 * MS_PER_MINUTE
 REMOTE_CALL_MAX_MS = 10 * MS_PER_MINUTE
 # A remote await call may outlast its chunk by this much (connect, receiver start, reply).
@@ -73,6 +77,8 @@ FOLLOW_WAIT_MAX_MS = AWAIT_CHUNK_MS
 FOLLOW_RETRIES = 5
 # One follow reply carries at most this many actions (each at most LOG_ACTION_MAX_BYTES).
 FOLLOW_ACTIONS_PER_REPLY_MAX = 4096
+# A byte offset on the wire (`follow_from`): what a signed 64-bit file offset can hold.
+BYTE_OFFSET_MAX = 2**63 - 1
 
 SSH_CONNECT_TIMEOUT_S = 10.0
 SSH_KEEPALIVE_INTERVAL_S = 15.0
@@ -90,6 +96,10 @@ REPLY_RESULTS_MAX = 20_000
 # JSON objects and arrays in one reply (a result has at most seven), counted before decoding,
 # so a reply of a million tiny `{}` never becomes a million Python objects.
 REPLY_CONTAINERS_MAX = 8 * REPLY_RESULTS_MAX
+# JSON values in one reply, scalars included, counted before decoding: a real result spends
+# at least about 23 bytes per value, so a 4 MiB reply of real results holds fewer than this,
+# and a reply of millions of tiny numbers or strings never becomes millions of Python objects.
+REPLY_VALUES_MAX = 200_000
 
 # The version reply's `capabilities` (contract Part two): how many a reply may list.
 CAPABILITIES_MAX = 64

@@ -70,8 +70,8 @@ def _check_await(request: RemoteRequest) -> None:
 def _check_logs(request: RemoteRequest) -> None:
     if request.tail < 0:
         raise RequestRefused(f"tail must be >= 0 (0 means the default of {limits.LOGS_TAIL_DEFAULT})")
-    if request.follow_from < 0:
-        raise RequestRefused("follow_from must be >= 0 (a byte offset of events.jsonl)")
+    if not 0 <= request.follow_from <= limits.BYTE_OFFSET_MAX:
+        raise RequestRefused("follow_from must be a byte offset of events.jsonl, 0 <= n < 2^63")
     if request.wait_timeout_ms < 0:
         raise RequestRefused("wait_timeout_ms must be >= 0")
     if request.follow and request.wait_timeout_ms > limits.FOLLOW_WAIT_MAX_MS:

@@ -205,7 +205,8 @@ def decode_response(machine: str, request: RemoteRequest, document: dict[str, An
     if response.failure:
         response.clear_results()
         return response
-    _check_results(machine, request.operation, response)
+    asked = request.new_agent_id if request.operation == "continue" else request.agent_id
+    _check_results(machine, request.operation, response, asked)
     return response
 
 
@@ -238,28 +239,34 @@ def _check_envelope(machine: str, response: RemoteResponse) -> None:
             raise ReplyUntrusted(f"{machine}: the reply's {name} is not a short printable string")
 
 
-def _check_results(machine: str, operation: str, response: RemoteResponse) -> None:
-    """Validate what the reply carries, once, and keep it typed; results get `machine`."""
+def _check_results(machine: str, operation: str, response: RemoteResponse, asked: str = "") -> None:
+    """Validate what the reply carries, once, and keep it typed; results get `machine`.
+
+    `asked` is the run the request names ("" when it names none): a result about another run
+    is as untrusted as a wrong operation echo.
+    """
     reply = TABLE[operation].reply if operation in TABLE else "none"
     try:
         if reply == "result":
             if response.result is None:
                 raise ReplyUntrusted(f"{machine}: the {operation} reply carries no result")
-            response.set_result(_stamped(response.result, machine))
+            response.set_result(_stamped(response.result, machine, asked, operation))
         elif reply == "stop":
             if response.result is None:
                 raise ReplyUntrusted(f"{machine}: the stop reply carries no result")
             body = dict(response.result)
             body.pop("machine", None)
             stopped = StopResult.model_validate(body)
+            _check_subject(machine, operation, asked, stopped.agent_id)
             stopped.machine = machine
             response.set_result(stopped)
         elif reply == "logs" and response.result is not None:
-            response.set_result(_stamped(response.result, machine))  # a follow reply carries the run's Result
+            response.set_result(_stamped(response.result, machine, asked, operation))  # a follow reply: the run's
         elif reply == "diff":
             if response.result is None:
                 raise ReplyUntrusted(f"{machine}: the diff reply carries no result")
             diff = DiffResult.model_validate(response.result)
+            _check_subject(machine, operation, asked, diff.agent_id)
             diff.machine = machine
             response.result = diff.to_wire()
         elif reply == "prune":
@@ -278,9 +285,17 @@ def _check_results(machine: str, operation: str, response: RemoteResponse) -> No
         ) from None
 
 
-def _stamped(item: dict[str, Any], machine: str) -> Result:
+def _stamped(item: dict[str, Any], machine: str, asked: str = "", operation: str = "") -> Result:
     body = dict(item)
     body.pop("machine", None)  # the receiver never sets it; this side decides which machine answered
     result = Result.model_validate(body)
+    _check_subject(machine, operation, asked, result.agent_id)
     result.machine = machine
     return result
+
+
+def _check_subject(machine: str, operation: str, asked: str, named: str) -> None:
+    if asked and named != asked:
+        raise ReplyUntrusted(
+            f"{machine}: the {operation} reply is about agent run {sanitize(named)[:64]}, not {asked}; refused"
+        )

@@ -146,6 +146,24 @@ def _containers(text: str) -> int:
     return bare.count("{") + bare.count("[")
 
 
+_EMPTY_CONTAINER = re.compile(r"\{[ \t\r\n]*\}|\[[ \t\r\n]*\]")
+
+
+def _values(text: str) -> int:
+    """How many JSON values (scalars included) the text holds at most: at C speed, exact only when over.
+
+    Every value but the outermost is an element of a non-empty container, whose n elements
+    are separated by n - 1 commas, so the count is 1 + commas + non-empty containers, all
+    outside strings. Counting them on the raw text (strings included) can only count more.
+    """
+    quick = 1 + text.count(",") + text.count("{") + text.count("[")
+    if quick <= limits.REPLY_VALUES_MAX:
+        return quick
+    bare = _STRING.sub('""', text)
+    containers = bare.count("{") + bare.count("[")
+    return 1 + bare.count(",") + containers - len(_EMPTY_CONTAINER.findall(bare))
+
+
 def find_reply(data: bytes) -> dict[str, Any]:
     """The reply document in a remote's stdout; BadReply saying why when there is none."""
     if not data.strip():
@@ -154,6 +172,8 @@ def find_reply(data: bytes) -> dict[str, Any]:
     if _containers(text) > limits.REPLY_CONTAINERS_MAX:
         # Refused before decoding or scanning it: each would build one Python object per bracket.
         raise BadReply(f"it holds more than {limits.REPLY_CONTAINERS_MAX} JSON objects and arrays")
+    if _values(text) > limits.REPLY_VALUES_MAX:
+        raise BadReply(f"it holds more than {limits.REPLY_VALUES_MAX} JSON values")
     end = len(text.rstrip(_WHITESPACE))
     if text.lstrip(_WHITESPACE).startswith("{"):
         # Offset 0 is the first candidate: when it decodes, it is the reply, and the backward

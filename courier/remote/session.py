@@ -21,6 +21,7 @@ from courier.remote.serve import (
     _detach_stdio,
     _home_id,
     _import_models,
+    _operation_of,
     _refusal,
     answer,
     client_watch,
@@ -31,7 +32,8 @@ from protocol import limits
 
 _READ_CHUNK = 1 * limits.MIB
 _UPGRADE_CHECK_S = 2.0
-_REQUEST_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+_REQUEST_ID = re.compile(r"[A-Za-z0-9._-]{1,64}")
+_NO_REQUEST_ID = "the request has no valid request_id (1-64 of [A-Za-z0-9._-]); it was not executed"
 
 
 class _Session:
@@ -48,7 +50,8 @@ class _Session:
     def handle(self, line: bytes) -> None:
         request_id = _request_id(line)
         try:
-            response = answer(line, False, self.gone)
+            # Without a request_id the reply could not be matched to it, so the work must not happen.
+            response = answer(line, False, self.gone) if request_id else _refusal(_NO_REQUEST_ID, _operation_of(line))
             response.home_id = _home_id()
             body = response.encode()
         except Exception as exc:  # one line, never a traceback
@@ -87,7 +90,7 @@ def _request_id(line: bytes) -> str:
     except (ValueError, RecursionError):
         return ""
     value = document.get("request_id") if isinstance(document, dict) else None
-    return value if isinstance(value, str) and _REQUEST_ID.match(value) else ""
+    return value if isinstance(value, str) and _REQUEST_ID.fullmatch(value) else ""
 
 
 def serve_session(argv: list[str]) -> int:

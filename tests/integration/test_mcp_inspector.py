@@ -6,15 +6,20 @@ a run on a loopback sshd machine.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 from conftest import Machine, RealCli, make_machine, prepare_remote, require_cli
+from tests_support import sample_record
 
 from courier.mcp_server import available_tools
+from courier.runs.process import start_token
+from courier.runs.store import Store
 from tests import json_documents
 from tests.integration.sshd import SshdFactory, SshdServer, sshd_unavailable_reason
 
@@ -122,3 +127,20 @@ def test_the_inspector_dispatches_awaits_and_diffs_a_run_on_a_loopback_machine(
     json_documents.check("error", error)
     message = f"box: agent run {started['agent_id']} is already completed"
     assert error == {"message": message, "class": "finding", "exit_code": 1}
+
+
+def test_a_default_await_of_a_long_run_answers_before_the_inspectors_request_timeout(
+    inspector: RealCli, supervisor: Machine
+) -> None:
+    """Contract §22: the Inspector gives up on a request after 60 s; `await` by default waits 45 s, then
+    returns the run as observed (`terminal: false`), not an error (before, it waited up to 1 h)."""
+    record = sample_record(owner_pid=os.getpid(), owner_token=start_token(os.getpid()))  # running while we live
+    Store(supervisor.home).ensure().create(record, "task")
+    began = time.monotonic()
+    observed = call(inspector, supervisor, "await", ref=record.agent_id)
+    elapsed = time.monotonic() - began
+    json_documents.check("result", observed)
+    assert observed["agent_id"] == record.agent_id
+    assert observed["state"] == "running" and observed["terminal"] is False
+    # The Inspector answered (it fails a request unanswered after 60 s); its own start-up is in `elapsed` too.
+    assert elapsed >= 45, f"the await returned after {elapsed:.0f}s, before its 45 s bound"

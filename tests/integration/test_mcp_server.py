@@ -9,8 +9,12 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
+import queue
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -20,8 +24,11 @@ import pytest
 from conftest import Machine, make_machine, prepare_remote
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
+from tests_support import sample_record
 
 from courier.mcp_server import available_tools, output_schema
+from courier.runs.process import start_token
+from courier.runs.store import Store
 from tests import json_documents
 from tests.integration.sshd import SshdFactory, SshdServer, free_port, sshd_unavailable_reason
 
@@ -129,7 +136,7 @@ def test_dispatch_await_status_list_logs_and_stop_here(machine: Machine) -> None
 
     run_session({**machine.env, "WB_MCP_PROGRESS_MS": "300"}, machine.root, body)
     assert progress, "await sent no progress while the run was going"
-    assert all(total == 3600 for _, total, _ in progress)  # seconds waited out of the bound (default 1h)
+    assert all(total == 45 for _, total, _ in progress)  # seconds waited out of the bound (default 45s)
     assert "is running" in (progress[0][2] or "")
     assert [value for value, _, _ in progress] == sorted(value for value, _, _ in progress)
 
@@ -283,17 +290,51 @@ def test_a_cancelled_await_returns_and_the_run_goes_on(machine: Machine) -> None
     run_session({**machine.env, "WB_MCP_PROGRESS_MS": "200"}, machine.root, body)
 
 
-def test_await_past_its_bound_is_a_finding(machine: Machine) -> None:
+def test_await_past_its_bound_returns_the_run_as_observed(machine: Machine) -> None:
+    """Contract §22: not an error, `terminal: false`, and the description says to call again."""
     machine.clone()
     ref = machine.dispatch(task="scenario:hang")
 
     async def body(session: ClientSession) -> None:
-        error = await call_error(session, "await", {"ref": ref, "wait_timeout": "1s"})
-        assert error["class"] == "finding"
-        assert error["message"] == f"agent run {ref} is still running after the wait bound; it has not finished"
+        began = time.monotonic()
+        observed = await call_ok(session, "await", {"ref": ref, "wait_timeout": "1s"}, "result")
+        assert time.monotonic() - began < 30
+        assert observed["agent_id"] == ref and observed["state"] == "running" and observed["terminal"] is False
+        [tool] = [tool for tool in (await session.list_tools()).tools if tool.name == "await"]
+        assert "call await again" in (tool.description or "")
+        assert "45s" in tool.input_schema["properties"]["wait_timeout"]["description"]
+        assert tool.input_schema["properties"]["wait_timeout"]["default"] == "45s"
         await call_ok(session, "stop", {"ref": ref}, "stop")
 
     run_session({**machine.env, "WB_MCP_PROGRESS_MS": "300"}, machine.root, body)
+
+
+def test_many_waiting_awaits_do_not_hold_up_other_tools(machine: Machine) -> None:
+    """150 awaits on running runs at once (issue 21: a status then took 31 s): a status still answers at once."""
+    store = Store(machine.home).ensure()
+    refs = []
+    for _ in range(150):
+        # "Owned" by this test process, which stays alive: running for as long as the test takes.
+        record = sample_record(owner_pid=os.getpid(), owner_token=start_token(os.getpid()))
+        store.create(record, "task")
+        refs.append(record.agent_id)
+    elapsed: list[float] = []
+    states: list[str] = []
+
+    async def body(session: ClientSession) -> None:
+        async with anyio.create_task_group() as group:
+            for ref in refs:
+                group.start_soon(session.call_tool, "await", {"ref": ref, "wait_timeout": "50s"})
+            await anyio.wait_all_tasks_blocked()  # every await sent and waiting for its answer
+            began = time.monotonic()
+            status = await call_ok(session, "status", {"ref": refs[0]}, "result")
+            elapsed.append(time.monotonic() - began)
+            states.append(status["state"])
+            group.cancel_scope.cancel()
+
+    run_session(machine.env, machine.root, body)
+    assert elapsed[0] < 10, f"status took {elapsed[0]:.1f}s behind 150 waiting awaits"
+    assert states == ["running"]
 
 
 def test_nothing_but_json_rpc_reaches_stdout(machine: Machine) -> None:
@@ -366,6 +407,103 @@ def test_nothing_but_json_rpc_reaches_stdout(machine: Machine) -> None:
     assert json.loads(answered[6]["result"]["content"][0]["text"])["class"] == "usage"
     assert answered[7]["result"]["isError"] is True
     assert "Traceback" not in stderr
+
+
+INITIALIZE = {
+    "jsonrpc": "2.0",
+    "id": 0,
+    "method": "initialize",
+    "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "raw-test", "version": "1"}},
+}
+
+
+def test_every_line_gets_an_answer(machine: Machine) -> None:
+    """Contract §22: invalid JSON gets -32700 (id null), an invalid request -32600, and a request with an id
+    always an answer, a lone surrogate included (before, such lines were dropped and the client hung)."""
+    unknown = "agt-" + "3" * 32
+    surrogate_call = (
+        '{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"status","arguments":{"ref":"agt-\\ud800"}}}'
+    )
+    lines: list[tuple[str, int | str | None, int | None]] = [  # (line, id answered, error code or None)
+        ("{nope", None, -32700),
+        ("", None, -32700),
+        ("[1, 2]", None, -32600),
+        ("5", None, -32600),
+        (surrogate_call, 3, -32600),
+        ('{"jsonrpc":"2.0","id":"four","method":"tools/call","params":{"name":"st\\udc00atus"}}', "four", -32600),
+        ('{"jsonrpc":"2.0","id":5}', 5, -32600),
+        ('{"id":6,"method":"tools/list"}', 6, -32600),
+        ('{"jsonrpc":"2.0","method":"notifications/\\ud800"}', None, -32600),
+        (json.dumps({"jsonrpc": "2.0", "id": 7, "method": "tools/call",
+                     "params": {"name": "status", "arguments": {"ref": unknown}}}), 7, None),
+    ]  # fmt: skip
+    process = subprocess.Popen(
+        [sys.executable, "-m", "courier.main", "mcp"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=machine.env,
+        cwd=machine.root,
+        text=True,
+    )
+    try:
+        assert process.stdin is not None and process.stdout is not None
+        process.stdin.write(json.dumps(INITIALIZE) + "\n" + '{"jsonrpc":"2.0","method":"notifications/initialized"}\n')
+        process.stdin.flush()
+        answers: queue.Queue[str] = queue.Queue()
+        reader = threading.Thread(target=lambda: [answers.put(out) for out in process.stdout], daemon=True)  # type: ignore[union-attr]
+        reader.start()
+        assert json.loads(answers.get(timeout=60))["id"] == 0
+        for line, request_id, code in lines:
+            process.stdin.write(line + "\n")
+            process.stdin.flush()
+            # One line at a time: a line left unanswered fails here instead of hanging the client.
+            try:
+                answer = json.loads(answers.get(timeout=30))
+            except queue.Empty:
+                raise AssertionError(f"no answer to {line!r}") from None
+            assert answer["jsonrpc"] == "2.0" and answer["id"] == request_id, (line, answer)
+            if code is None:
+                assert answer["result"]["isError"] is True  # a tool error: the unknown run
+                assert json.loads(answer["result"]["content"][0]["text"])["class"] == "finding"
+            else:
+                assert answer["error"]["code"] == code, (line, answer)
+                assert answer["error"]["message"], answer
+        process.stdin.close()
+        assert process.wait(timeout=60) == 0
+        reader.join(timeout=30)
+        assert answers.empty()
+        stderr = process.stderr.read()  # type: ignore[union-attr]
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        for stream in (process.stdout, process.stderr):
+            if stream is not None:
+                stream.close()
+    assert "Traceback" not in stderr
+
+
+def test_machines_names_the_wb_yaml_it_read(machine: Machine, tmp_path: Path) -> None:
+    """Contract §22: a client that passes no environment sees which wb.yaml it got."""
+    targets = "session_move:\n  targets:\n    box:\n      ssh: {host: 127.0.0.1, port: 2222}\n"
+    machine.write_config(machine.config_path.read_text() + targets)
+
+    async def body(session: ClientSession) -> None:
+        document = await call_ok(session, "machines", {}, "machines")
+        assert document["config"] == str(machine.config_path)
+        assert [row["machine"] for row in document["machines"]] == ["box"]
+        [tool] = [tool for tool in (await session.list_tools()).tools if tool.name == "machines"]
+        assert tool.output_schema is not None and "config" in tool.output_schema["required"]
+
+    run_session(machine.env, machine.root, body)
+    bare = {key: value for key, value in machine.env.items() if key not in ("WB_CONFIG", "WB_HOME")}
+
+    async def defaults(session: ClientSession) -> None:
+        document = await call_ok(session, "machines", {}, "machines")
+        assert document == {"machines": [], "config": str(Path(bare["HOME"]) / ".config" / "wb" / "wb.yaml")}
+
+    run_session(bare, machine.root, defaults)
 
 
 # -- another machine, through a real sshd ---------------------------------------------------

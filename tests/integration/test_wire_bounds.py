@@ -145,6 +145,20 @@ def test_await_prints_the_last_observation_when_the_peer_falls_silent_at_the_bou
     assert elapsed < 3 + 5 + 6, f"the call took {elapsed:.1f}s"
 
 
+# --- issue 21 item 6: a Result about another run ------------------------------------------------
+
+
+@pytest.mark.parametrize("command", ["status", "await"])
+def test_a_reply_about_another_run_is_refused_as_untrusted(caller: Caller, command: str) -> None:
+    other = "agt-" + "d3" * 16
+    about_other = {**running_result(), "agent_id": other, "state": "completed", "terminal": True}
+    config = caller.peer(f"cat >/dev/null\nprintf '%s\\n' {reply(command, result=about_other)}\n")
+    done, _ = caller.wb(config, "agent", command, f"m1:{RUN_ID}", "--json")
+    assert done.returncode == 255, done.stderr
+    assert done.stdout == ""
+    assert f"m1: the {command} reply is about agent run {other}, not {RUN_ID}; refused" in done.stderr
+
+
 # --- 14. a dropped connection names the reference -----------------------------------------------
 
 
@@ -190,6 +204,26 @@ def test_a_list_reply_of_a_million_tiny_objects_is_refused_in_little_memory(call
     code, peak = peak_rss_mib([sys.executable, "-m", "courier.main", "agent", "list", "--to", "m1"], caller.env(config))
     assert code == 255
     assert peak < 150, f"peak RSS {peak:.0f} MiB"  # 407 MiB before the bound
+
+
+@pytest.mark.parametrize(
+    ("junk", "count"), [("1", 2_000_000), ('""', 1_000_000)], ids=["integers", "strings"]
+)
+def test_a_reply_of_too_many_scalars_is_refused_before_decoding_in_little_memory(
+    caller: Caller, junk: str, count: int
+) -> None:
+    """A list reply under the byte cap whose junk array holds millions of tiny values (issue 21 item 7)."""
+    document = caller.server.root / f"scalars{next(_names)}.json"
+    junk_array = ",".join([junk] * count)
+    document.write_text('{"schema_version":1,"operation":"list","results":[],"junk":[' + junk_array + "]}\n")
+    assert document.stat().st_size < 4 * 1024 * 1024
+    config = caller.peer(f"cat >/dev/null\ncat {document}\n")
+    done, _ = caller.wb(config, "agent", "list", "--to", "m1")
+    assert done.returncode == 255 and done.stdout == "", done.stderr
+    assert "m1: the reply cannot be trusted: it holds more than 200000 JSON values" in done.stderr
+    code, peak = peak_rss_mib([sys.executable, "-m", "courier.main", "agent", "list", "--to", "m1"], caller.env(config))
+    assert code == 255
+    assert peak < 120, f"peak RSS {peak:.0f} MiB"  # 150-230 MiB before the bound
 
 
 def test_a_list_reply_that_repeats_one_id_is_refused_naming_it(caller: Caller) -> None:

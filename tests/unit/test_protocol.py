@@ -149,6 +149,12 @@ REFUSALS = [
     ({"schema_version": 1, "operation": "status"}, "needs agent_id"),
     ({"schema_version": 1, "operation": "await", "agent_id": RUN_ID, "wait_timeout_ms": -1}, "wait_timeout_ms"),
     ({"schema_version": 1, "operation": "logs", "agent_id": RUN_ID, "tail": -1}, "tail must be"),
+    ({"schema_version": 1, "operation": "logs", "agent_id": RUN_ID, "follow": True, "follow_from": -1}, "2^63"),
+    ({"schema_version": 1, "operation": "logs", "agent_id": RUN_ID, "follow": True, "follow_from": 2**63}, "2^63"),
+    (
+        {"schema_version": 1, "operation": "logs", "agent_id": RUN_ID, "follow": True, "follow_from": 10**20 - 1},
+        "follow_from must be a byte offset of events.jsonl, 0 <= n < 2^63",
+    ),
     ({"schema_version": 1, "operation": "stop", "agent_id": RUN_ID.upper()}, "invalid agent run ID"),
     ({"schema_version": 1, "operation": "status", "agent_id": RUN_ID + "0"}, "invalid agent run ID"),
     ({"schema_version": 1, "operation": "status", "agent_id": "agt-" + "g" * 32}, "invalid agent run ID"),
@@ -161,6 +167,11 @@ def test_each_contract_refusal_names_what_was_wrong(document: dict[str, Any], me
     with pytest.raises(RequestRefused, match=None) as caught:
         decode_request(json.dumps(document).encode())
     assert message in str(caught.value)
+
+
+def test_the_largest_byte_offset_is_accepted() -> None:
+    document = {"schema_version": 1, "operation": "logs", "agent_id": RUN_ID, "follow": True, "follow_from": 2**63 - 1}
+    assert decode_request(json.dumps(document).encode()).follow_from == 2**63 - 1
 
 
 def test_empty_and_non_json_requests_are_refused() -> None:
