@@ -137,20 +137,26 @@ class PruneOutcome:
     error: WbError | None = None
 
 
-def prune_on(config: Config, machine: str, older_than_ms: int, dry_run: bool) -> PruneOutcome:
+def prune_on(config: Config, machine: str, older_than_ms: int, dry_run: bool, timeout_s: float) -> PruneOutcome:
     try:
-        response = ask(config, machine, request("prune", older_than_ms=older_than_ms, dry_run=dry_run))
+        call = request("prune", older_than_ms=older_than_ms, dry_run=dry_run)
+        response = ask(config, machine, call, timeout_s=timeout_s)
     except WbError as exc:
         return PruneOutcome(machine, None, exc)
     return PruneOutcome(machine, PruneResult.model_validate(response.result or {}))
 
 
-def prune_machines(config: Config, machines: list[str], older_than_ms: int, dry_run: bool) -> list[PruneOutcome]:
-    """Prune on each machine concurrently (at most the fleet fan-out in flight), results in the given order."""
+def prune_machines(
+    config: Config, machines: list[str], older_than_ms: int, dry_run: bool, timeout_s: float
+) -> list[PruneOutcome]:
+    """Prune on each machine concurrently (at most the fleet fan-out in flight), results in the given order.
+
+    Each machine's call is bounded by `timeout_s` (--machine-timeout).
+    """
     from concurrent.futures import ThreadPoolExecutor
 
     with ThreadPoolExecutor(max_workers=max(1, min(limits.FLEET_MAX_IN_FLIGHT, len(machines)))) as pool:
-        return list(pool.map(lambda m: prune_on(config, m, older_than_ms, dry_run), machines))
+        return list(pool.map(lambda m: prune_on(config, m, older_than_ms, dry_run, timeout_s), machines))
 
 
 def prune_text(outcomes: list[PruneOutcome], dry_run: bool) -> tuple[str, list[str]]:

@@ -37,7 +37,9 @@ FLEET_MAX_IN_FLIGHT = 32
 COURIER_IDLE_DEFAULT_MS = 10 * MS_PER_MINUTE
 COURIER_MAX_SESSIONS_DEFAULT = 8
 COURIER_MAX_SESSIONS_MAX = 1024
-MACHINE_TIMEOUT_DEFAULT_MS = 30 * MS_PER_SECOND
+# One call to one machine by status, list, logs, stop, prune and machines (diff, dispatch and
+# continue keep REMOTE_CALL_MAX_MS: a large repository can take that long).
+MACHINE_TIMEOUT_DEFAULT_MS = 60 * MS_PER_SECOND
 
 LOGS_TAIL_DEFAULT = 8
 ADMISSION_GRACE_S = 60.0

@@ -1,0 +1,161 @@
+"""How long the caller waits for one machine (docs/cli.md): `--machine-timeout`, and `await`'s bound and pace.
+
+Each peer is a fake `wb_path` script on a real loopback sshd: one that reads the request and
+never answers, and one that answers an `await` with `running` at once instead of waiting.
+The commands run cold or through the courier, as the suite's WB_COURIER says.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import courier_on, wait_for
+from tests_support import sample_record
+
+from tests.integration.sshd import SshdFactory, SshdServer, sshd_unavailable_reason
+
+pytestmark = pytest.mark.skipif(sshd_unavailable_reason() is not None, reason=str(sshd_unavailable_reason()))
+
+RUN_ID = "agt-" + "5d" * 16
+REF = f"m1:{RUN_ID}"
+# The remote side of a silent peer stays alive this long; far beyond any bound asked for here.
+PEER_HOLDS_S = 120
+SILENT = f"cat >/dev/null\nexec sleep {PEER_HOLDS_S}\n"
+# What a finished command may take beyond its bound: interpreter exit, closing the connection.
+EXIT_SLACK_S = 3.0
+_names = iter(range(1_000_000))
+
+
+@dataclass
+class Caller:
+    """A supervisor's machine whose wb.yaml names one target per test, each a fake peer on `server`."""
+
+    sshd: SshdFactory
+    server: SshdServer
+    base: Path
+
+    def env(self, config: Path) -> dict[str, str]:
+        return {
+            "HOME": str(self.base),
+            "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin",
+            "WB_CONFIG": str(config),
+            "WB_HOME": str(self.base / "wbhome"),
+            "WB_SSH_CONFIG": str(self.sshd.client_config),
+            "LANG": "C.UTF-8",
+        }
+
+    def peer(self, body: str) -> Path:
+        """A wb.yaml whose machine `m1` runs this `#!/bin/sh` body as its wb."""
+        script = self.server.script(f"peer{next(_names)}", body)
+        return self.sshd.write_wb_config(f"c{next(_names)}", {"m1": self.sshd.target(self.server, wb_path=str(script))})
+
+    def wb(
+        self, config: Path, *args: str, timeout: float = 120, env: dict[str, str] | None = None
+    ) -> tuple[subprocess.CompletedProcess[str], float]:
+        started = time.monotonic()
+        done = subprocess.run(
+            [sys.executable, "-m", "courier.main", *args],
+            capture_output=True,
+            text=True,
+            env={**self.env(config), **(env or {})},
+            timeout=timeout,
+            stdin=subprocess.DEVNULL,
+        )
+        return done, time.monotonic() - started
+
+
+@pytest.fixture(scope="module")
+def server(sshd: SshdFactory) -> SshdServer:
+    return sshd.start("127.0.0.5")
+
+
+@pytest.fixture
+def caller(sshd: SshdFactory, server: SshdServer, tmp_path: Path) -> Iterator[Caller]:
+    yield Caller(sshd, server, tmp_path)
+
+
+def _channels_in_use(caller: Caller, config: Path) -> int:
+    done, _ = caller.wb(config, "courier", "status", "--json")
+    rows = json.loads(done.stdout).get("machines") or []
+    return sum(int(row.get("channels_in_use", 0)) for row in rows)
+
+
+# --- --machine-timeout: a peer that reads the request and never answers ------------------------
+
+BOUNDED = [
+    ("agent", "status", REF),
+    ("agent", "stop", REF),
+    ("agent", "logs", REF),
+    ("agent", "list", "--to", "m1"),
+    ("agent", "prune", "--older-than", "1h", "--to", "m1"),
+]
+
+
+@pytest.mark.parametrize("args", BOUNDED, ids=lambda args: args[1])
+def test_a_silent_peer_is_given_up_at_the_machine_timeout_naming_machine_and_run(
+    caller: Caller, args: tuple[str, ...]
+) -> None:
+    config = caller.peer(SILENT)
+    done, elapsed = caller.wb(config, *args, "--machine-timeout", "2s", timeout=90)
+    assert done.returncode == 255, (done.returncode, done.stderr)
+    assert done.stderr.startswith("error: m1 (") and "within 2s" in done.stderr, done.stderr
+    if REF in args:
+        assert REF in done.stderr, done.stderr
+    assert done.stdout == ""
+    assert elapsed < 2 + EXIT_SLACK_S + 2, f"the call took {elapsed:.1f}s"  # start-up, connect, exit
+    if courier_on():  # the bound reached the courier's call too: it let go of the silent channel
+        assert wait_for(lambda: _channels_in_use(caller, config) == 0, 10)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [("agent", "status", REF), ("agent", "stop", REF), ("agent", "logs", REF), ("agent", "list"), ("agent", "prune")],
+    ids=lambda args: args[1],
+)
+def test_the_machine_timeout_defaults_to_a_minute(caller: Caller, args: tuple[str, ...]) -> None:
+    done, _ = caller.wb(caller.peer(SILENT), *args, "--help", env={"COLUMNS": "200"})
+    assert done.returncode == 0, done.stderr
+    line = next(line for line in done.stdout.splitlines() if "--machine-timeout" in line)
+    assert "[default: 1m]" in line, line
+
+
+def test_a_machine_timeout_that_is_not_positive_is_a_usage_error(caller: Caller) -> None:
+    done, _ = caller.wb(caller.peer(SILENT), "agent", "status", REF, "--machine-timeout", "0s")
+    assert done.returncode == 2 and done.stderr == "error: --machine-timeout must be more than 0\n"
+
+
+# --- await: start-up counts inside the bound, and a peer that does not wait is not hammered -----
+
+
+def test_await_against_a_silent_peer_ends_by_the_bound_plus_its_slack_start_up_included(caller: Caller) -> None:
+    config = caller.peer(SILENT)
+    done, elapsed = caller.wb(config, "agent", "await", REF, "--wait-timeout", "5s", timeout=60)
+    assert done.returncode == 255, done.stderr
+    assert f"did not answer the await of {REF} within the wait bound (5s, plus 5s" in done.stderr
+    # The bound and its slack are counted from the start of the command, not from its first call.
+    assert 5 <= elapsed < 5 + 5 + 1.5, f"the await took {elapsed:.1f}s"
+
+
+def _reply(operation: str, **fields: Any) -> str:
+    return shlex.quote(json.dumps({"schema_version": 1, "operation": operation, **fields}))
+
+
+def test_await_backs_off_from_a_peer_that_answers_running_at_once(caller: Caller) -> None:
+    calls = caller.server.root / f"calls{next(_names)}"
+    running = sample_record(agent_id=RUN_ID, state="running", started_at="2026-11-30T10:00:00.000Z").to_wire()
+    config = caller.peer(f"cat >/dev/null\necho x >> {calls}\nprintf '%s\\n' {_reply('await', result=running)}\n")
+    done, elapsed = caller.wb(config, "agent", "await", REF, "--wait-timeout", "8s", timeout=60)
+    assert done.returncode == 1 and "still running after the wait bound" in done.stderr, done.stderr
+    asked = len(calls.read_text().splitlines())
+    # Pauses of 0.5 s, 1 s, 2 s, 4 s between calls: five or six calls in 8 s, not one every 0.3 s.
+    assert 2 <= asked <= 7, f"asked {asked} times in {elapsed:.1f}s"
+    assert elapsed < 8 + EXIT_SLACK_S + 2, f"the await took {elapsed:.1f}s"
