@@ -30,7 +30,7 @@ from courier.commands import target as _target
 from courier.config import Config, load_config
 from courier.errors import Finding, Interrupted, UsageError, WbError
 from courier.render import dispatch_line, is_stalled, list_lines, results_json, sort_results, status_text, to_json
-from courier.route import ask, await_result
+from courier.route import ask, await_result, command_started_at
 from courier.text import escape_controls, sanitize
 from protocol import limits
 from protocol.models import collector_paused
@@ -189,7 +189,7 @@ def await_(
     ref = format_reference(machine, run_id)
     try:
         with _naming(f"the run is not affected; await it again with: wb agent await {ref}"):
-            result = await_result(_config(), machine, run_id, bound_ms)
+            result = await_result(_config(), machine, run_id, bound_ms, started_at=command_started_at())
     except KeyboardInterrupt:
         raise Interrupted(f"interrupted; the run continues; resume with wb agent await {ref}") from None
     _out(to_json(result.to_wire()) if _wants_json(fmt, json_flag) else status_text(result, details=True))

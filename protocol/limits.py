@@ -30,6 +30,11 @@ AWAIT_CHUNK_MS = 5 * MS_PER_MINUTE
 REMOTE_CALL_MAX_MS = 10 * MS_PER_MINUTE
 # A remote await call may outlast its chunk by this much (connect, receiver start, reply).
 AWAIT_CALL_SLACK_MS = 5 * MS_PER_SECOND
+# A peer that answers an await chunk with `running` long before the chunk's end does not wait
+# (an older or a faulty wb): it is asked again after a pause that doubles from the first to the
+# last value, so a finished run is noticed at most AWAIT_REASK_MAX_S late.
+AWAIT_REASK_FIRST_S = 0.5
+AWAIT_REASK_MAX_S = 4.0
 
 FLEET_MAX_IN_FLIGHT = 32
 

@@ -59,11 +59,13 @@ class Caller:
         return self.sshd.write_wb_config(f"c{next(_names)}", {"m1": self.sshd.target(self.server, wb_path=str(script))})
 
     def wb(
-        self, config: Path, *args: str, timeout: float = 120, env: dict[str, str] | None = None
+        self, config: Path, *args: str, timeout: float = 120, env: dict[str, str] | None = None, start_up_s: int = 0
     ) -> tuple[subprocess.CompletedProcess[str], float]:
+        """Run wb; `start_up_s` is a slow start-up of the same process (a shell that sleeps, then execs wb)."""
+        slow = ["/bin/sh", "-c", f'sleep {start_up_s}; exec "$@"', "sh"] if start_up_s else []
         started = time.monotonic()
         done = subprocess.run(
-            [sys.executable, "-m", "courier.main", *args],
+            [*slow, sys.executable, "-m", "courier.main", *args],
             capture_output=True,
             text=True,
             env={**self.env(config), **(env or {})},
@@ -138,11 +140,12 @@ def test_a_machine_timeout_that_is_not_positive_is_a_usage_error(caller: Caller)
 
 def test_await_against_a_silent_peer_ends_by_the_bound_plus_its_slack_start_up_included(caller: Caller) -> None:
     config = caller.peer(SILENT)
-    done, elapsed = caller.wb(config, "agent", "await", REF, "--wait-timeout", "5s", timeout=60)
+    # 3 s of start-up (before wb's first call) count inside the bound: the whole command
+    # ends by 5 s + 5 s (and the interpreter's exit), not 3 s later.
+    done, elapsed = caller.wb(config, "agent", "await", REF, "--wait-timeout", "5s", timeout=60, start_up_s=3)
     assert done.returncode == 255, done.stderr
     assert f"did not answer the await of {REF} within the wait bound (5s, plus 5s" in done.stderr
-    # The bound and its slack are counted from the start of the command, not from its first call.
-    assert 5 <= elapsed < 5 + 5 + 1.5, f"the await took {elapsed:.1f}s"
+    assert 5 + 5 <= elapsed < 5 + 5 + 2.5, f"the await took {elapsed:.1f}s"
 
 
 def _reply(operation: str, **fields: Any) -> str:
