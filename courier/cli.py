@@ -29,7 +29,16 @@ from courier.commands import request as _request
 from courier.commands import target as _target
 from courier.config import Config, load_config
 from courier.errors import Finding, Interrupted, UsageError, WbError
-from courier.render import dispatch_line, is_stalled, list_lines, results_json, sort_results, status_text, to_json
+from courier.render import (
+    dispatch_line,
+    is_stalled,
+    list_lines,
+    results_json,
+    sort_results,
+    status_text,
+    stop_message,
+    to_json,
+)
 from courier.route import ask, await_result, command_started_at
 from courier.text import escape_controls, sanitize
 from protocol import limits
@@ -311,10 +320,7 @@ def stop(
     with _naming(f"the stop may have reached the run; check it with: wb agent status {ref}"):
         response = ask(_config(), machine, _request("stop", agent_id=run_id), timeout_s=bound_s)
         stopped = response.stop_result_of()
-    if stopped.worker_pid:
-        _out(f"stopping {ref} worker process {stopped.worker_pid}\n")
-    else:
-        _out(f"stopping {ref} before its worker started\n")
+    _out(stop_message(ref, stopped) + "\n")
     for warning in response.warnings or []:  # processes of the worker that outlived SIGKILL
         _warn(f"{ref}: {warning.error}")
 

@@ -9,7 +9,7 @@ import pydantic_core
 
 from courier.text import sanitize
 from protocol.durations import format_duration_ms
-from protocol.models import Result
+from protocol.models import Result, StopResult
 from protocol.refs import format_reference
 from protocol.timestamps import epoch_seconds, parse_rfc3339
 
@@ -47,6 +47,15 @@ def dispatch_line(result: Result) -> str:
     if result.machine:
         location = f"{result.machine}:{location}"
     return f"{ref_of(result)} {_s(result.state)} {_s(location)} ({_s(model_label(result))})\n"
+
+
+def stop_message(ref: str, stopped: StopResult) -> str:
+    """What `stop` says happened (docs/cli.md); a reply whose state is terminal signalled nothing."""
+    if stopped.state != "running":
+        return f"{ref}: its worker is already gone; recorded as {_s(stopped.state)}"
+    if stopped.worker_pid:
+        return f"stopping {ref} worker process {stopped.worker_pid}"
+    return f"stopping {ref} before its worker started"
 
 
 def model_label(result: Result) -> str:
