@@ -197,7 +197,7 @@ def await_(
     bound_ms = wait_bound_ms(wait_timeout)
     ref = format_reference(machine, run_id)
     try:
-        with _naming(f"the run is not affected; await it again with: wb agent await {ref}"):
+        with _naming(f"the run is not affected; await it again with: wb agent await {ref}", always=True):
             result = await_result(_config(), machine, run_id, bound_ms, started_at=command_started_at())
     except KeyboardInterrupt:
         raise Interrupted(f"interrupted; the run continues; resume with wb agent await {ref}") from None

@@ -7,6 +7,7 @@ The commands run cold or through the courier, as the suite's WB_COURIER says.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shlex
 import subprocess
@@ -17,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 from conftest import courier_on, wait_for
 from tests_support import sample_record
@@ -162,3 +164,34 @@ def test_await_backs_off_from_a_peer_that_answers_running_at_once(caller: Caller
     # Pauses of 0.5 s, 1 s, 2 s, 4 s between calls: five or six calls in 8 s, not one every 0.3 s.
     assert 2 <= asked <= 7, f"asked {asked} times in {elapsed:.1f}s"
     assert elapsed < 8 + EXIT_SLACK_S + 2, f"the await took {elapsed:.1f}s"
+
+
+# --- await through the courier: a machine lost mid-wait, the courier killed mid-wait ------------
+
+
+@pytest.mark.parametrize("mode", ["off", "on"], ids=["cold", "courier"])
+def test_an_await_that_loses_its_machine_mid_wait_names_the_reference(
+    sshd: SshdFactory, tmp_path: Path, mode: str
+) -> None:
+    server = sshd.start("127.0.0.6")  # this test's own: it is stopped mid-wait
+    caller = Caller(sshd, server, tmp_path)
+    waiting = server.root / "waiting"
+    config = caller.peer(f"cat >/dev/null\ntouch {waiting}\nexec sleep {PEER_HOLDS_S}\n")
+    args = [sys.executable, "-m", "courier.main", "agent", "await", REF, "--wait-timeout", "60s"]
+    env = {**caller.env(config), "WB_COURIER": mode}
+    with subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as waiter:
+        try:
+            assert wait_for(waiting.exists, 30)
+            sessions = server.session_processes()
+            server.stop()  # the machine goes away: its connection drops, a new one is refused
+            for session in sessions:
+                with contextlib.suppress(psutil.Error):
+                    session.kill()
+            out, err = waiter.communicate(timeout=60)
+        finally:
+            if waiter.poll() is None:
+                waiter.kill()
+                waiter.communicate()
+    assert waiter.returncode == 255 and out == "", err
+    assert err.startswith("error: m1"), err
+    assert err.endswith(f"\nthe run is not affected; await it again with: wb agent await {REF}\n"), err
