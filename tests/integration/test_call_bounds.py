@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import shlex
+import signal
 import subprocess
 import sys
 import time
@@ -20,7 +22,7 @@ from typing import Any
 
 import psutil
 import pytest
-from conftest import courier_on, wait_for
+from conftest import command_process, courier_on, wait_for
 from tests_support import sample_record
 
 from tests.integration.sshd import SshdFactory, SshdServer, sshd_unavailable_reason
@@ -195,3 +197,40 @@ def test_an_await_that_loses_its_machine_mid_wait_names_the_reference(
     assert waiter.returncode == 255 and out == "", err
     assert err.startswith("error: m1"), err
     assert err.endswith(f"\nthe run is not affected; await it again with: wb agent await {REF}\n"), err
+
+
+def test_the_courier_killed_during_a_remote_await_prints_only_its_warning(caller: Caller) -> None:
+    """The courier is killed while its command waits for the machine's reply, again and again.
+
+    Its exit closes the command's socket before the kernel ends the command (the parent-death
+    signal comes later), so a command that reported its lost call would print an error and
+    `await it again …` beside the warning while the thin client waits on without the courier.
+    """
+    asked = caller.server.root / f"asked{next(_names)}"
+    completed = sample_record(
+        agent_id=RUN_ID,
+        state="completed",
+        terminal=True,
+        started_at="2026-11-30T10:00:00.000Z",
+        finished_at="2026-11-30T10:01:00.000Z",
+    ).to_wire()
+    answer = _reply("await", result=completed)
+    # The courier's call is held until the courier is killed; the cold call after it is answered at once.
+    config = caller.peer(f"cat >/dev/null\n[ -e {asked} ] || {{ touch {asked}; sleep 10; }}\nprintf '%s\\n' {answer}\n")
+    args = [sys.executable, "-m", "courier.main", "agent", "await", REF, "--json"]
+    env = {**caller.env(config), "WB_COURIER": "on"}
+    for attempt in range(8):  # the race it guards against was lost about one time in four
+        asked.unlink(missing_ok=True)
+        with subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as waiter:
+            try:
+                assert wait_for(asked.exists, 30)  # the courier's call is in flight on the machine
+                command = command_process(waiter.pid)  # the courier's child running the await
+                assert command is not None and command != waiter.pid
+                os.kill(psutil.Process(command).ppid(), signal.SIGKILL)
+                out, err = waiter.communicate(timeout=60)
+            finally:
+                if waiter.poll() is None:
+                    waiter.kill()
+                    waiter.communicate()
+        assert err == "warning: the wb courier ended during this command; waiting without it\n", (attempt, err)
+        assert waiter.returncode == 0 and json.loads(out)["state"] == "completed", (attempt, out)
