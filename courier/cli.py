@@ -29,8 +29,16 @@ from courier.commands import request as _request
 from courier.commands import target as _target
 from courier.config import Config, load_config
 from courier.errors import Finding, Interrupted, UsageError, WbError
-from courier.render import dispatch_line, is_stalled, list_lines, results_json, sort_results, status_text, to_json
-from courier.route import ask, await_result
+from courier.render import (
+    dispatch_line,
+    is_stalled,
+    list_lines,
+    results_json,
+    sort_results,
+    status_text,
+    to_json,
+)
+from courier.route import ask, await_result, command_started_at
 from courier.text import escape_controls, sanitize
 from protocol import limits
 from protocol.models import collector_paused
@@ -67,6 +75,9 @@ TIMEOUT_DEFAULT = _default(limits.TIMEOUT_DEFAULT_MS)
 AWAIT_DEFAULT = _default(limits.AWAIT_DEFAULT_MS)
 MACHINE_TIMEOUT_DEFAULT = _default(limits.MACHINE_TIMEOUT_DEFAULT_MS)
 ToOpt = Annotated[str | None, typer.Option("--to", metavar="MACHINE", help="Ask this configured machine.")]
+MachineTimeoutOpt = Annotated[
+    str, typer.Option("--machine-timeout", metavar="DURATION", help="Give up on a machine not answering by then.")
+]
 
 
 def _version(value: bool) -> None:
@@ -165,12 +176,14 @@ def dispatch(
 def status(
     reference: Annotated[str, typer.Argument(metavar="REF", help="agt-… or MACHINE:agt-…")],
     to: ToOpt = None,
+    machine_timeout: MachineTimeoutOpt = MACHINE_TIMEOUT_DEFAULT,
     fmt: FormatOpt = Format.text,
     json_flag: JsonOpt = False,
 ) -> None:
     """Show the facts of one run."""
     machine, run_id = _target(reference, to)
-    result = ask(_config(), machine, _request("status", agent_id=run_id)).result_of()
+    bound_s = machine_timeout_s(machine_timeout)
+    result = ask(_config(), machine, _request("status", agent_id=run_id), timeout_s=bound_s).result_of()
     _out(to_json(result.to_wire()) if _wants_json(fmt, json_flag) else status_text(result))
 
 
@@ -189,8 +202,8 @@ def await_(
     bound_ms = wait_bound_ms(wait_timeout)
     ref = format_reference(machine, run_id)
     try:
-        with _naming(f"the run is not affected; await it again with: wb agent await {ref}"):
-            result = await_result(_config(), machine, run_id, bound_ms)
+        with _naming(f"the run is not affected; await it again with: wb agent await {ref}", always=True):
+            result = await_result(_config(), machine, run_id, bound_ms, started_at=command_started_at())
     except KeyboardInterrupt:
         raise Interrupted(f"interrupted; the run continues; resume with wb agent await {ref}") from None
     _out(to_json(result.to_wire()) if _wants_json(fmt, json_flag) else status_text(result, details=True))
@@ -202,9 +215,7 @@ def await_(
 def list_(
     to: ToOpt = None,
     all_machines: Annotated[bool, typer.Option("--all", help="This machine and every configured machine.")] = False,
-    machine_timeout: Annotated[
-        str, typer.Option("--machine-timeout", metavar="DURATION", help="Per-machine deadline with --all.")
-    ] = MACHINE_TIMEOUT_DEFAULT,
+    machine_timeout: MachineTimeoutOpt = MACHINE_TIMEOUT_DEFAULT,
     stalled: Annotated[bool, typer.Option("--stalled", help="Only running runs that went silent (stalled).")] = False,
     fmt: FormatOpt = Format.text,
     json_flag: JsonOpt = False,
@@ -212,16 +223,17 @@ def list_(
     """List runs, newest first."""
     check_list_scope(to, all_machines)
     as_json = _wants_json(fmt, json_flag)
+    bound_s = machine_timeout_s(machine_timeout)
     config = _config()
     if all_machines:
         from courier.fleet import list_all
 
-        list_all(config, machine_timeout_s(machine_timeout), as_json=as_json, stalled_only=stalled)
+        list_all(config, bound_s, as_json=as_json, stalled_only=stalled)
         return
     machine, _ = _target(None, to)
     # Thousands of short-lived, acyclic objects: the cyclic collector would only re-walk them.
     with collector_paused():
-        response = ask(config, machine, _request("list"))
+        response = ask(config, machine, _request("list"), timeout_s=bound_s)
         results = sort_results(response.results_of())
         if stalled:
             results = [result for result in results if is_stalled(result)]
@@ -246,9 +258,11 @@ def logs(
     to: ToOpt = None,
     fmt: FormatOpt = Format.text,
     json_flag: JsonOpt = False,
+    machine_timeout: MachineTimeoutOpt = MACHINE_TIMEOUT_DEFAULT,
 ) -> None:
     """Show the last worker actions (or the raw transcript, or follow them live)."""
     check_tail(tail)
+    bound_s = machine_timeout_s(machine_timeout)  # not with --follow: each of its calls waits up to 5 min
     if follow and raw:
         raise UsageError("--follow prints worker actions; it cannot be combined with --raw")
     as_json = _wants_json(fmt, json_flag)
@@ -271,7 +285,7 @@ def logs(
     if raw and not machine:
         _local_raw_logs(config, run_id)
         return
-    response = ask(config, machine, _request("logs", agent_id=run_id, tail=tail, raw=raw))
+    response = ask(config, machine, _request("logs", agent_id=run_id, tail=tail, raw=raw), timeout_s=bound_s)
     text = response.logs
     if as_json:
         from courier.printed import actions_document
@@ -315,14 +329,16 @@ def stop(
     to: ToOpt = None,
     fmt: FormatOpt = Format.text,
     json_flag: JsonOpt = False,
+    machine_timeout: MachineTimeoutOpt = MACHINE_TIMEOUT_DEFAULT,
 ) -> None:
     """Stop a running run: its worker is signalled and the run recorded as stopped."""
     from courier.printed import stop_document, stop_message
 
     machine, run_id = _target(reference, to)
+    bound_s = machine_timeout_s(machine_timeout)
     ref = format_reference(machine, run_id)
     with _naming(f"the stop may have reached the run; check it with: wb agent status {ref}"):
-        response = ask(_config(), machine, _request("stop", agent_id=run_id))
+        response = ask(_config(), machine, _request("stop", agent_id=run_id), timeout_s=bound_s)
         stopped = response.stop_result_of()
     if _wants_json(fmt, json_flag):
         _out(to_json(stop_document(machine, stopped).to_json()))
@@ -397,6 +413,7 @@ def prune(
     all_machines: Annotated[bool, typer.Option("--all", help="This machine and every configured machine.")] = False,
     fmt: FormatOpt = Format.text,
     json_flag: JsonOpt = False,
+    machine_timeout: MachineTimeoutOpt = MACHINE_TIMEOUT_DEFAULT,
 ) -> None:
     """Remove old run records (with --worktrees their worktrees too; never a live run's)."""
     from courier.printed import prune_document, prune_fleet_document
@@ -408,10 +425,11 @@ def prune(
     if older_than_ms < 0:
         raise UsageError("--older-than must not be negative")
     check_list_scope(to, all_machines)
+    bound_s = machine_timeout_s(machine_timeout)
     config = _config()
     machine, _ = _target(None, to)
     machines = ["", *sorted(config.targets)] if all_machines else [machine]
-    outcomes = prune_machines(config, machines, older_than_ms, dry_run, worktrees)
+    outcomes = prune_machines(config, machines, older_than_ms, dry_run, bound_s, worktrees)
     text, warnings = prune_text(outcomes, dry_run, worktrees)
     if len(machines) == 1 and outcomes[0].error is not None:
         raise outcomes[0].error

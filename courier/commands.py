@@ -179,12 +179,17 @@ def send_starting(config: Config, machine: str, starting: RemoteRequest, run_id:
 
 
 @contextlib.contextmanager
-def naming(remedy: str) -> Iterator[None]:
-    """A transport failure after the request may have been sent says how to retry (the reference is in `remedy`)."""
+def naming(remedy: str, *, always: bool = False) -> Iterator[None]:
+    """A transport failure after the request may have been sent says how to retry (the reference is in `remedy`).
+
+    `always`: also when nothing was sent, for a call that is always safe to repeat (await). A
+    call lost mid-wait may surface as a refused reconnect (the courier reconnects once), which
+    sent nothing, yet the user must learn how to resume the same.
+    """
     try:
         yield
     except TransportError as exc:
-        if exc.request_maybe_sent:
+        if always or exc.request_maybe_sent:
             exc.message += f"\n{remedy}"
         raise
 

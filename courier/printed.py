@@ -6,6 +6,7 @@ Text and JSON come from the same reply and the same wording, so the two never di
 from __future__ import annotations
 
 from courier.supervise import PruneOutcome
+from courier.text import sanitize
 from protocol.documents import ActionsDocument, PruneDocument, PruneFleetDocument, PruneFleetMachine, StopDocument
 from protocol.models import StopResult
 from protocol.refs import format_reference
@@ -29,7 +30,10 @@ def actions_document(machine: str, agent_id: str, logs: str) -> ActionsDocument:
 
 
 def stop_message(machine: str, stopped: StopResult) -> str:
+    """What `stop` says happened (docs/cli.md); a reply whose state is terminal signalled nothing."""
     ref = format_reference(machine, stopped.agent_id)
+    if stopped.state != "running":
+        return f"{ref}: its worker is already gone; recorded as {sanitize(stopped.state)}"
     if stopped.worker_pid:
         return f"stopping {ref} worker process {stopped.worker_pid}"
     return f"stopping {ref} before its worker started"

@@ -56,6 +56,13 @@ def raise_failure(machine: str, response: RemoteResponse, operation: str = "") -
     raise error_for_failure_kind(response.failure_kind)(text)
 
 
+def command_started_at() -> float:
+    """When the user's command started, on the time.monotonic() clock (its start-up included)."""
+    from courier.runs.process import command_age_s
+
+    return time.monotonic() - command_age_s()
+
+
 def await_chunk_ms() -> int:
     """At most 5 min per remote await call; a smaller chunk can be set for tests."""
     override = os.environ.get("WB_AWAIT_CHUNK_MS", "")
@@ -64,22 +71,31 @@ def await_chunk_ms() -> int:
     return limits.AWAIT_CHUNK_MS
 
 
-def await_result(config: Config, machine: str, agent_id: str, wait_timeout_ms: int) -> Result:
+def await_result(
+    config: Config, machine: str, agent_id: str, wait_timeout_ms: int, *, started_at: float | None = None
+) -> Result:
     """Await a run; a remote await is sent in chunks so no remote poller outlives a dead client.
 
-    Each chunk's call is bounded by the chunk plus a small slack (connect and reply), so the
-    whole wait ends by the user's bound plus that slack even when the peer never answers:
-    with the last observation when there is one, else the call's transport error.
+    The bound counts from `started_at` (time.monotonic(); default now): the CLI passes the start
+    of the command, so its start-up counts inside the user's bound. Each chunk's call
+    is bounded by the chunk plus a small slack (connect and reply), so the whole wait ends by
+    the user's bound plus that slack even when the peer never answers: with the last
+    observation when there is one, else the call's transport error. A peer that answers
+    `running` without waiting is asked again after growing pauses, not at once.
     """
     if not machine:
         request = RemoteRequest(
             schema_version=limits.SCHEMA_VERSION, operation="await", agent_id=agent_id, wait_timeout_ms=wait_timeout_ms
         )
         return ask(config, machine, request).result_of()
-    deadline = time.monotonic() + wait_timeout_ms / 1000 if wait_timeout_ms > 0 else None
+    import courier.remote.client  # noqa: F401 - its import (asyncssh) is paid before a chunk is measured
+
+    started = time.monotonic() if started_at is None else started_at
+    deadline = started + wait_timeout_ms / 1000 if wait_timeout_ms > 0 else None
     chunk = await_chunk_ms()
     slack_s = limits.AWAIT_CALL_SLACK_MS / limits.MS_PER_SECOND
     last: Result | None = None
+    pause_s = 0.0
     while True:
         this_chunk = chunk
         if deadline is not None:
@@ -87,6 +103,7 @@ def await_result(config: Config, machine: str, agent_id: str, wait_timeout_ms: i
         request = RemoteRequest(
             schema_version=limits.SCHEMA_VERSION, operation="await", agent_id=agent_id, wait_timeout_ms=this_chunk
         )
+        asked_at = time.monotonic()
         try:
             result = ask(config, machine, request, timeout_s=this_chunk / limits.MS_PER_SECOND + slack_s).result_of()
         except CallTimedOut:
@@ -102,3 +119,13 @@ def await_result(config: Config, machine: str, agent_id: str, wait_timeout_ms: i
         last = result
         if result.terminal or (deadline is not None and time.monotonic() >= deadline):
             return result
+        pause_s = _reask_pause(pause_s, time.monotonic() - asked_at, this_chunk / limits.MS_PER_SECOND)
+        if pause_s:
+            time.sleep(pause_s if deadline is None else max(0.0, min(pause_s, deadline - time.monotonic())))
+
+
+def _reask_pause(previous_s: float, answered_in_s: float, chunk_s: float) -> float:
+    """The pause before the next chunk: none after a chunk the peer waited out, else growing."""
+    if answered_in_s >= chunk_s / 2:
+        return 0.0
+    return min(limits.AWAIT_REASK_MAX_S, max(limits.AWAIT_REASK_FIRST_S, previous_s * 2))

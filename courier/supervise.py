@@ -133,35 +133,40 @@ class PruneOutcome:
     error: WbError | None = None
 
 
-def prune_on(config: Config, machine: str, older_than_ms: int, dry_run: bool, worktrees: bool = False) -> PruneOutcome:
+def prune_on(
+    config: Config, machine: str, older_than_ms: int, dry_run: bool, timeout_s: float, worktrees: bool = False
+) -> PruneOutcome:
     try:
         if worktrees and machine:
-            _require_prune_worktrees(config, machine)
+            _require_prune_worktrees(config, machine, timeout_s)
         call = request("prune", older_than_ms=older_than_ms, dry_run=dry_run, worktrees=worktrees)
-        response = ask(config, machine, call)
+        response = ask(config, machine, call, timeout_s=timeout_s)
     except WbError as exc:
         return PruneOutcome(machine, None, exc)
     return PruneOutcome(machine, PruneResult.model_validate(response.result or {}))
 
 
-def _require_prune_worktrees(config: Config, machine: str) -> None:
+def _require_prune_worktrees(config: Config, machine: str, timeout_s: float) -> None:
     """An older peer ignores `worktrees` (and would prune the records, leaving their worktrees
     orphaned): ask its capabilities first, as Part two's optional features require."""
     from courier.capabilities import PRUNE_WORKTREES
 
-    version = ask(config, machine, request("version"))
+    version = ask(config, machine, request("version"), timeout_s=timeout_s)
     if PRUNE_WORKTREES not in (version.capabilities or []):
         raise UsageError(upgrade_message(machine, version.wb_version, "prune --worktrees"))
 
 
 def prune_machines(
-    config: Config, machines: list[str], older_than_ms: int, dry_run: bool, worktrees: bool = False
+    config: Config, machines: list[str], older_than_ms: int, dry_run: bool, timeout_s: float, worktrees: bool = False
 ) -> list[PruneOutcome]:
-    """Prune on each machine concurrently (at most the fleet fan-out in flight), results in the given order."""
+    """Prune on each machine concurrently (at most the fleet fan-out in flight), results in the given order.
+
+    Each machine's call is bounded by `timeout_s` (--machine-timeout).
+    """
     from concurrent.futures import ThreadPoolExecutor
 
     with ThreadPoolExecutor(max_workers=max(1, min(limits.FLEET_MAX_IN_FLIGHT, len(machines)))) as pool:
-        return list(pool.map(lambda m: prune_on(config, m, older_than_ms, dry_run, worktrees), machines))
+        return list(pool.map(lambda m: prune_on(config, m, older_than_ms, dry_run, timeout_s, worktrees), machines))
 
 
 def prune_text(outcomes: list[PruneOutcome], dry_run: bool, worktrees: bool = False) -> tuple[str, list[str]]:

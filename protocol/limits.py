@@ -50,6 +50,11 @@ AWAIT_CHUNK_MS = 5 * MS_PER_MINUTE
 REMOTE_CALL_MAX_MS = 10 * MS_PER_MINUTE
 # A remote await call may outlast its chunk by this much (connect, receiver start, reply).
 AWAIT_CALL_SLACK_MS = 5 * MS_PER_SECOND
+# A peer that answers an await chunk with `running` long before the chunk's end does not wait
+# (an older or a faulty wb): it is asked again after a pause that doubles from the first to the
+# last value, so a finished run is noticed at most AWAIT_REASK_MAX_S late.
+AWAIT_REASK_FIRST_S = 0.5
+AWAIT_REASK_MAX_S = 4.0
 
 FLEET_MAX_IN_FLIGHT = 32
 
@@ -57,7 +62,9 @@ FLEET_MAX_IN_FLIGHT = 32
 COURIER_IDLE_DEFAULT_MS = 10 * MS_PER_MINUTE
 COURIER_MAX_SESSIONS_DEFAULT = 8
 COURIER_MAX_SESSIONS_MAX = 1024
-MACHINE_TIMEOUT_DEFAULT_MS = 30 * MS_PER_SECOND
+# One call to one machine by status, list, logs, stop, prune and machines (diff, dispatch and
+# continue keep REMOTE_CALL_MAX_MS: a large repository can take that long).
+MACHINE_TIMEOUT_DEFAULT_MS = 60 * MS_PER_SECOND
 
 LOGS_TAIL_DEFAULT = 8
 ADMISSION_GRACE_S = 60.0

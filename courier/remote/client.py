@@ -118,8 +118,9 @@ async def call_async(
                     outcome = await opened.run(command, payload)
     except TimeoutError:
         where = f"{target.host}:{target.port}" if target.port else target.host
+        about = f" about agent run {machine}:{request.agent_id}" if request.agent_id else ""
         raise CallTimedOut(
-            f"{machine} ({where}) did not answer the {request.operation} request within "
+            f"{machine} ({where}) did not answer the {request.operation} request{about} within "
             f"{format_duration_ms(int(bound_s * limits.MS_PER_SECOND))}"
         ) from None
     return interpret(machine, target, request, outcome)

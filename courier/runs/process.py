@@ -56,6 +56,44 @@ def start_token(pid: int) -> str | None:
         return None
 
 
+# The process the user started when it is not this one: the courier's thin client (contract §16).
+_command_pid = 0
+
+
+def command_started_by(pid: int) -> None:
+    """This process runs the command `pid` was started for (a child of the courier): count from its start."""
+    global _command_pid
+    _command_pid = pid
+
+
+def command_age_s() -> float:
+    """How long ago the user's command started, its start-up and imports included; 0.0 when unknown.
+
+    From the kernel's record of the process the user started (this one, or the courier's thin
+    client), so a bound the user gave (await's) covers the whole command.
+    """
+    if _command_pid > 0:
+        age = _age_s(_command_pid)
+        if age is not None:
+            return age
+    return _age_s(os.getpid()) or 0.0
+
+
+def _age_s(pid: int) -> float | None:
+    try:
+        if _IS_LINUX:
+            fields = _linux_stat(pid)
+            if fields is None:
+                return None
+            started = int(fields[19]) / os.sysconf("SC_CLK_TCK")  # clock ticks since boot
+            return max(0.0, time.clock_gettime(time.CLOCK_BOOTTIME) - started)
+        import psutil
+
+        return max(0.0, time.time() - psutil.Process(pid).create_time())
+    except (OSError, ValueError, ImportError):
+        return None
+
+
 def same_process(pid: int | None, token: str | None) -> bool:
     """Is `pid` still the process whose start token we recorded (and not a zombie)?"""
     if not pid or not token:

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from courier.errors import Finding, WbError
 from courier.runs import descendants, process
 from courier.runs.context import Context, store_for
-from courier.runs.store import Store, read_fd, render, within_admission_grace
+from courier.runs.store import Record, Store, read_fd, render, within_admission_grace
 from protocol import limits
 from protocol.models import ListWarning, RemoteRequest, RemoteResponse, Result, StopResult, collector_paused
 
@@ -119,7 +119,9 @@ def stop(store: Store, agent_id: str, requester: str, survivors: list[int] | Non
     pid, token = record.worker_pid, record.worker_token
     # Its processes that left its group (setsid), taken while the worker's tree is intact.
     stragglers = descendants.of_run(record.owner_pid, record.owner_token, pid, token)
-    if pid and process.same_process(pid, token):
+    # A worker that was started but has exited (or whose PID another process now has) gets no signal.
+    already_gone = bool(pid) and not process.same_process(pid, token)
+    if pid and not already_gone:
         if process.signal_group(pid, signal.SIGTERM):
             delivered_pid = pid
 
@@ -133,9 +135,13 @@ def stop(store: Store, agent_id: str, requester: str, survivors: list[int] | Non
     left = descendants.end(stragglers, limits.STOP_GRACE_S)
     if survivors is not None:
         survivors += left
+    def owner_gone() -> bool:
+        return not process.same_process(record.owner_pid, record.owner_token)
+
     # The owner records the outcome; when it is gone, nobody else will, so stop does.
-    owner_gone = not process.same_process(record.owner_pid, record.owner_token)
-    if owner_gone and (record.owner_pid or not within_admission_grace(record)):
+    if already_gone:  # the owner records the end it has seen (or is about to): give it a moment
+        process.wait_until(lambda: owner_gone() or _stored_state(store, record) != "running", limits.STOP_GRACE_S)
+    if owner_gone() and (record.owner_pid or not within_admission_grace(record)):
         try:
             current = store.load(agent_id)
         except WbError:
@@ -144,5 +150,20 @@ def stop(store: Store, agent_id: str, requester: str, survivors: list[int] | Non
             from courier.runs.owner import finish
 
             finish(store, current, "failed", f"stopped on request at {store.stop_requested_at(agent_id)}")
-    # A worker that was started is named even when it had already exited: the run is still stopped.
+    if already_gone:
+        # No signal was sent: the reply's state is the one the run is recorded as now (docs/protocol.md).
+        state = _stored_state(store, record)
+        if state == "running":
+            raise Finding(
+                f"agent run {agent_id}: its worker is already gone; the stop is requested, but the run is still "
+                f"recorded as running: its owner (process {record.owner_pid}) has not recorded its end yet"
+            )
+        return StopResult(agent_id=agent_id, worker_pid=pid or 0, state=state)
     return StopResult(agent_id=agent_id, worker_pid=delivered_pid or pid or 0, state=record.state)
+
+
+def _stored_state(store: Store, record: Record) -> str:
+    try:
+        return store.load(record.agent_id).state
+    except WbError:
+        return record.state

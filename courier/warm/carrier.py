@@ -13,6 +13,7 @@ import json
 import os
 import socket
 import struct
+import time
 from collections.abc import Callable
 
 from courier import errors
@@ -22,6 +23,10 @@ from courier.remote.client import call_async
 from courier.transport import SshTransport, Transport
 from courier.warm import frames, place
 from protocol.models import RemoteRequest, RemoteResponse
+
+# How long a command whose call lost the courier waits to learn whether the courier died.
+COURIER_EXIT_WAIT_S = 2.0
+LOST_EXIT = 255
 
 
 class CourierTransport(SshTransport):
@@ -44,6 +49,7 @@ class CourierRunner:
 
     def __init__(self, socket_path: str) -> None:
         self.socket_path = socket_path
+        self.courier_pid = os.getppid()  # built in the command's process, a child of the courier
 
     async def __call__(
         self, config: Config, endpoint: ssh.Endpoint, command: str, payload: bytes, operation: str
@@ -69,6 +75,7 @@ class CourierRunner:
                 (size,) = struct.unpack("!I", await reader.readexactly(4))
                 fields = frames.unpack(await reader.readexactly(size))
             except (asyncio.IncompleteReadError, frames.FrameError, OSError):
+                _end_quietly_if_the_courier_died(self.courier_pid)
                 raise errors.ConnectionLost(
                     f"{endpoint.machine}: the wb courier ended during the {operation} call"
                 ) from None
@@ -88,6 +95,21 @@ class CourierRunner:
             if dir_fd is not None:
                 os.close(dir_fd)
         return sock
+
+
+def _end_quietly_if_the_courier_died(courier_pid: int) -> None:
+    """A courier that dies closes this call's socket before the kernel ends this command.
+
+    Its exit closes its files first and sends the parent-death signal (courier.warm.child) only
+    after; in between this command must print nothing: the thin client reports the courier's
+    end itself (and waits on without it for an await). So the command waits for that signal
+    or the reparenting, and ends silently; a courier that lives on dropped only this call.
+    """
+    deadline = time.monotonic() + COURIER_EXIT_WAIT_S
+    while time.monotonic() < deadline:
+        if os.getppid() != courier_pid:
+            os._exit(LOST_EXIT)  # nothing flushed: the thin client speaks for this command
+        time.sleep(0.01)
 
 
 def _outcome(fields: list[bytes]) -> ssh.Outcome:

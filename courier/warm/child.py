@@ -35,6 +35,7 @@ class Command:
     argv0: str
     argv: list[str]
     env: dict[str, str]
+    client_pid: int = 0  # the thin client's process, which the user started (0: unknown)
 
     @classmethod
     def parse(cls, fields: list[bytes]) -> Command:
@@ -81,6 +82,9 @@ def run_child(command: Command, passed: list[int], close: Iterable[socket.socket
         sys.argv = [command.argv0, *command.argv]
         _reset_stdio_objects(command.env)
         from courier import transport
+        from courier.runs import process
+
+        process.command_started_by(command.client_pid)  # a bound the user gave counts from their start
         from courier.warm.carrier import courier_transport
 
         transport.use_remote(courier_transport(socket_path))

@@ -209,6 +209,9 @@ class Courier:
                 os.close(fd)
             await _send(conn, [b"restart"])
             return
+        with contextlib.suppress(OSError):  # the thin client: the process the user started
+            credentials = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _UCRED.size)
+            command.client_pid = _UCRED.unpack(credentials)[0]
         closing = [*self.connections, *([self.listener] if self.listener else [])]
         pid = os.fork()
         if pid == 0:  # pragma: no cover - the child never returns

@@ -11,6 +11,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from conftest import Machine, command_process, pid_alive, wait_for
 
 
@@ -350,3 +351,39 @@ def test_raw_logs_on_a_terminal_escape_control_characters(machine: Machine) -> N
     assert done.returncode == 0, done.stderr
     shown = b"".join(chunks)
     assert b"\x1b" not in shown and b"\\x1b" in shown
+
+
+def _exited_pid() -> int:
+    """The PID of a process that has exited and been reaped."""
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    return gone.pid
+
+
+@pytest.mark.parametrize("worker", ["reused by another process", "exited"])
+def test_stop_of_a_run_whose_worker_is_gone_signals_nothing_and_says_so(machine: Machine, worker: str) -> None:
+    from tests_support import sample_record
+
+    from courier.runs.store import Store
+
+    bystander = subprocess.Popen(["sleep", "60"], start_new_session=True)  # a group of its own, like a worker
+    try:
+        worker_pid = bystander.pid if worker == "reused by another process" else _exited_pid()
+        # The record's start tokens are not those of the processes now holding the PIDs.
+        record = sample_record(
+            owner_pid=_exited_pid(),
+            owner_token="linux:another-boot:1",
+            worker_pid=worker_pid,
+            worker_token="linux:another-boot:2",
+        )
+        Store(machine.home).ensure().create(record, "task")
+        done = machine.wb("agent", "stop", record.agent_id)
+        assert done.returncode == 0, done.stderr
+        assert done.stdout == f"{record.agent_id}: its worker is already gone; recorded as failed\n"
+        assert done.stderr == ""
+        assert bystander.poll() is None  # nothing was signalled
+        status = _status(machine, record.agent_id)
+        assert status["state"] == "failed" and str(status["failure"]).startswith("stopped on request at ")
+    finally:
+        bystander.kill()
+        bystander.wait()

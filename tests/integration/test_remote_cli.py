@@ -163,6 +163,23 @@ def test_stop_through_a_qualified_reference(caller: Caller) -> None:
     assert result["state"] == "failed" and "stopped on request" in result["failure"]
 
 
+def test_stop_of_a_remote_run_whose_worker_is_gone_says_so(caller: Caller, box: SshdServer) -> None:
+    from tests_support import sample_record
+
+    from courier.runs.store import Store
+
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    # Owner and worker both exited (their PIDs carry other start tokens now, if anyone's).
+    record = sample_record(owner_pid=gone.pid, owner_token="linux:x:1", worker_pid=gone.pid, worker_token="linux:x:2")
+    Store(box.wb_home).create(record, "task")
+    ref = f"box:{record.agent_id}"
+    stopped = caller.wb("agent", "stop", ref)
+    assert stopped.returncode == 0, stopped.stderr
+    assert stopped.stdout == f"{ref}: its worker is already gone; recorded as failed\n"
+    assert json.loads(caller.wb("agent", "status", ref, "--json").stdout)["state"] == "failed"
+
+
 @pytest.mark.parametrize(
     ("args", "code", "message"),
     [

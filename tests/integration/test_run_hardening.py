@@ -385,7 +385,7 @@ def _released_and_exited(machine: Machine, ref: str) -> tuple[dict[str, Any], Pa
     return status, home / "release"
 
 
-def test_stop_after_the_worker_exited_but_before_the_owner_saved_names_the_worker_and_stops(
+def test_stop_after_the_worker_exited_but_before_the_owner_saved_says_so_and_the_owner_records_it(
     machine: Machine,
 ) -> None:
     machine.clone()
@@ -399,8 +399,12 @@ def test_stop_after_the_worker_exited_but_before_the_owner_saved_names_the_worke
         done = machine.wb("agent", "stop", ref)
     finally:
         os.kill(owner, signal.SIGCONT)
-    assert done.returncode == 0, done.stderr
-    assert done.stdout == f"stopping {ref} worker process {worker}\n"
+    # Nothing to signal, and the run is not terminal yet: a finding (1), not "stopping … worker process".
+    assert done.returncode == 1 and done.stdout == "", done.stderr
+    assert done.stderr == (
+        f"error: agent run {ref}: its worker is already gone; the stop is requested, but the run is still "
+        f"recorded as running: its owner (process {owner}) has not recorded its end yet\n"
+    )
     result = _await(machine, ref)
     assert result["state"] == "failed" and result["failure"].startswith("stopped on request at "), result
 
@@ -428,8 +432,8 @@ def test_stop_racing_the_terminal_save_agrees_with_the_recorded_state(machine: M
         os.close(fd)
     out, err = stopper.communicate(timeout=60)
     result = _await(machine, ref)
-    if stopper.returncode == 0:
-        assert out == f"stopping {ref} worker process {status['worker_pid']}\n"
+    if stopper.returncode == 0:  # the worker had exited: nothing was signalled, the owner recorded the stop
+        assert out == f"{ref}: its worker is already gone; recorded as failed\n", err
         assert result["state"] == "failed" and result["failure"].startswith("stopped on request at ")
     else:
         assert stopper.returncode == 1 and f"agent run {ref} is already completed" in err, err
