@@ -57,6 +57,7 @@ class _Server(asyncssh.SSHServer):
     def __init__(self, owner: LoopbackSshd) -> None:
         self._owner = owner
         self._conn: asyncssh.SSHServerConnection | None = None
+        self._username = ""
 
     def connection_made(self, conn: asyncssh.SSHServerConnection) -> None:
         self._conn = conn
@@ -67,7 +68,11 @@ class _Server(asyncssh.SSHServer):
             self._owner._connections.discard(self._conn)
 
     def begin_auth(self, username: str) -> bool:
+        self._username = username
         return True
+
+    def auth_completed(self) -> None:
+        self._owner.note(f"Accepted publickey for {self._username}")
 
     def password_auth_supported(self) -> bool:
         return False
@@ -82,10 +87,7 @@ class _Server(asyncssh.SSHServer):
         return True
 
     def validate_public_key(self, username: str, key: asyncssh.SSHKey) -> bool:
-        accepted = username == self._owner.user and key.public_data == self._owner._client_public
-        if accepted:
-            self._owner.note(f"Accepted publickey for {username}")
-        return accepted
+        return username == self._owner.user and key.public_data == self._owner._client_public
 
 
 class LoopbackSshd:
@@ -190,7 +192,12 @@ class LoopbackSshd:
 
     def abort_connections(self) -> None:
         """Drop every client connection at once, as a killed per-connection sshd would."""
-        self.in_loop(lambda: [conn.abort() for conn in list(self._connections)])
+
+        def abort_all() -> None:
+            for conn in list(self._connections):
+                conn.abort()
+
+        self.in_loop(abort_all)
 
     # -- inside the loop
 
@@ -229,6 +236,8 @@ class LoopbackSshd:
             conn.abort()
         for child in list(self._children):
             await _end(child)
+            _release(child)
+        await asyncio.sleep(0)  # let the closed pipes' callbacks run before the loop stops
 
     async def _serve(self, process: asyncssh.SSHServerProcess[bytes]) -> None:
         try:
@@ -344,11 +353,19 @@ class EmbeddedSshd(LoopbackSshd):
 
 
 def _close_pipes(child: asyncio.subprocess.Process) -> None:
+    """Close the process's three pipes, leaving it running (asyncio's Process cannot close its read ends)."""
     transport = getattr(child, "_transport", None)
     for fd in (0, 1, 2):
         pipe = transport.get_pipe_transport(fd) if transport is not None else None
         if pipe is not None:
             pipe.close()
+
+
+def _release(child: asyncio.subprocess.Process) -> None:
+    """Close an ended process's transport: the loop stops next, and nothing else would."""
+    transport = getattr(child, "_transport", None)
+    if transport is not None:
+        transport.close()
 
 
 async def _end(child: asyncio.subprocess.Process) -> None:

@@ -27,6 +27,7 @@ def sshd(ssh_machines: SshMachines) -> SshMachines:
     """This module's machines: each test runs over both SSH tiers (tests/ssh_tiers.py)."""
     return ssh_machines
 
+
 # The release before the supervisor's loop: it knows none of diff, continue, prune or follow.
 PREVIOUS_RELEASE = "ea50d25"
 
