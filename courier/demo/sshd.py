@@ -298,8 +298,9 @@ class LoopbackSshd:
         closed: asyncio.Future[Any] = asyncio.ensure_future(process.wait_closed())
         try:
             done, _ = await asyncio.wait({outputs, closed}, return_when=asyncio.FIRST_COMPLETED)
-            if outputs in done:
-                outputs.result()
+            # Writing to a channel that closed under it is the client going away too.
+            client_gone = closed in done or outputs.exception() is not None
+            if not client_gone:
                 await child.wait()
             elif not self.end_on_disconnect:
                 # As sshd does without a PTY: close the session's pipes and let the process notice.
