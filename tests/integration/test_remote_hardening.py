@@ -1,4 +1,4 @@
-"""Issue 10 against another machine through a real sshd: hostile text from a peer never reaches the
+"""Issue 10 against another machine over both SSH tiers: hostile text from a peer never reaches the
 terminal raw (§3), and a peer's store files are opened without following links or blocking (§5.4, §6.1)."""
 
 from __future__ import annotations
