@@ -19,8 +19,9 @@ from typing import NoReturn
 import pytest
 
 from tests.cli_lookup import cli_dirs, locate_cli
-from tests.integration.sshd import SshdFactory, SshdServer
+from tests.integration.sshd import SshdFactory
 from tests.json_documents import check_output
+from tests.ssh_tiers import SshMachine, ssh_machines, ssh_tier  # noqa: F401  (the two SSH tiers' fixtures)
 
 # The suite runs in both courier modes (contract §16, .ci/run): WB_COURIER as the runner set it
 # reaches every process a test starts, also those given an environment of their own.
@@ -176,7 +177,7 @@ agents:
 """
 
 
-def prepare_remote(server: SshdServer) -> None:
+def prepare_remote(server: SshMachine) -> None:
     """A canonical clone, the fake Codex on PATH, a profile and a credential file on the remote machine."""
     shutil.copy(FAKES / "codex", server.bin_dir / "codex")
     make_clone(server.projects_root / "acme" / "widget")

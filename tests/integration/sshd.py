@@ -118,6 +118,13 @@ class SshdServer:
         """The per-connection sshd processes (not the listener)."""
         return _descendants(self.process.pid)
 
+    def kill_sessions(self) -> None:
+        """SIGKILL every per-connection sshd (not the listener): each client sees its connection drop."""
+        for process in self.session_processes():
+            with contextlib.suppress(psutil.Error):  # a short-lived child may be gone by now
+                if process.name() == "sshd":
+                    process.send_signal(signal.SIGKILL)
+
 
 def _descendants(pid: int) -> list[psutil.Process]:
     try:

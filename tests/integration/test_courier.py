@@ -1,7 +1,8 @@
 """The courier (contract §16): warm commands behave as cold ones, and every fault of the brief is handled.
 
-Real processes throughout: the thin client, the courier it starts, a loopback OpenSSH sshd,
-and the remote wb in serve mode or as an older one-call-per-session peer.
+Real processes throughout: the thin client, the courier it starts, a loopback SSH server (both
+tiers of tests/ssh_tiers.py: in-process asyncssh, then OpenSSH sshd), and the remote wb in
+serve mode or as an older one-call-per-session peer.
 """
 
 from __future__ import annotations
@@ -22,10 +23,11 @@ import psutil
 import pytest
 from conftest import COURIER_MODULE, REPO_ROOT, Machine, command_process, pid_alive, prepare_remote, wait_for
 
-from tests.integration.sshd import SshdFactory, SshdServer, keygen, sshd_unavailable_reason
+from tests.integration.inprocess_sshd import keygen
+from tests.integration.sshd import SshdFactory, SshdServer
+from tests.ssh_tiers import SshMachine, SshMachines
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the courier is Linux-only")
-needs_sshd = pytest.mark.skipif(sshd_unavailable_reason() is not None, reason=str(sshd_unavailable_reason()))
 ON = {"WB_COURIER": "on"}
 OFF = {"WB_COURIER": "off"}
 
@@ -532,7 +534,7 @@ def _caller(root: Path, config: Path, ssh_config: Path) -> Caller:
 
 
 class Remote:
-    def __init__(self, factory: SshdFactory, base: Path) -> None:
+    def __init__(self, factory: SshMachines, base: Path) -> None:
         self.factory = factory
         self.box = factory.start("127.0.0.2")
         prepare_remote(self.box)
@@ -555,10 +557,9 @@ class Remote:
 
 
 @pytest.fixture(scope="module")
-def remote(sshd: SshdFactory, tmp_path_factory: pytest.TempPathFactory) -> Remote:
-    if sshd_unavailable_reason() is not None:
-        pytest.skip(str(sshd_unavailable_reason()))
-    return Remote(sshd, tmp_path_factory.mktemp("courier-callers"))
+def remote(ssh_machines: SshMachines, tmp_path_factory: pytest.TempPathFactory) -> Remote:
+    """One remote machine and its peers, over each SSH tier in turn."""
+    return Remote(ssh_machines, tmp_path_factory.mktemp("courier-callers"))
 
 
 def _machine_row(caller: Caller, machine: str) -> dict[str, object]:
@@ -568,7 +569,7 @@ def _machine_row(caller: Caller, machine: str) -> dict[str, object]:
     return {}
 
 
-def _serve_processes(box: SshdServer) -> list[psutil.Process]:
+def _serve_processes(box: SshMachine) -> list[psutil.Process]:
     found = []
     for proc in box.session_processes():
         with contextlib.suppress(psutil.Error):
@@ -577,7 +578,6 @@ def _serve_processes(box: SshdServer) -> list[psutil.Process]:
     return found
 
 
-@needs_sshd
 def test_a_current_peer_is_used_in_serve_mode_with_concurrent_requests(remote: Remote) -> None:
     caller = remote.caller("serve")
     assert caller.wb("agent", "list", "--to", "box").returncode == 0
@@ -628,7 +628,6 @@ def test_a_current_peer_is_used_in_serve_mode_with_concurrent_requests(remote: R
     assert row["mode"] == "serve" and int(str(row["calls"])) >= 4
 
 
-@needs_sshd
 def test_an_older_peer_is_used_one_call_per_session(remote: Remote) -> None:
     caller = remote.caller("old")
     for _ in range(3):
@@ -639,7 +638,6 @@ def test_an_older_peer_is_used_one_call_per_session(remote: Remote) -> None:
     assert not remote.marker.exists(), "serve mode was tried with a peer that does not list it"
 
 
-@needs_sshd
 def test_forty_concurrent_calls_queue_at_max_sessions_per_machine_and_none_fails(remote: Remote) -> None:
     caller = remote.caller("forty")
     assert caller.wb("agent", "list", "--to", "slowold").returncode == 0
@@ -676,8 +674,9 @@ def _restart_sshd(factory: SshdFactory, server: SshdServer) -> None:
     factory._wait_ready(server)
 
 
-@needs_sshd
+@pytest.mark.parametrize("ssh_tier", ["openssh"], indirect=True)
 def test_sshd_restarted_between_two_calls_is_reconnected_transparently(remote: Remote, sshd: SshdFactory) -> None:
+    """OpenSSH only: a real sshd restarted on its port (its sessions outliving it) is what is reconnected to."""
     server = sshd.start("127.0.0.3")
     prepare_remote(server)
     config = sshd.write_wb_config("restart", {"again": sshd.target(server)})
@@ -697,10 +696,8 @@ def test_sshd_restarted_between_two_calls_is_reconnected_transparently(remote: R
     assert float(str(second["connected_at"])) > float(str(first["connected_at"]))  # a new connection
 
 
-@needs_sshd
-def test_a_host_key_changed_or_removed_in_known_hosts_is_refused_at_once(
-    remote: Remote, sshd: SshdFactory, tmp_path: Path
-) -> None:
+def test_a_host_key_changed_or_removed_in_known_hosts_is_refused_at_once(remote: Remote, tmp_path: Path) -> None:
+    sshd = remote.factory
     server = sshd.start("127.0.0.4")
     prepare_remote(server)
     known_hosts = tmp_path / "known_hosts"

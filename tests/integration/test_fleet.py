@@ -1,4 +1,4 @@
-"""The fleet view (contract §8) against a loopback fleet of real sshd machines, some of them broken."""
+"""The fleet view (contract §8) against a loopback fleet of SSH machines, some of them broken, over both SSH tiers."""
 
 from __future__ import annotations
 
@@ -13,10 +13,9 @@ import pytest
 from tests_support import sample_record
 
 from courier.runs.store import Store
-from tests.integration.sshd import SshdFactory, SshdServer, keygen, sshd_unavailable_reason
+from tests.integration.inprocess_sshd import keygen
 from tests.json_documents import check_output
-
-pytestmark = pytest.mark.skipif(sshd_unavailable_reason() is not None, reason=str(sshd_unavailable_reason()))
+from tests.ssh_tiers import SshMachine, SshMachines, make_machines
 
 HEALTHY = 8
 MACHINE_TIMEOUT_S = 6
@@ -33,9 +32,9 @@ def record_runs(home: Path, count: int, started: str) -> list[str]:
 
 
 class Fleet:
-    def __init__(self, factory: SshdFactory, base: Path) -> None:
+    def __init__(self, factory: SshMachines, base: Path) -> None:
         self.factory = factory
-        self.healthy: dict[str, SshdServer] = {}
+        self.healthy: dict[str, SshMachine] = {}
         self.runs: dict[str, list[str]] = {}
         for index in range(HEALTHY):
             name = f"node{index}"
@@ -84,8 +83,8 @@ class Fleet:
 
 
 @pytest.fixture(scope="module")
-def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
-    factory = SshdFactory(tmp_path_factory.mktemp("fleet-sshd"))
+def fleet(ssh_tier: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
+    factory = make_machines(ssh_tier, tmp_path_factory.mktemp("fleet-sshd"))
     try:
         yield Fleet(factory, tmp_path_factory.mktemp("fleet"))
     finally:

@@ -1,7 +1,8 @@
-"""The six commands against another machine: `--to MACHINE` and `machine:agt-…`, through a real sshd.
+"""The six commands against another machine: `--to MACHINE` and `machine:agt-…`, over both SSH tiers.
 
-The remote machine is this checkout's `wb` run by a loopback OpenSSH sshd with its own
-WB_HOME, projects root, wb.yaml and the fake Codex first on its PATH.
+The remote machine is this checkout's `wb` run by a loopback SSH server (in-process asyncssh,
+then real OpenSSH sshd: tests/ssh_tiers.py) with its own WB_HOME, projects root, wb.yaml and
+the fake Codex first on its PATH.
 """
 
 from __future__ import annotations
@@ -9,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -21,10 +21,14 @@ import psutil
 import pytest
 from conftest import courier_on, prepare_remote, wait_for
 
-from tests.integration.sshd import SshdFactory, SshdServer, sshd_unavailable_reason
 from tests.json_documents import check_output
+from tests.ssh_tiers import SshMachine, SshMachines
 
-pytestmark = pytest.mark.skipif(sshd_unavailable_reason() is not None, reason=str(sshd_unavailable_reason()))
+
+@pytest.fixture(scope="module")
+def sshd(ssh_machines: SshMachines) -> SshMachines:
+    """This module's machines: each test runs over both SSH tiers."""
+    return ssh_machines
 
 
 @dataclass
@@ -88,14 +92,14 @@ class Caller:
 
 
 @pytest.fixture(scope="module")
-def box(sshd: SshdFactory) -> SshdServer:
+def box(sshd: SshMachines) -> SshMachine:
     server = sshd.start("127.0.0.2")
     prepare_remote(server)
     return server
 
 
 @pytest.fixture(scope="module")
-def caller(sshd: SshdFactory, box: SshdServer, tmp_path_factory: pytest.TempPathFactory) -> Caller:
+def caller(sshd: SshMachines, box: SshMachine, tmp_path_factory: pytest.TempPathFactory) -> Caller:
     home = tmp_path_factory.mktemp("caller")
     noise = box.script(
         "noisy-wb", f'echo "Welcome to box!"\necho "{{}}not json"\nexec {sys.executable} -m courier.main "$@"\n'
@@ -120,7 +124,7 @@ def caller(sshd: SshdFactory, box: SshdServer, tmp_path_factory: pytest.TempPath
     return Caller(env)
 
 
-def test_a_remote_run_round_trip_with_qualified_references(caller: Caller, box: SshdServer) -> None:
+def test_a_remote_run_round_trip_with_qualified_references(caller: Caller, box: SshMachine) -> None:
     """dispatch prints box:agt-…; every command accepts exactly that reference back."""
     ref = caller.dispatch("scenario:complete the-remote-task-text-3c9d", "r1")
     assert ref.startswith("box:agt-")
@@ -163,7 +167,7 @@ def test_stop_through_a_qualified_reference(caller: Caller) -> None:
     assert result["state"] == "failed" and "stopped on request" in result["failure"]
 
 
-def test_stop_of_a_remote_run_whose_worker_is_gone_says_so(caller: Caller, box: SshdServer) -> None:
+def test_stop_of_a_remote_run_whose_worker_is_gone_says_so(caller: Caller, box: SshMachine) -> None:
     from tests_support import sample_record
 
     from courier.runs.store import Store
@@ -239,7 +243,7 @@ def test_login_shell_noise_before_the_reply_is_tolerated(caller: Caller) -> None
 
 
 def test_a_transport_failure_after_sending_names_the_intended_reference(
-    caller: Caller, sshd: SshdFactory, box: SshdServer
+    caller: Caller, sshd: SshMachines, box: SshMachine
 ) -> None:
     crash = box.script("crash-after-read", "cat >/dev/null\necho 'segfault' >&2\nexit 139\n")
     config = sshd.write_wb_config("crashing", {"box": sshd.target(box, wb_path=str(crash))})
@@ -263,7 +267,7 @@ def test_a_transport_failure_after_sending_names_the_intended_reference(
 
 
 def test_a_peer_without_failure_kind_maps_to_a_finding_with_a_note(
-    caller: Caller, sshd: SshdFactory, box: SshdServer
+    caller: Caller, sshd: SshMachines, box: SshMachine
 ) -> None:
     go_reply = '{"schema_version":1,"operation":"status","failure":"agent run not found","results":null}'
     old = box.script("go-wb", f"cat >/dev/null\necho '{go_reply}'\n")
@@ -282,7 +286,7 @@ def test_await_without_a_bound_outlasts_several_wire_chunks(caller: Caller) -> N
     assert time.monotonic() - started >= 1.0
 
 
-def _remote_pollers(box: SshdServer) -> list[psutil.Process]:
+def _remote_pollers(box: SshMachine) -> list[psutil.Process]:
     """One-call receivers, and serve-mode processes (§16) with a request in flight (one thread per request)."""
     return [p for p in box.session_processes() if "--wb-internal-agent-remote" in _cmdline(p) or _serving(p)]
 
@@ -302,7 +306,7 @@ def _cmdline(process: psutil.Process) -> list[str]:
 
 
 def test_killing_the_session_sshd_during_await_is_a_transport_error_and_the_run_goes_on(
-    caller: Caller, box: SshdServer
+    caller: Caller, box: SshMachine
 ) -> None:
     ref = caller.dispatch("scenario:slow sleep:4", "r4")
     with caller.popen("agent", "await", ref) as waiter:
@@ -311,13 +315,11 @@ def test_killing_the_session_sshd_during_await_is_a_transport_error_and_the_run_
     assert again.returncode == 0 and json.loads(again.stdout)["state"] == "completed"
 
 
-def _await_killed_session(box: SshdServer, waiter: subprocess.Popen[str], *, reconnects: bool = False) -> None:
-    """Kill the sshd serving the await: cold, a transport error; warm, the courier reconnects once (§16)."""
+def _await_killed_session(box: SshMachine, waiter: subprocess.Popen[str], *, reconnects: bool = False) -> None:
+    """Kill the session serving the await (its sshd, or the in-process server drops the connection):
+    cold, a transport error; warm, the courier reconnects once (§16)."""
     assert wait_for(lambda: _remote_pollers(box), 30)
-    for process in box.session_processes():
-        with contextlib.suppress(psutil.Error):  # a short-lived child may be gone by now
-            if process.name() == "sshd" and process.pid != box.process.pid:
-                process.send_signal(signal.SIGKILL)
+    box.kill_sessions()
     out, err = waiter.communicate(timeout=60)
     if reconnects:
         assert waiter.returncode == 0, err
@@ -327,7 +329,7 @@ def _await_killed_session(box: SshdServer, waiter: subprocess.Popen[str], *, rec
     assert "box" in err and "Traceback" not in err
 
 
-def test_a_killed_client_leaves_no_remote_poller_beyond_one_chunk(caller: Caller, box: SshdServer) -> None:
+def test_a_killed_client_leaves_no_remote_poller_beyond_one_chunk(caller: Caller, box: SshMachine) -> None:
     ref = caller.dispatch("scenario:hang", "r5")
     with caller.popen("agent", "await", ref, env={"WB_AWAIT_CHUNK_MS": "3000"}) as waiter:
         assert wait_for(lambda: _remote_pollers(box), 30)
@@ -354,7 +356,7 @@ def test_processes_started_for_a_remote_dispatch_never_hold_the_session_stdio(ca
 
 
 def test_the_users_ssh_config_supplies_alias_port_key_and_known_hosts(
-    caller: Caller, sshd: SshdFactory, box: SshdServer, tmp_path: Path
+    caller: Caller, sshd: SshMachines, box: SshMachine, tmp_path: Path
 ) -> None:
     """Without WB_SSH_CONFIG, ~/.ssh/config is read: an alias resolves through HostName, Port, IdentityFile."""
     home = tmp_path / "home"
@@ -380,7 +382,7 @@ def test_the_users_ssh_config_supplies_alias_port_key_and_known_hosts(
     assert done.returncode == 0, done.stderr
 
 
-def test_a_remote_transcript_over_2_mib_is_refused_not_truncated(caller: Caller, box: SshdServer) -> None:
+def test_a_remote_transcript_over_2_mib_is_refused_not_truncated(caller: Caller, box: SshMachine) -> None:
     from tests_support import sample_record
 
     from courier.runs.store import Store

@@ -1,4 +1,4 @@
-"""Issue 10 against another machine through a real sshd: hostile text from a peer never reaches the
+"""Issue 10 against another machine over both SSH tiers: hostile text from a peer never reaches the
 terminal raw (§3), and a peer's store files are opened without following links or blocking (§5.4, §6.1)."""
 
 from __future__ import annotations
@@ -17,9 +17,14 @@ from conftest import prepare_remote
 from tests_support import sample_record
 
 from courier.runs.store import Store
-from tests.integration.sshd import SshdFactory, SshdServer, sshd_unavailable_reason
+from tests.ssh_tiers import SshMachine, SshMachines
 
-pytestmark = pytest.mark.skipif(sshd_unavailable_reason() is not None, reason=str(sshd_unavailable_reason()))
+
+@pytest.fixture(scope="module")
+def sshd(ssh_machines: SshMachines) -> SshMachines:
+    """This module's machines: each test runs over both SSH tiers (tests/ssh_tiers.py)."""
+    return ssh_machines
+
 
 # Characters that must never reach a terminal from foreign text: C0/C1 controls, bidi controls,
 # line and paragraph separators, the soft hyphen and other format characters.
@@ -28,13 +33,13 @@ HOSTILE = "\x1b[31m" + UNSAFE
 
 
 @pytest.fixture(scope="module")
-def box(sshd: SshdFactory) -> SshdServer:
+def box(sshd: SshMachines) -> SshMachine:
     server = sshd.start("127.0.0.4")
     prepare_remote(server)
     return server
 
 
-def _caller_env(sshd: SshdFactory, box: SshdServer, home: Path, targets: dict[str, dict[str, Any]]) -> dict[str, str]:
+def _caller_env(sshd: SshMachines, box: SshMachine, home: Path, targets: dict[str, dict[str, Any]]) -> dict[str, str]:
     config = sshd.write_wb_config(f"caller-{home.name}", targets)
     return {
         "HOME": str(home),
@@ -70,7 +75,7 @@ def _hostile_result() -> dict[str, Any]:
     return result
 
 
-def _peer(box: SshdServer, name: str, reply: dict[str, Any]) -> Path:
+def _peer(box: SshMachine, name: str, reply: dict[str, Any]) -> Path:
     body = json.dumps(reply)  # ASCII: every hostile character travels as a JSON escape
     return box.script(name, f"cat >/dev/null\ncat <<'EOF'\n{body}\nEOF\n")
 
@@ -81,7 +86,7 @@ def _assert_clean(text: str) -> None:
 
 
 def test_a_peers_warnings_and_fields_are_sanitised_in_list_to(
-    sshd: SshdFactory, box: SshdServer, tmp_path: Path
+    sshd: SshMachines, box: SshMachine, tmp_path: Path
 ) -> None:
     result = _hostile_result()
     reply = {
@@ -104,7 +109,7 @@ def test_a_peers_warnings_and_fields_are_sanitised_in_list_to(
     _assert_clean(every.stdout + every.stderr)
 
 
-def test_a_peers_status_and_await_print_no_unsafe_character(sshd: SshdFactory, box: SshdServer, tmp_path: Path) -> None:
+def test_a_peers_status_and_await_print_no_unsafe_character(sshd: SshMachines, box: SshMachine, tmp_path: Path) -> None:
     result = _hostile_result()
     ref = f"evil:{result['agent_id']}"
     for operation in ("status", "await"):
@@ -117,7 +122,7 @@ def test_a_peers_status_and_await_print_no_unsafe_character(sshd: SshdFactory, b
         _assert_clean(done.stdout + done.stderr)
 
 
-def test_a_peers_refusal_text_is_sanitised(sshd: SshdFactory, box: SshdServer, tmp_path: Path) -> None:
+def test_a_peers_refusal_text_is_sanitised(sshd: SshMachines, box: SshMachine, tmp_path: Path) -> None:
     reply = {
         "schema_version": 1,
         "operation": "status",
@@ -132,7 +137,7 @@ def test_a_peers_refusal_text_is_sanitised(sshd: SshdFactory, box: SshdServer, t
     _assert_clean(done.stdout + done.stderr)
 
 
-def _receivers(box: SshdServer) -> list[psutil.Process]:
+def _receivers(box: SshMachine) -> list[psutil.Process]:
     found = []
     for process in box.session_processes():
         try:
@@ -145,7 +150,7 @@ def _receivers(box: SshdServer) -> list[psutil.Process]:
 
 @pytest.mark.parametrize("kind", ["symlink", "hardlink", "fifo"])
 def test_remote_logs_refuse_a_linked_or_special_transcript(
-    sshd: SshdFactory, box: SshdServer, tmp_path: Path, kind: str
+    sshd: SshMachines, box: SshMachine, tmp_path: Path, kind: str
 ) -> None:
     env = _caller_env(sshd, box, tmp_path, {"box": sshd.target(box)})
     record = sample_record(state="completed")

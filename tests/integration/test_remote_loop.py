@@ -1,4 +1,4 @@
-"""The supervisor's loop against another machine through a real sshd (contract §15, Part two's preamble).
+"""The supervisor's loop against another machine over both SSH tiers (contract §15, Part two's preamble).
 
 Covers the wire side: diff with its 2 MiB refusal, follow resumed after the SSH session is
 killed mid-call, continue, prune, the `version` reply's capabilities, and the upgrade
@@ -19,9 +19,14 @@ import psutil
 import pytest
 from conftest import REPO_ROOT, courier_on, git, prepare_remote, wait_for
 
-from tests.integration.sshd import SshdFactory, SshdServer, sshd_unavailable_reason
+from tests.ssh_tiers import SshMachine, SshMachines
 
-pytestmark = pytest.mark.skipif(sshd_unavailable_reason() is not None, reason=str(sshd_unavailable_reason()))
+
+@pytest.fixture(scope="module")
+def sshd(ssh_machines: SshMachines) -> SshMachines:
+    """This module's machines: each test runs over both SSH tiers (tests/ssh_tiers.py)."""
+    return ssh_machines
+
 
 # The release before the supervisor's loop: it knows none of diff, continue, prune or follow.
 PREVIOUS_RELEASE = "ea50d25"
@@ -76,14 +81,14 @@ def _previous_release(root: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def box(sshd: SshdFactory) -> SshdServer:
+def box(sshd: SshMachines) -> SshMachine:
     server = sshd.start("127.0.0.2")
     prepare_remote(server)
     return server
 
 
 @pytest.fixture(scope="module")
-def caller(sshd: SshdFactory, box: SshdServer, tmp_path_factory: pytest.TempPathFactory) -> Caller:
+def caller(sshd: SshMachines, box: SshMachine, tmp_path_factory: pytest.TempPathFactory) -> Caller:
     home = tmp_path_factory.mktemp("caller")
     old_tree = _previous_release(home)
     old_wb = box.script("wb-previous", f'PYTHONPATH={old_tree} exec {sys.executable} -P -m courier.main "$@"\n')
@@ -100,7 +105,7 @@ def caller(sshd: SshdFactory, box: SshdServer, tmp_path_factory: pytest.TempPath
     return Caller(env)
 
 
-def _worktree(box: SshdServer, name: str) -> Path:
+def _worktree(box: SshMachine, name: str) -> Path:
     return box.projects_root / ".wb-worktrees/acme/widget" / name
 
 
@@ -110,7 +115,7 @@ def _fingerprint(worktree: Path) -> tuple[str, str]:
     return status, hashlib.sha256((worktree / index).read_bytes()).hexdigest()
 
 
-def test_remote_diff_is_the_same_patch_and_touches_nothing_there(caller: Caller, box: SshdServer) -> None:
+def test_remote_diff_is_the_same_patch_and_touches_nothing_there(caller: Caller, box: SshMachine) -> None:
     ref = caller.dispatch("scenario:complete", "d1")
     caller.await_(ref)
     worktree = _worktree(box, "d1")
@@ -133,7 +138,7 @@ def test_remote_diff_is_the_same_patch_and_touches_nothing_there(caller: Caller,
     assert stat.stdout.splitlines()[-1] == "3 files changed, +2 -0"
 
 
-def test_a_remote_patch_over_2_mib_is_refused_not_cut(caller: Caller, box: SshdServer) -> None:
+def test_a_remote_patch_over_2_mib_is_refused_not_cut(caller: Caller, box: SshMachine) -> None:
     ref = caller.dispatch("scenario:complete", "d2")
     caller.await_(ref)
     (_worktree(box, "d2") / "big.txt").write_text(("y" * 99 + "\n") * 30_000)  # 3 MB of added lines
@@ -156,7 +161,7 @@ def _rest_of(process: subprocess.Popen[str]) -> tuple[str, str]:
     return rest, stderr
 
 
-def _receivers(box: SshdServer) -> list[psutil.Process]:
+def _receivers(box: SshMachine) -> list[psutil.Process]:
     found = []
     for process in box.session_processes():
         try:
@@ -169,7 +174,7 @@ def _receivers(box: SshdServer) -> list[psutil.Process]:
 
 
 def test_follow_resumes_after_the_ssh_session_dies_without_repeating_or_losing_an_action(
-    caller: Caller, box: SshdServer
+    caller: Caller, box: SshMachine
 ) -> None:
     ref = caller.dispatch("scenario:steps steps:10 every:1", "f1")
     follower = subprocess.Popen(
@@ -197,7 +202,7 @@ def test_follow_resumes_after_the_ssh_session_dies_without_repeating_or_losing_a
     assert lines[-1] == f"{ref} completed"
 
 
-def test_remote_continue_resumes_the_session_there(caller: Caller, box: SshdServer) -> None:
+def test_remote_continue_resumes_the_session_there(caller: Caller, box: SshMachine) -> None:
     parent = caller.dispatch("scenario:complete", "c1")
     first = caller.await_(parent)
     done = caller.wb("agent", "continue", parent, "--task", "scenario:complete file:again.txt")
@@ -210,7 +215,7 @@ def test_remote_continue_resumes_the_session_there(caller: Caller, box: SshdServ
     assert (_worktree(box, "c1") / "again.txt").exists()
 
 
-def test_remote_prune_removes_records_there_only(caller: Caller, box: SshdServer) -> None:
+def test_remote_prune_removes_records_there_only(caller: Caller, box: SshMachine) -> None:
     ref = caller.dispatch("scenario:complete", "p1")
     caller.await_(ref)
     run_id = ref.split(":", 1)[1]
@@ -226,7 +231,7 @@ def test_remote_prune_removes_records_there_only(caller: Caller, box: SshdServer
     assert _worktree(box, "p1").is_dir()
 
 
-def test_remote_logs_stop_and_prune_json_and_prune_worktrees_there(caller: Caller, box: SshdServer) -> None:
+def test_remote_logs_stop_and_prune_json_and_prune_worktrees_there(caller: Caller, box: SshMachine) -> None:
     """Contract §22 over sshd: the three documents (checked against their schemas) and --worktrees."""
     from tests import json_documents
 
@@ -292,7 +297,7 @@ def test_the_version_reply_lists_the_capabilities() -> None:
     ],
 )
 def test_an_older_wb_refuses_each_new_operation_with_the_upgrade_message(
-    caller: Caller, box: SshdServer, args: tuple[str, ...], feature: str
+    caller: Caller, box: SshMachine, args: tuple[str, ...], feature: str
 ) -> None:
     """The previous release, really running on the machine, refuses; the caller names the fix, exit 2."""
     done = caller.wb(*args)
@@ -302,7 +307,7 @@ def test_an_older_wb_refuses_each_new_operation_with_the_upgrade_message(
 
 
 def test_an_older_wb_that_answers_logs_without_following_gets_the_upgrade_message(
-    caller: Caller, box: SshdServer
+    caller: Caller, box: SshMachine
 ) -> None:
     """The older wb ignores `follow` and answers a plain `logs`: the caller notices at once, no retry loop."""
     run_id = caller.dispatch("scenario:complete", "o1").split(":", 1)[1]
@@ -313,7 +318,7 @@ def test_an_older_wb_that_answers_logs_without_following_gets_the_upgrade_messag
     assert done.stdout == ""
 
 
-def test_the_older_wb_is_really_the_previous_release(caller: Caller, box: SshdServer) -> None:
+def test_the_older_wb_is_really_the_previous_release(caller: Caller, box: SshMachine) -> None:
     """Its version reply has no capabilities: the upgrade tests above talk to old code, not this checkout."""
     old = caller.wb("machines", "--check", "--json")
     rows = {row["machine"]: row for row in json.loads(old.stdout)}

@@ -1,7 +1,9 @@
-"""The SSH transport against a real OpenSSH sshd on loopback (contract §5): no mocks between client and sshd.
+"""The SSH transport against a loopback SSH server (contract §5): no mocks between client and server.
 
-The remote `wb` is this checkout's console script, run by sshd as another machine with
-its own WB_HOME (sshd's SetEnv). Hostile or broken remotes are fake `wb_path` scripts.
+Each test runs over both SSH tiers (tests/ssh_tiers.py): an in-process asyncssh server, then a
+real OpenSSH sshd. The remote `wb` is this checkout's console script, run by the server as
+another machine with its own WB_HOME (sshd's SetEnv). Hostile or broken remotes are fake
+`wb_path` scripts.
 The client reads the fixture's ssh config through WB_SSH_CONFIG, never ~/.ssh.
 """
 
@@ -41,9 +43,9 @@ from courier.errors import (
 )
 from courier.remote import client, ssh
 from protocol.models import RemoteRequest
-from tests.integration.sshd import SshdFactory, SshdServer, free_port, keygen, sshd_unavailable_reason
-
-pytestmark = pytest.mark.skipif(sshd_unavailable_reason() is not None, reason=str(sshd_unavailable_reason()))
+from tests.integration.inprocess_sshd import keygen
+from tests.integration.sshd import free_port
+from tests.ssh_tiers import SshMachine, SshMachines
 
 RUN_ID = "agt-" + "5e" * 16
 VERSION = RemoteRequest(schema_version=1, operation="version")
@@ -52,12 +54,18 @@ REAL_WB = Path(sys.executable).parent / "wb"
 
 
 @pytest.fixture(scope="module")
-def server(sshd: SshdFactory) -> SshdServer:
+def sshd(ssh_machines: SshMachines) -> SshMachines:
+    """This module's machines: each test runs over both SSH tiers."""
+    return ssh_machines
+
+
+@pytest.fixture(scope="module")
+def server(sshd: SshMachines) -> SshMachine:
     return sshd.start("127.0.0.1")
 
 
 @pytest.fixture(autouse=True)
-def client_env(sshd: SshdFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+def client_env(sshd: SshMachines, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(ssh.CONFIG_ENV, str(sshd.client_config))
     monkeypatch.delenv("SSH_AUTH_SOCK", raising=False)
     monkeypatch.delenv(ssh.KEEPALIVE_ENV, raising=False)
@@ -66,11 +74,11 @@ def client_env(sshd: SshdFactory, monkeypatch: pytest.MonkeyPatch) -> None:
 _names = iter(range(1_000_000))
 
 
-def config_for(sshd: SshdFactory, server: SshdServer, machine: str = "m1", **extra: Any) -> Config:
+def config_for(sshd: SshMachines, server: SshMachine, machine: str = "m1", **extra: Any) -> Config:
     return load_config(sshd.write_wb_config(f"wb{next(_names)}", {machine: sshd.target(server, **extra)}))
 
 
-def call_fake(sshd: SshdFactory, server: SshdServer, body: str, request: RemoteRequest = VERSION, **kwargs: Any) -> Any:
+def call_fake(sshd: SshMachines, server: SshMachine, body: str, request: RemoteRequest = VERSION, **kwargs: Any) -> Any:
     """Call through a target whose wb_path is a `#!/bin/sh` script with this body."""
     script = server.script(f"fake{next(_names)}", body)
     return client.call(config_for(sshd, server, wb_path=str(script)), "m1", request, **kwargs)
@@ -84,7 +92,7 @@ def document(**fields: Any) -> str:
 # --- round trips through the real remote wb ---------------------------------------------
 
 
-def test_version_round_trip_reports_the_remote_home(sshd: SshdFactory, server: SshdServer) -> None:
+def test_version_round_trip_reports_the_remote_home(sshd: SshMachines, server: SshMachine) -> None:
     """The remote wb answers version with its version, its clock and the ID stored in its own WB_HOME."""
     response = client.call(config_for(sshd, server), "m1", VERSION)
     assert response.failure == ""
@@ -93,13 +101,13 @@ def test_version_round_trip_reports_the_remote_home(sshd: SshdFactory, server: S
     assert response.home_id == (server.wb_home / "home-id").read_text().strip()
 
 
-def test_list_on_an_empty_home_returns_no_results(sshd: SshdFactory, server: SshdServer) -> None:
+def test_list_on_an_empty_home_returns_no_results(sshd: SshMachines, server: SshMachine) -> None:
     response = client.call(config_for(sshd, server), "m1", LIST)
     assert (response.failure, response.results_of(), response.home_id) == ("", [], response.home_id)
     assert response.home_id
 
 
-def test_an_unknown_run_is_an_in_band_refusal_not_an_exception(sshd: SshdFactory, server: SshdServer) -> None:
+def test_an_unknown_run_is_an_in_band_refusal_not_an_exception(sshd: SshMachines, server: SshMachine) -> None:
     request = RemoteRequest(schema_version=1, operation="status", agent_id=RUN_ID)
     response = client.call(config_for(sshd, server), "m1", request)
     assert response.operation == "status"
@@ -108,7 +116,7 @@ def test_an_unknown_run_is_an_in_band_refusal_not_an_exception(sshd: SshdFactory
 
 
 def test_one_connection_serves_several_calls_and_machines_run_concurrently(
-    sshd: SshdFactory, server: SshdServer
+    sshd: SshMachines, server: SshMachine
 ) -> None:
     """The fleet shape: one connection per host reused, several hosts at once, each with its own home."""
     others = [sshd.start(host) for host in ("127.0.0.2", "127.0.0.3")]
@@ -156,7 +164,7 @@ def test_receiver_drains_and_refuses_a_request_over_8_mib(tmp_path: Path) -> Non
     assert docs[0]["failure_kind"] == "request" and docs[0]["operation"] == ""
 
 
-def test_receiver_refusal_with_empty_operation_reaches_the_caller(sshd: SshdFactory, server: SshdServer) -> None:
+def test_receiver_refusal_with_empty_operation_reaches_the_caller(sshd: SshMachines, server: SshMachine) -> None:
     """A peer that could not parse the request answers with an empty operation: a refusal, not a mismatch."""
     body = f"cat >/dev/null; printf '%s\\n' {document(operation='', failure='bad request', failure_kind='request')}\n"
     response = call_fake(sshd, server, body)
@@ -166,7 +174,7 @@ def test_receiver_refusal_with_empty_operation_reaches_the_caller(sshd: SshdFact
 # --- before connecting -----------------------------------------------------------------------
 
 
-def test_invalid_request_and_unknown_machine_fail_before_connecting(sshd: SshdFactory) -> None:
+def test_invalid_request_and_unknown_machine_fail_before_connecting(sshd: SshMachines) -> None:
     nobody = load_config(sshd.write_wb_config("nobody", {"m1": {"host": "127.0.0.1", "port": free_port("127.0.0.1")}}))
     with pytest.raises(UsageError, match='invalid agent run ID "agt-X"'):
         client.call(nobody, "m1", RemoteRequest(schema_version=1, operation="status", agent_id="agt-X"))
@@ -177,7 +185,7 @@ def test_invalid_request_and_unknown_machine_fail_before_connecting(sshd: SshdFa
 # --- connection failures -----------------------------------------------------------------------
 
 
-def test_unknown_host_key_is_refused_with_its_remedy(sshd: SshdFactory) -> None:
+def test_unknown_host_key_is_refused_with_its_remedy(sshd: SshMachines) -> None:
     stranger = sshd.start("127.0.0.1", remember_key=False)
     with pytest.raises(HostKeyUnknown) as caught:
         client.call(config_for(sshd, stranger), "m1", VERSION)
@@ -189,7 +197,7 @@ def test_unknown_host_key_is_refused_with_its_remedy(sshd: SshdFactory) -> None:
 
 
 def test_changed_host_key_is_refused_with_a_different_remedy(
-    sshd: SshdFactory, server: SshdServer, monkeypatch: pytest.MonkeyPatch
+    sshd: SshMachines, server: SshMachine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     other = keygen(sshd.base / f"impostor{next(_names)}")
     known = sshd.base / f"known_changed{next(_names)}"
@@ -211,7 +219,7 @@ def test_changed_host_key_is_refused_with_a_different_remedy(
     ],
 )
 def test_a_config_that_disables_verification_is_refused(
-    sshd: SshdFactory, server: SshdServer, monkeypatch: pytest.MonkeyPatch, setting: str, expected: str
+    sshd: SshMachines, server: SshMachine, monkeypatch: pytest.MonkeyPatch, setting: str, expected: str
 ) -> None:
     path = sshd.base / f"cc{next(_names)}"
     path.write_text(f"Host *\n  {setting}\n  StrictHostKeyChecking no\n  IdentityFile {sshd.client_key}\n")
@@ -224,7 +232,7 @@ def test_a_config_that_disables_verification_is_refused(
 
 
 def test_strict_host_key_checking_no_does_not_accept_an_unknown_key(
-    sshd: SshdFactory, monkeypatch: pytest.MonkeyPatch
+    sshd: SshMachines, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     stranger = sshd.start("127.0.0.1", remember_key=False)
     monkeypatch.setenv(ssh.CONFIG_ENV, str(sshd.write_client_config(f"cc{next(_names)}", "StrictHostKeyChecking no\n")))
@@ -233,7 +241,7 @@ def test_strict_host_key_checking_no_does_not_accept_an_unknown_key(
 
 
 def test_a_key_the_server_does_not_accept_is_an_auth_failure(
-    sshd: SshdFactory, server: SshdServer, monkeypatch: pytest.MonkeyPatch
+    sshd: SshMachines, server: SshMachine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     wrong = sshd.base / f"wrong_key{next(_names)}"
     keygen(wrong)
@@ -246,7 +254,7 @@ def test_a_key_the_server_does_not_accept_is_an_auth_failure(
     assert caught.value.cause == "auth" and caught.value.exit_code == 255
 
 
-def test_no_sshd_listening_is_a_connect_failure_naming_the_machine(sshd: SshdFactory) -> None:
+def test_no_sshd_listening_is_a_connect_failure_naming_the_machine(sshd: SshMachines) -> None:
     port = free_port("127.0.0.1")
     config = load_config(sshd.write_wb_config(f"wb{next(_names)}", {"gpu-box": {"host": "127.0.0.1", "port": port}}))
     with pytest.raises(ConnectFailed) as caught:
@@ -260,7 +268,7 @@ def test_no_sshd_listening_is_a_connect_failure_naming_the_machine(sshd: SshdFac
 # --- the remote command ---------------------------------------------------------------------------
 
 
-def test_wb_path_pointing_nowhere_says_how_to_fix_it(sshd: SshdFactory, server: SshdServer) -> None:
+def test_wb_path_pointing_nowhere_says_how_to_fix_it(sshd: SshMachines, server: SshMachine) -> None:
     config = config_for(sshd, server, "gpu-box", wb_path="/nonexistent/bin/wb")
     with pytest.raises(RemoteWbMissing) as caught:
         client.call(config, "gpu-box", VERSION)
@@ -271,7 +279,7 @@ def test_wb_path_pointing_nowhere_says_how_to_fix_it(sshd: SshdFactory, server: 
     assert caught.value.exit_code == 255
 
 
-def test_wb_path_not_executable_is_exit_126(sshd: SshdFactory, server: SshdServer) -> None:
+def test_wb_path_not_executable_is_exit_126(sshd: SshMachines, server: SshMachine) -> None:
     script = server.script(f"noexec{next(_names)}", "exit 0\n")
     script.chmod(0o644)
     with pytest.raises(TransportError, match=f"{script} is not executable") as caught:
@@ -279,7 +287,7 @@ def test_wb_path_not_executable_is_exit_126(sshd: SshdFactory, server: SshdServe
     assert caught.value.exit_code == 255
 
 
-def test_a_crashing_remote_gives_a_one_line_stderr_excerpt(sshd: SshdFactory, server: SshdServer) -> None:
+def test_a_crashing_remote_gives_a_one_line_stderr_excerpt(sshd: SshMachines, server: SshMachine) -> None:
     with pytest.raises(TransportError) as caught:
         call_fake(sshd, server, "cat >/dev/null; echo 'Traceback:' >&2; printf 'Boom\\033[2J\\n' >&2; exit 3\n")
     assert caught.value.message.startswith("m1: the remote")
@@ -287,13 +295,13 @@ def test_a_crashing_remote_gives_a_one_line_stderr_excerpt(sshd: SshdFactory, se
     assert caught.value.cause == "remote crashed" and caught.value.exit_code == 255
 
 
-def test_shell_noise_before_the_document_is_tolerated(sshd: SshdFactory, server: SshdServer) -> None:
+def test_shell_noise_before_the_document_is_tolerated(sshd: SshMachines, server: SshMachine) -> None:
     body = f"echo 'Welcome to gpu-box!'; echo '{{ motd in braces'; exec {REAL_WB} \"$@\"\n"
     response = call_fake(sshd, server, body)
     assert response.wb_version == __version__ and response.failure == ""
 
 
-def test_the_task_travels_on_stdin_never_on_the_command_line(sshd: SshdFactory, server: SshdServer) -> None:
+def test_the_task_travels_on_stdin_never_on_the_command_line(sshd: SshMachines, server: SshMachine) -> None:
     marker = f"secret-task-text-{next(_names)}"
     record = server.root / f"argv{next(_names)}"
     body = (
@@ -320,7 +328,7 @@ def test_the_task_travels_on_stdin_never_on_the_command_line(sshd: SshdFactory, 
 
 
 def test_request_tty_and_forward_agent_in_the_config_are_not_honoured(
-    sshd: SshdFactory, server: SshdServer, monkeypatch: pytest.MonkeyPatch
+    sshd: SshMachines, server: SshMachine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """No PTY and no agent forwarding whatever the user's config says; the JSON stays intact."""
     agent_dir = sshd.base / f"agent{next(_names)}"
@@ -373,7 +381,7 @@ HOSTILE = [
 
 @pytest.mark.parametrize(("body", "expected"), [(b, e) for _, b, e in HOSTILE], ids=[n for n, _, _ in HOSTILE])
 def test_a_hostile_or_broken_reply_is_untrusted(
-    sshd: SshdFactory, server: SshdServer, body: str, expected: str
+    sshd: SshMachines, server: SshMachine, body: str, expected: str
 ) -> None:
     with pytest.raises(ReplyUntrusted) as caught:
         call_fake(sshd, server, body)
@@ -383,7 +391,7 @@ def test_a_hostile_or_broken_reply_is_untrusted(
 
 
 @pytest.mark.parametrize(("version", "remedy"), [(0, "upgrade wb on m1"), (2, "upgrade wb here")])
-def test_schema_skew_names_who_must_upgrade(sshd: SshdFactory, server: SshdServer, version: int, remedy: str) -> None:
+def test_schema_skew_names_who_must_upgrade(sshd: SshMachines, server: SshMachine, version: int, remedy: str) -> None:
     doc = shlex.quote(json.dumps({"schema_version": version, "operation": "version"}))
     with pytest.raises(SchemaSkew) as caught:
         call_fake(sshd, server, f"cat >/dev/null; printf '%s\\n' {doc}\n")
@@ -391,22 +399,22 @@ def test_schema_skew_names_who_must_upgrade(sshd: SshdFactory, server: SshdServe
     assert caught.value.exit_code == 255
 
 
-def test_a_reply_over_4_mib_is_cut_off(sshd: SshdFactory, server: SshdServer) -> None:
+def test_a_reply_over_4_mib_is_cut_off(sshd: SshMachines, server: SshMachine) -> None:
     with pytest.raises(ReplyUntrusted, match="the reply exceeds 4194304 bytes"):
         call_fake(sshd, server, "cat >/dev/null; head -c 5242880 /dev/zero | tr '\\0' 'a'\n")
 
 
-def test_an_endless_reply_is_cut_off_without_hanging(sshd: SshdFactory, server: SshdServer) -> None:
+def test_an_endless_reply_is_cut_off_without_hanging(sshd: SshMachines, server: SshMachine) -> None:
     with pytest.raises(ReplyUntrusted, match="the reply exceeds 4194304 bytes"):
         call_fake(sshd, server, "cat >/dev/null; exec yes '{\"schema_version\":1}'\n", timeout_s=60)
 
 
-def test_endless_stderr_is_cut_off(sshd: SshdFactory, server: SshdServer) -> None:
+def test_endless_stderr_is_cut_off(sshd: SshMachines, server: SshMachine) -> None:
     with pytest.raises(ReplyUntrusted, match="more than 65536 bytes on stderr"):
         call_fake(sshd, server, "cat >/dev/null; exec yes noise >&2\n", timeout_s=60)
 
 
-def test_a_result_with_a_path_for_an_agent_id_is_untrusted(sshd: SshdFactory, server: SshdServer) -> None:
+def test_a_result_with_a_path_for_an_agent_id_is_untrusted(sshd: SshMachines, server: SshMachine) -> None:
     result = {
         "agent_id": "../x",
         "state": "completed",
@@ -453,7 +461,9 @@ async def _when_file_appears(path: Path, task: asyncio.Task[Any]) -> None:
         await asyncio.sleep(0.02)
 
 
-def test_the_session_sshd_killed_mid_call_is_a_lost_connection(sshd: SshdFactory, server: SshdServer) -> None:
+@pytest.mark.parametrize("ssh_tier", ["openssh"], indirect=True)
+def test_the_session_sshd_killed_mid_call_is_a_lost_connection(sshd: SshMachines, server: SshMachine) -> None:
+    """OpenSSH only: the process killed is the session's own sshd, the parent of the remote command."""
     pid_file = server.root / f"pid{next(_names)}"
     script = server.script(
         f"hang{next(_names)}", f"echo $$ > {pid_file}.tmp; mv {pid_file}.tmp {pid_file}; exec sleep 120\n"
@@ -479,9 +489,11 @@ def test_the_session_sshd_killed_mid_call_is_a_lost_connection(sshd: SshdFactory
     assert error.exit_code == 255
 
 
+@pytest.mark.parametrize("ssh_tier", ["openssh"], indirect=True)
 def test_a_frozen_session_is_detected_by_keepalive(
-    sshd: SshdFactory, server: SshdServer, monkeypatch: pytest.MonkeyPatch
+    sshd: SshMachines, server: SshMachine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """OpenSSH only: the session's sshd processes are frozen (SIGSTOP), a thing no in-process server can be."""
     monkeypatch.setenv(ssh.KEEPALIVE_ENV, "0.5")
     pid_file = server.root / f"pid{next(_names)}"
     script = server.script(
@@ -514,7 +526,7 @@ def test_a_frozen_session_is_detected_by_keepalive(
     assert elapsed < 30
 
 
-def test_the_whole_call_is_bounded(sshd: SshdFactory, server: SshdServer) -> None:
+def test_the_whole_call_is_bounded(sshd: SshMachines, server: SshMachine) -> None:
     with pytest.raises(CallTimedOut) as caught:
         call_fake(sshd, server, "exec sleep 60\n", timeout_s=1.5)
     assert caught.value.message.startswith("m1 (127.0.0.1:") and "within 1.5s" in caught.value.message

@@ -1,0 +1,123 @@
+"""The two tiers of SSH machines the remote suites run over: in-process asyncssh servers and real OpenSSH sshd.
+
+`ssh_tier` is a module-scoped fixture parametrized over TIERS; `ssh_machines` is the factory
+of that tier (`InProcessSshdFactory` or `SshdFactory`, one interface: `SshMachines`), shared by
+one test module. A module that asks for `ssh_machines` runs once per tier, the in-process one
+first. The in-process tier needs no root and no sshd; the OpenSSH tier stays for fidelity (a
+real sshd's sessions, SetEnv, key exchange). Without root or sshd the OpenSSH tier skips with
+the reason (a failure under CI, which runs both).
+
+WB_TEST_SSH_TIERS=inprocess (or openssh) runs one tier only; unset, both. A test that
+exercises what only OpenSSH shows asks for `sshd` instead, or pins the tier with
+`@pytest.mark.parametrize("ssh_tier", ["openssh"], indirect=True)`.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, Protocol
+
+import psutil
+import pytest
+
+TIERS = ("inprocess", "openssh")
+TIERS_ENV = "WB_TEST_SSH_TIERS"
+
+
+class SshMachine(Protocol):
+    """One machine reached over SSH: where it listens, its files and its own home."""
+
+    @property
+    def host(self) -> str: ...
+    @property
+    def port(self) -> int: ...
+    @property
+    def root(self) -> Path: ...
+    @property
+    def host_public_key(self) -> str: ...
+    @property
+    def wb_home(self) -> Path: ...
+    @property
+    def projects_root(self) -> Path: ...
+    @property
+    def bin_dir(self) -> Path: ...
+
+    def log(self) -> str: ...
+    def script(self, name: str, body: str) -> Path: ...
+    def session_processes(self) -> list[psutil.Process]: ...
+    def kill_sessions(self) -> None: ...
+    def stop(self) -> None: ...
+
+
+class SshMachines(Protocol):
+    """Starts machines sharing one client key, one known_hosts file and one client config."""
+
+    @property
+    def base(self) -> Path: ...
+    @property
+    def client_key(self) -> Path: ...
+    @property
+    def known_hosts(self) -> Path: ...
+    @property
+    def client_config(self) -> Path: ...
+
+    def start(self, host: str = ..., *, remember_key: bool = ..., sshd_options: str = ...) -> Any: ...
+    def write_client_config(self, name: str, extra: str = "", *, known_hosts: Path | None = None) -> Path: ...
+    def known_hosts_line(self, server: Any) -> str: ...
+    def write_wb_config(self, name: str, targets: dict[str, dict[str, Any]]) -> Path: ...
+    def target(self, server: Any, **extra: Any) -> dict[str, Any]: ...
+    def close(self) -> None: ...
+
+
+def selected_tiers() -> tuple[str, ...]:
+    """The tiers WB_TEST_SSH_TIERS names (comma-separated), or all of them."""
+    named = [word.strip() for word in os.environ.get(TIERS_ENV, "").split(",") if word.strip()]
+    unknown = sorted(set(named) - set(TIERS))
+    if unknown:
+        raise pytest.UsageError(f"{TIERS_ENV}={os.environ[TIERS_ENV]!r}: unknown tier {unknown[0]!r}; use {TIERS}")
+    return tuple(named) or TIERS
+
+
+def make_machines(tier: str, base: Path) -> SshMachines:
+    """A factory of `tier`'s machines under `base` (the caller closes it)."""
+    if tier == "inprocess":
+        from tests.integration.inprocess_sshd import InProcessSshdFactory
+
+        return InProcessSshdFactory(base)
+    from tests.integration.sshd import SshdFactory
+
+    return SshdFactory(base)
+
+
+def require_tier(tier: str) -> None:
+    """Skip (fail under CI) when this tier cannot or must not run here, saying why."""
+    from conftest import unavailable
+
+    from tests.integration.sshd import sshd_unavailable_reason
+
+    if tier not in selected_tiers():
+        unavailable(f"the {tier} SSH tier is not selected ({TIERS_ENV}={os.environ.get(TIERS_ENV)})")
+    if tier == "openssh":
+        reason = sshd_unavailable_reason()
+        if reason is not None:
+            unavailable(f"the OpenSSH tier cannot run: {reason}")
+
+
+@pytest.fixture(scope="module", params=TIERS)
+def ssh_tier(request: pytest.FixtureRequest) -> str:
+    """Which SSH machines this module's tests run over (see the module docstring)."""
+    tier = str(request.param)
+    require_tier(tier)
+    return tier
+
+
+@pytest.fixture(scope="module")
+def ssh_machines(ssh_tier: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshMachines]:
+    """This tier's machines, shared by one test module and stopped after it."""
+    factory = make_machines(ssh_tier, tmp_path_factory.mktemp(f"ssh-{ssh_tier}"))
+    try:
+        yield factory
+    finally:
+        factory.close()
