@@ -1,4 +1,4 @@
-"""The fleet view (contract §8) against a loopback fleet of real sshd machines, some of them broken."""
+"""The fleet view (docs/cli.md, wb agent list) against a loopback fleet of real sshd machines, some of them broken."""
 
 from __future__ import annotations
 

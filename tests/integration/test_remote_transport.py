@@ -1,4 +1,4 @@
-"""The SSH transport against a real OpenSSH sshd on loopback (contract §5): no mocks between client and sshd.
+"""The SSH transport against a real OpenSSH sshd on loopback (docs/protocol.md): no mocks between client and sshd.
 
 The remote `wb` is this checkout's console script, run by sshd as another machine with
 its own WB_HOME (sshd's SetEnv). Hostile or broken remotes are fake `wb_path` scripts.
