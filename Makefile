@@ -1,4 +1,4 @@
-# Benchmarks of contract §12 (issues 5 and 7); results go in docs/benchmarks.md.
+# Benchmarks against docs/benchmarks.md#targets (issues 5 and 7); results go in docs/benchmarks.md.
 PYTHON ?= python3
 
 .PHONY: bench bench-quick

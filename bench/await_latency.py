@@ -1,4 +1,5 @@
-"""Benchmark 3 — await latency (contract §3.4 / §12: local p50 ≤ 150 ms, p99 ≤ 300 ms).
+"""Benchmark 3 — await latency (docs/benchmarks.md#targets: local p50 ≤ 150 ms, p99 ≤ 300 ms; docs/cli.md, wb agent
+await).
 
 A record is written `running`, owned by this benchmark's own process (so it is neither
 abandoned nor in the admission grace), and `wb agent await <ref>` is started. Once that

@@ -71,7 +71,7 @@ def run(report: common.Report, base: Path, repetitions: int = 11) -> None:
             },
             repetitions,
         )
-        # The same diff on the warm path (contract §16): the courier's kept connection and program.
+        # The same diff on the warm path (docs/courier.md): the courier's kept connection and program.
         warm_env = machines.env(WB_COURIER="on")
         try:
             warm._warm_up(ours, warm_env, 1)

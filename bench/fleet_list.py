@@ -1,6 +1,6 @@
 """Issue 5's benchmark — `wb agent list --all --json` over N loopback machines (N = 1, 4, 16),
 each with 50 recorded runs, against the same fan-out done with OpenSSH: for every host,
-`ssh host wb --wb-internal-agent-remote < list-request`, all in parallel (contract §12:
+`ssh host wb --wb-internal-agent-remote < list-request`, all in parallel (docs/benchmarks.md#targets:
 ours ≤ 1.0× at every N). Also time(16)/time(1), and how much of time(16) is the remote
 start-ups' CPU (N receivers answering `list`, divided over this machine's cores).
 """

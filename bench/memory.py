@@ -1,4 +1,4 @@
-"""Benchmark 5 — peak RSS of the CLI (contract §12: ≤ 100 MB).
+"""Benchmark 5 — peak RSS of the CLI (docs/benchmarks.md#targets: ≤ 100 MB).
 
 The peak resident set of the `wb` process itself (os.wait4's ru_maxrss: the CLI and any
 child it waited for) for `wb agent status m1:<id>` and for `wb agent list --all --json`

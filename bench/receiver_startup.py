@@ -1,4 +1,4 @@
-"""Benchmark 2 — the receiver's start-up (contract §12: ≤ 1.5× `python -c "import pydantic"`).
+"""Benchmark 2 — the receiver's start-up (docs/benchmarks.md#targets: ≤ 1.5× `python -c "import pydantic"`).
 
 Ours: `wb --wb-internal-agent-remote` answering a `status` request read from a file, for a
 record that exists, as sshd would run it. Yardstick: `python -c "import pydantic"`, the floor

@@ -1,4 +1,4 @@
-"""Benchmark 1 — remote status round trip (contract §12: ≤ 1.8× `ssh host true`, cold).
+"""Benchmark 1 — remote status round trip (docs/benchmarks.md#targets: ≤ 1.8× `ssh host true`, cold).
 
 Ours: `wb agent status m1:agt-…` as a user types it: interpreter start, the CLI, an asyncssh
 connection, the remote `wb --wb-internal-agent-remote`, the reply. Yardstick: `ssh host true`

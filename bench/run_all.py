@@ -1,4 +1,4 @@
-"""Run every benchmark of issue 7 and issue 5 (contract §12) and print one table; exits 0.
+"""Run every benchmark of issue 7 and issue 5 (docs/benchmarks.md#targets) and print one table; exits 0.
 
     python3 bench/run_all.py [--quick] [--json PATH]
 

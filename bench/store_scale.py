@@ -1,4 +1,4 @@
-"""Benchmark 4 — the store at scale (contract §12: `list` over 10,000 records ≤ 1 s; `status`
+"""Benchmark 4 — the store at scale (docs/benchmarks.md#targets: `list` over 10,000 records ≤ 1 s; `status`
 independent of the record count).
 
 `wb agent list --json` over 10,000 records on disk, and `wb agent status <id> --json` with 10

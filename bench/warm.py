@@ -1,4 +1,4 @@
-"""Benchmark 8 — the warm path (contract §12, §16): the courier running, its connections open.
+"""Benchmark 8 — the warm path (docs/benchmarks.md#targets; docs/courier.md): the courier running, its connections open.
 
 - remote `wb agent status m1:agt-…` against `ssh host true` (target ≤ 0.3×);
 - `wb agent list --all --json` over 16 loopback machines against the OpenSSH parallel

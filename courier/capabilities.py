@@ -1,4 +1,5 @@
-"""The optional features this machine's receiver supports: the `version` reply's `capabilities` (contract Part two).
+"""The optional features this machine's receiver supports: the `version` reply's `capabilities`
+(docs/protocol.md#optional-features).
 
 One list, built here. An operation of Part two lists itself through its table entry's
 `capability` (protocol/operations.py); any other feature (`follow`, `serve`, …) is one line
@@ -7,8 +8,8 @@ below. A caller uses an optional feature of a peer only when the peer lists it.
 
 from __future__ import annotations
 
-SERVE = "serve"  # `wb --wb-internal-agent-serve`: JSON lines, concurrent requests (contract §16)
-# `prune` with `worktrees` (contract §22): an older peer would ignore the field and keep them.
+SERVE = "serve"  # `wb --wb-internal-agent-serve`: JSON lines, concurrent requests (docs/courier.md)
+# `prune` with `worktrees` (docs/cli.md, wb agent prune): an older peer would ignore the field and keep them.
 PRUNE_WORKTREES = "prune-worktrees"
 
 
@@ -19,7 +20,7 @@ def capabilities() -> list[str]:
 
     found = [SERVE]
     found += [entry.capability for entry in TABLE.values() if entry.capability]
-    found.append("follow")  # logs --follow (contract §15.2): a mode of `logs`, not an operation
+    found.append("follow")  # logs --follow (docs/cli.md, wb agent logs): a mode of `logs`, not an operation
     found.append(PRUNE_WORKTREES)
     found += [f"harness:{name}" for name in runnable_harnesses()]
     return found

@@ -503,7 +503,7 @@ def demo(
         raise typer.Exit(code)
 
 
-# -- courier (contract §16) -----------------------------------------------------------------
+# -- courier (docs/courier.md) -----------------------------------------------------------------
 
 
 @courier_app.command(name="status")
@@ -587,7 +587,8 @@ def run(argv: list[str]) -> int:
             sys.stdout.flush()
         except BrokenPipeError:
             _broken_pipe()
-        if isinstance(exc, Interrupted):  # a hint, not an error: printed exactly, without the prefix (§3)
+        if isinstance(exc, Interrupted):  # a hint, not an error: printed exactly, without the prefix
+            # (docs/cli.md#conventions-shared-by-every-command)
             sys.stderr.write(f"{exc.message}\n")
         else:
             _error(exc.message)

@@ -59,7 +59,7 @@ def request(operation: str, **fields: Any) -> RemoteRequest:
 
 
 def read_task(task: str | None, task_file: str | None, stdin: BinaryIO | None = None) -> str:
-    """The task text, checked: exactly one source, at most 1 MiB, UTF-8, not blank (contract §3.1)."""
+    """The task text, checked: exactly one source, at most 1 MiB, UTF-8, not blank (docs/cli.md#wb-agent-dispatch)."""
     if (task is None) == (task_file is None):
         raise UsageError("pass exactly one of --task TEXT and --task-file PATH")
     if task is not None:

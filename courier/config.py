@@ -1,4 +1,4 @@
-"""wb.yaml → providers, profiles and machines (contract §4); the only module that imports yaml.
+"""wb.yaml → providers, profiles and machines (docs/config.md); the only module that imports yaml.
 
 A problem in one provider, profile or machine makes only that entry unusable: it is kept
 as a `Problem` and reported by the commands that use it. Problems with the file itself
@@ -51,7 +51,7 @@ _PATH_SEGMENT = re.compile(r"[A-Za-z0-9._+-]+")
 
 
 def check_identifier(value: str, what: str) -> str:
-    """Model and reasoning names: non-secret identifiers (contract §4)."""
+    """Model and reasoning names: non-secret identifiers (docs/config.md)."""
     lowered = value.lower()
     if (
         not _IDENT.fullmatch(value)
@@ -156,7 +156,7 @@ class Provider(_Entry):
 
 
 class Profile(_Entry):
-    """One profile. `harness: command` names its own `command` and has no provider or model (§14)."""
+    """One profile. `harness: command` names its own `command` and has no provider or model (docs/harnesses.md)."""
 
     harness: str
     provider: str | None = None
@@ -165,7 +165,7 @@ class Profile(_Entry):
     network: bool = False
     permissions: Literal["bypass"] | None = None  # claude only: --permission-mode bypassPermissions
     command: list[str] | None = None  # command only: ["/abs/path", "arg", …]
-    # Contract §15.3: Go durations; `0` (YAML integer or string) means never.
+    # docs/cli.md#stalled-runs: Go durations; `0` (YAML integer or string) means never.
     stall_after: str | int | None = None
     stop_when_stalled: str | int | None = None
 
@@ -393,7 +393,7 @@ def _check_file_permissions(path: Path) -> None:
 
 def load_config(path: Path | None = None) -> Config:
     """The configuration of `path` (default: WB_CONFIG, else the XDG location); an absent
-    default file means the built-ins, but a file WB_CONFIG names must exist (contract §22)."""
+    default file means the built-ins, but a file WB_CONFIG names must exist (docs/config.md#where-the-file-is)."""
     if path is None:
         path = config_path()
         if os.environ.get("WB_CONFIG") and not path.exists():
@@ -437,7 +437,7 @@ def _yaml_problem(exc: yaml.YAMLError) -> str:
 
 
 def _courier_settings(config: Config, section: dict[str, Any], path: Path) -> None:
-    """`courier.idle` (a duration > 0) and `courier.max_sessions_per_machine` (contract §16)."""
+    """`courier.idle` (a duration > 0) and `courier.max_sessions_per_machine` (docs/courier.md)."""
     idle = section.get("idle")
     if idle is not None:
         from protocol.durations import BadDuration, parse_duration_ms
@@ -542,7 +542,8 @@ def _targets(section: dict[str, Any], path: Path) -> dict[str, Target | Problem]
     for name, body in section.items():
         key = f"session_move.targets.{name}"
         if body is None or (isinstance(body, dict) and "ssh" not in body):
-            continue  # no ssh block: not a machine (it may serve another WB transport), skipped silently (§3.7)
+            continue  # no ssh block: not a machine (it may serve another WB transport), skipped silently
+            # (docs/cli.md#machine-selection)
         try:
             check_machine_name(str(name))
         except BadName as exc:

@@ -1,4 +1,4 @@
-"""One error tree; each class carries its exit code (contract §3.9).
+"""One error tree; each class carries its exit code (docs/cli.md#exit-codes).
 
 WbError (1)
 ├── UsageError (2)            the invocation, request or configuration is invalid
@@ -13,7 +13,7 @@ WbError (1)
 └── Interrupted (130)         Ctrl-C
 
 `request_maybe_sent` says whether the request may have reached the machine when the error
-happened: a dispatch that fails that way names the reference it intended (contract §3.1).
+happened: a dispatch that fails that way names the reference it intended (docs/cli.md#wb-agent-dispatch).
 """
 
 from __future__ import annotations

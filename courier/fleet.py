@@ -1,4 +1,4 @@
-"""The fleet view: `wb agent list --all` and `wb machines` (contract §8).
+"""The fleet view: `wb agent list --all` and `wb machines` (docs/cli.md, wb agent list).
 
 Every machine is asked concurrently (at most 32 in flight), each bounded by a deadline
 that starts when the command starts, so one dead or slow machine cannot hold the
@@ -116,7 +116,8 @@ async def _ask_all(config: Config, machines: list[str], operation: str, deadline
             out[machine] = Answer(response, failure, elapsed, sent_at, time.time())
 
     if any(machines):
-        async with connections_shared():  # one connection per host (§8.1): aliases of one sshd share it
+        async with connections_shared():  # one connection per host: aliases of one sshd share it
+            # (docs/cli.md, wb agent list)
             await asyncio.gather(*(one(name) for name in machines))
     else:
         await asyncio.gather(*(one(name) for name in machines))

@@ -22,7 +22,7 @@ def main() -> None:
 
         sys.exit(serve(sys.argv[2:]))
     if argv1 == SERVE_ARGUMENT:
-        # The remote session mode (contract §16): as light as the one-call receiver.
+        # The remote session mode (docs/courier.md): as light as the one-call receiver.
         from courier.remote.session import serve_session
 
         sys.exit(serve_session(sys.argv[2:]))
@@ -31,7 +31,7 @@ def main() -> None:
 
         sys.exit(owner_main(sys.argv[2:]))
     if argv1 not in COLD_COMMANDS and not argv1.startswith("--wb-internal-") and sys.platform.startswith("linux"):
-        # The warm path (contract §16): a few ms here, the command itself in the courier.
+        # The warm path (docs/courier.md): a few ms here, the command itself in the courier.
         from courier.warm.client import run as run_warm
 
         try:

@@ -47,7 +47,7 @@ from protocol.documents import ErrorDocument, FleetDocument, FleetMachine, LogsD
 from protocol.models import DiffResult, RemoteResponse, Result, collector_paused
 from protocol.refs import format_reference
 
-# How often a waiting `await` reports progress (contract §22: at least every 10 s).
+# How often a waiting `await` reports progress (docs/mcp.md: at least every 10 s).
 AWAIT_PROGRESS_MS = 5_000
 # How often a waiting `await` asks for the run's status: soon at first, then backing off.
 AWAIT_POLL_FIRST_S = 0.2
@@ -345,7 +345,7 @@ async def _machines(call: Call, args: MachinesArgs) -> dict[str, Any]:
     timeout_s = commands.machine_timeout_s(args.machine_timeout)
     config = await call.config()
     rows = await call.blocking(lambda: probe_machines(config, check=args.check, machine_timeout_s=timeout_s))
-    # The file named, so a client that passed no environment sees which wb.yaml it got (contract §22).
+    # The file named, so a client that passed no environment sees which wb.yaml it got (docs/mcp.md).
     return {"machines": [row.document().to_json() for row in rows], "config": str(config.path)}
 
 
@@ -549,7 +549,7 @@ def build_server() -> Server[Any]:
 # The SDK's stdio reader drops a line it cannot take as a JSON-RPC message (invalid JSON, a
 # lone surrogate, a non-object, a request without a method) without a word, and a client
 # waiting for that id hangs. The lines pass through `ScreenedLines` first: a message the SDK
-# takes goes on to it unchanged, any other line is answered here (JSON-RPC 2.0 §5.1).
+# takes goes on to it unchanged, any other line is answered here (JSON-RPC 2.0, "Response object").
 
 
 def screen(line: str) -> types.JSONRPCError | None:

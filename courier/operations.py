@@ -142,5 +142,5 @@ def perform(
         response.failure = f"internal: {type(exc).__name__}: {exc}"
         response.failure_kind = "failed"
     response.now = now_rfc3339()
-    response.wb_version = __version__  # on every reply, not only `version` (§5.4)
+    response.wb_version = __version__  # on every reply, not only `version` (docs/protocol.md#the-receivers-rules)
     return response

@@ -1,4 +1,5 @@
-"""The `--json` documents of `logs`, `stop` and `prune` (contract §22), built from the replies the text output uses.
+"""The `--json` documents of `logs`, `stop` and `prune` (docs/supervisors.md#the-documents), built from the replies the
+text output uses.
 
 Text and JSON come from the same reply and the same wording, so the two never disagree.
 """

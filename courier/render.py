@@ -50,7 +50,7 @@ def _s(text: object) -> str:
 
 
 def sort_results(results: list[Result]) -> list[Result]:
-    """Newest first; ties by machine (local first) then run ID (contract §3.3)."""
+    """Newest first; ties by machine (local first) then run ID (docs/cli.md, wb agent list)."""
     return sorted(results, key=lambda r: (-_started_key(r.started_at), r.machine or "", r.agent_id))
 
 
@@ -59,7 +59,8 @@ def _started_key(text: str) -> float:
 
 
 def dispatch_line(result: Result) -> str:
-    """`<ref> <state> <location> (<provider>/<model>)`; the location is the worktree name (§3.1)."""
+    """`<ref> <state> <location> (<provider>/<model>)`; the location is the worktree name
+    (docs/cli.md#wb-agent-dispatch)."""
     location = result.worktree
     if result.machine:
         location = f"{result.machine}:{location}"
@@ -87,7 +88,7 @@ def is_stalled(result: Result) -> bool:
 
 
 def silence(seconds: float) -> str:
-    """Contract §15.3: whole minutes from 1m, whole seconds below."""
+    """docs/cli.md#stalled-runs: whole minutes from 1m, whole seconds below."""
     seconds = max(0, int(seconds))
     return f"{seconds // 60}m" if seconds >= 60 else f"{seconds}s"
 

@@ -31,7 +31,7 @@ _UNSUPPORTED = re.compile(r"\b(unknown|unsupported) operation\b", re.IGNORECASE)
 
 
 def upgrade_message(machine: str, version: str | None, feature: str) -> str:
-    """Contract Part two: what the caller says when a peer lacks an operation or feature."""
+    """docs/protocol.md#optional-features: what the caller says when a peer lacks an operation or feature."""
     who = f"wb {sanitize(version)[:64]}" if version else "an older wb"
     return f"machine {machine} runs {who}, which does not support {feature}; upgrade wb there"
 

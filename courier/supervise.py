@@ -1,4 +1,5 @@
-"""The caller's side of the supervisor's loop (contract §15): diff, follow, continue and prune, here or remotely.
+"""The caller's side of the supervisor's loop (docs/cli.md#the-supervisors-loop): diff, follow, continue and prune,
+here or remotely.
 
 Each function asks through `route.ask`, so a local and a remote run behave the same; the
 CLI only parses flags and prints what these return.

@@ -1,4 +1,5 @@
-"""Sanitising foreign text before it reaches a terminal (contract §3): the one sanitiser."""
+"""Sanitising foreign text before it reaches a terminal (docs/cli.md#conventions-shared-by-every-command): the one
+sanitiser."""
 
 from __future__ import annotations
 

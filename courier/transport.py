@@ -3,7 +3,7 @@
 This machine is one more transport (`LocalTransport` runs the operation in-process and keeps
 its typed results); another machine is reached over SSH (`SshTransport`: encode, call,
 decode and validate once); tests use `MockTransport`. The CLI, `route` and `fleet` obtain
-transports only from `transport_for`, so a new carrier (the warm courier of contract §16)
+transports only from `transport_for`, so a new carrier (the warm courier of docs/courier.md)
 is one more implementation installed with `use_remote`.
 
 A transport returns the peer's reply as it came, in-band refusals included; raising them as
@@ -65,7 +65,8 @@ class LocalTransport(Transport):
 
 
 class SshTransport(Transport):
-    """Another machine over SSH (contract §5.5): validated before connecting, the reply validated once."""
+    """Another machine over SSH (docs/protocol.md#the-callers-rules): validated before connecting, the reply validated
+    once."""
 
     def __init__(self, config: Config, machine: str) -> None:
         self.config = config
@@ -107,7 +108,7 @@ def transport_for(config: Config, machine: str) -> Transport:
 
 @contextlib.asynccontextmanager
 async def connections_shared() -> AsyncIterator[None]:
-    """Within it, SSH calls to one host share one connection (contract §8.1): a fan-out's scope."""
+    """Within it, SSH calls to one host share one connection (docs/cli.md, wb agent list): a fan-out's scope."""
     from courier.remote.pool import pooled
 
     async with pooled():

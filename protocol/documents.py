@@ -1,4 +1,5 @@
-"""The JSON documents wb prints beyond the wire ones: fleet rows, machine probes, errors (contract §8, §17)."""
+"""The JSON documents wb prints beyond the wire ones: fleet rows, machine probes, errors (docs/cli.md, wb agent list;
+docs/supervisors.md#the-documents)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Go's time.ParseDuration grammar (contract §3), returning whole milliseconds."""
+"""Go's time.ParseDuration grammar (docs/cli.md#conventions-shared-by-every-command), returning whole milliseconds."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Every number of contract §10, in one place, named."""
+"""Every bound of docs/protocol.md#bounds, in one place, named."""
 
 SCHEMA_VERSION = 1
 
@@ -42,7 +42,7 @@ MS_PER_HOUR = 60 * MS_PER_MINUTE
 TIMEOUT_DEFAULT_MS = 30 * MS_PER_MINUTE
 TIMEOUT_MAX_MS = 168 * MS_PER_HOUR
 AWAIT_DEFAULT_MS = 1 * MS_PER_HOUR
-# MCP `await` (contract §22): below the 60 s request timeout common MCP clients apply.
+# MCP `await` (docs/mcp.md): below the 60 s request timeout common MCP clients apply.
 MCP_AWAIT_DEFAULT_MS = 45 * MS_PER_SECOND
 # `wb mcp`: threads for the tools' blocking steps (a waiting `await` holds none between polls).
 MCP_BLOCKING_THREADS = 16
@@ -58,7 +58,7 @@ AWAIT_REASK_MAX_S = 4.0
 
 FLEET_MAX_IN_FLIGHT = 32
 
-# The courier (contract §16): idle lifetime and channels per SSH connection (sshd's MaxSessions is 10).
+# The courier (docs/courier.md): idle lifetime and channels per SSH connection (sshd's MaxSessions is 10).
 COURIER_IDLE_DEFAULT_MS = 10 * MS_PER_MINUTE
 COURIER_MAX_SESSIONS_DEFAULT = 8
 COURIER_MAX_SESSIONS_MAX = 1024
@@ -77,7 +77,7 @@ TERMINAL_SAVE_TRIES = 5
 TERMINAL_SAVE_FIRST_PAUSE_S = 1.0
 AWAIT_POLL_S = 0.05
 
-# Contract §15 (the supervisor's loop).
+# The supervisor's loop (docs/cli.md#the-supervisors-loop).
 STALL_AFTER_DEFAULT_MS = 10 * MS_PER_MINUTE
 DIFF_PATCH_WIRE_MAX_BYTES = 2 * MIB
 FOLLOW_WAIT_MAX_MS = AWAIT_CHUNK_MS
@@ -108,9 +108,9 @@ REPLY_CONTAINERS_MAX = 8 * REPLY_RESULTS_MAX
 # and a reply of millions of tiny numbers or strings never becomes millions of Python objects.
 REPLY_VALUES_MAX = 200_000
 
-# The version reply's `capabilities` (contract Part two): how many a reply may list.
+# The version reply's `capabilities` (docs/protocol.md#optional-features): how many a reply may list.
 CAPABILITIES_MAX = 64
-# A `command` profile (contract §14): at most this many argv items, each at most this many bytes.
+# A `command` profile (docs/harnesses.md): at most this many argv items, each at most this many bytes.
 COMMAND_ARGS_MAX = 64
 COMMAND_ARG_MAX_BYTES = 4 * KIB
 

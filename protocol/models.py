@@ -1,4 +1,5 @@
-"""The schema-1 documents of contract §5.2, §5.3 and §6.3, with WB's exact JSON field names.
+"""The schema-1 documents (docs/protocol.md#the-request; docs/protocol.md#the-response; docs/cli.md#results), with
+WB's exact JSON field names.
 
 Decoding ignores unknown fields (a newer peer may add some) and reads JSON null as the
 field's zero value, as a Go peer's `omitempty`-less fields arrive. Encoding omits empty
@@ -110,7 +111,7 @@ class ChangeSummary(WireModel):
     files: list[str] | None = Field(default=None, max_length=limits.CHANGED_FILES_MAX)
     insertions: int | None = Field(default=None, ge=0)
     deletions: int | None = Field(default=None, ge=0)
-    new_files: int | None = Field(default=None, ge=0)  # untracked, non-ignored new files (§7.6)
+    new_files: int | None = Field(default=None, ge=0)  # untracked, non-ignored new files (docs/runs.md#summaries)
     commits: int | None = Field(default=None, ge=0)
     files_truncated: bool | None = None
     preexisting_changes: int | None = Field(default=None, ge=0)
@@ -198,7 +199,7 @@ class Result(WireModel):
 
 
 class StopResult(WireModel):
-    """The stop reply's own three-field `result` (contract §5.3); `machine` is stamped by the caller."""
+    """The stop reply's own three-field `result` (docs/protocol.md#the-response); `machine` is stamped by the caller."""
 
     agent_id: str
     machine: str | None = None
@@ -215,7 +216,7 @@ class StopResult(WireModel):
 
 
 class DiffFile(WireModel):
-    """One file of a diff (contract §15.1); a path is git's, so output sanitises it."""
+    """One file of a diff (docs/cli.md, wb agent diff); a path is git's, so output sanitises it."""
 
     path: Annotated[str, StringConstraints(max_length=limits.PATH_TEXT_MAX_CHARS)]
     status: Identifier
@@ -225,7 +226,7 @@ class DiffFile(WireModel):
 
 
 class DiffResult(WireModel):
-    """The diff reply's `result` and `wb agent diff --json` (contract §15.1)."""
+    """The diff reply's `result` and `wb agent diff --json` (docs/cli.md, wb agent diff)."""
 
     agent_id: str
     machine: str | None = None
@@ -265,11 +266,11 @@ class PrunedWorktree(WireModel):
 
 
 class PruneResult(WireModel):
-    """The prune reply's `result` (contract §15.5, §22): what was (or, dry, would be) removed."""
+    """The prune reply's `result` (docs/cli.md, wb agent prune): what was (or, dry, would be) removed."""
 
     dry_run: bool = False
     removed: list[PrunedRun] = Field(default_factory=list)
-    # Contract §22, fields an older peer does not send: records kept because their run is live,
+    # Fields an older peer does not send (docs/cli.md, wb agent prune): records kept because their run is live,
     # and with `worktrees` the worktrees removed.
     kept_live: int | None = Field(default=None, ge=0)
     worktrees: list[PrunedWorktree] | None = None
@@ -297,14 +298,14 @@ class RemoteRequest(WireModel):
     wait_timeout_ms: int = 0
     raw: bool = False
     tail: int = 0
-    # Part two (contract §15): fields an older peer ignores.
+    # Added later (docs/protocol.md#optional-features): fields an older peer ignores.
     stat: bool = False
     follow: bool = False
     follow_from: int = 0
     new_agent_id: str = ""
     older_than_ms: int = 0
     dry_run: bool = False
-    # Contract §22: prune also removes worktrees; sent only to a peer listing `prune-worktrees`.
+    # docs/cli.md, wb agent prune: prune also removes worktrees; sent only to a peer listing `prune-worktrees`.
     worktrees: bool = False
 
     def encode(self) -> bytes:

@@ -1,4 +1,5 @@
-"""The operation table (contract §5.2, §15): one entry per operation, read by every side.
+"""The operation table (docs/protocol.md#the-request; docs/cli.md#the-supervisors-loop): one entry per operation, read
+by every side.
 
 An entry holds what the operation takes (`fields`, `check`) and what its reply carries
 (`reply`). The validator, the receiver and the caller's reply checks all read this table;
@@ -122,7 +123,7 @@ TABLE: dict[str, Operation] = {
         ),
         Operation("stop", "stop", ("agent_id",), needs_agent_id=True),
         Operation("version", "none"),
-        # Contract §15: the supervisor's loop.
+        # The supervisor's loop (docs/cli.md#the-supervisors-loop).
         Operation("diff", "diff", ("agent_id", "stat"), needs_agent_id=True, capability="diff"),
         Operation(
             "continue",

@@ -1,4 +1,5 @@
-"""Run IDs, machine names, worktree and repository names, and agent references (contract §2)."""
+"""Run IDs, machine names, worktree and repository names, and agent references
+(docs/protocol.md#names-and-references)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ _REPO = re.compile(r"[A-Za-z0-9._-]{1,100}")
 
 
 class BadName(ValueError):
-    """A run ID, machine, worktree, repository or reference that contract §2 refuses."""
+    """A run ID, machine, worktree, repository or reference that docs/protocol.md#names-and-references refuses."""
 
 
 def new_run_id() -> str:

@@ -1,4 +1,5 @@
-"""The shape rules a request's fields must meet (contract §2, §3.1, §5.2), each refusal a RequestRefused."""
+"""The shape rules a request's fields must meet (docs/protocol.md#names-and-references; docs/cli.md#wb-agent-dispatch;
+docs/protocol.md#the-request), each refusal a RequestRefused."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ from protocol import limits
 
 
 class RequestRefused(ValueError):
-    """A request that contract §5.2 refuses; the message says what and how to fix it."""
+    """A request that docs/protocol.md#the-request refuses; the message says what and how to fix it."""
 
 
 def check_task(task: str) -> None:

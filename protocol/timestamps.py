@@ -1,4 +1,4 @@
-"""The one RFC 3339 rule (contract §6.3): UTC, millisecond precision, `Z`; parsing accepts any offset."""
+"""The one RFC 3339 rule (docs/cli.md#results): UTC, millisecond precision, `Z`; parsing accepts any offset."""
 
 from __future__ import annotations
 

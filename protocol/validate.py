@@ -76,7 +76,7 @@ def check_schema_version(version: int, *, peer: str) -> None:
 
 
 def validate_request(request: RemoteRequest) -> RemoteRequest:
-    """Apply contract §5.2's rules from the operation table; the receiver applies no CLI defaults."""
+    """Apply docs/protocol.md#the-request from the operation table; the receiver applies no CLI defaults."""
     try:
         if request.schema_version != limits.SCHEMA_VERSION:
             check_schema_version(request.schema_version, peer="request")

@@ -23,7 +23,7 @@ from tests.integration.sshd import SshdFactory
 from tests.json_documents import check_output
 from tests.ssh_tiers import SshMachine, ssh_machines, ssh_tier  # noqa: F401  (the two SSH tiers' fixtures)
 
-# The suite runs in both courier modes (contract §16, .ci/run): WB_COURIER as the runner set it
+# The suite runs in both courier modes (docs/courier.md, .ci/run): WB_COURIER as the runner set it
 # reaches every process a test starts, also those given an environment of their own.
 _COURIER_MODE = os.environ.get("WB_COURIER")
 if _COURIER_MODE is not None:
@@ -257,7 +257,7 @@ def _stop_couriers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
 
 
 def courier_on() -> bool:
-    """Whether the wb processes this suite starts go through the courier (contract §16)."""
+    """Whether the wb processes this suite starts go through the courier (docs/courier.md)."""
     from courier.warm.client import enabled
 
     return sys.platform.startswith("linux") and enabled(os.environ)
@@ -266,7 +266,7 @@ def courier_on() -> bool:
 def command_process(pid: int) -> int | None:
     """The process that runs wb's command: `pid` itself (cold), or its child in the courier (warm).
 
-    A thin client (contract §16) passes its stdio to the courier, whose forked child then holds
+    A thin client (docs/courier.md) passes its stdio to the courier, whose forked child then holds
     the same stdout; that child is the one doing the work.
     """
     import psutil

@@ -72,7 +72,7 @@ class MessagesUsage(FieldSum):
     output_tokens: int = 0
 
     def as_wb_usage(self) -> dict[str, int]:
-        """What wb reports for this usage (contract §6.3: `input_tokens` counts cache reads and writes)."""
+        """What wb reports for this usage (docs/cli.md#results: `input_tokens` counts cache reads and writes)."""
         return {
             "input_tokens": self.input_tokens + self.cache_read_input_tokens + self.cache_creation_input_tokens,
             "cached_input_tokens": self.cache_read_input_tokens,

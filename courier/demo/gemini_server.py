@@ -75,7 +75,7 @@ class GeminiUsage(FieldSum):
         }
 
     def wb_usage(self) -> dict[str, int]:
-        """What wb reports for this usage (contract §6.3): the CLI's `result.stats`, renamed."""
+        """What wb reports for this usage (docs/cli.md#results): the CLI's `result.stats`, renamed."""
         return {"input_tokens": self.prompt, "cached_input_tokens": self.cached, "output_tokens": self.candidates}
 
 

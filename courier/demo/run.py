@@ -315,7 +315,7 @@ def _demo(sandbox: Sandbox, started: float, spec: DemoHarness) -> int:
 
 
 def _facts(text: str) -> dict[str, str]:
-    """`label: value` lines of a status text (contract §3.2) as a mapping."""
+    """`label: value` lines of a status text (docs/cli.md, wb agent status) as a mapping."""
     facts: dict[str, str] = {}
     for line in text.splitlines():
         label, colon, value = line.partition(":")

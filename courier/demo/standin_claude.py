@@ -1,6 +1,6 @@
 """A bundled stand-in for `claude` (Claude Code 2.1.328) that `wb demo` can use when the real CLI is not on PATH.
 
-It accepts the argv wb builds (contract §14: `-p --output-format stream-json --verbose --model M
+It accepts the argv wb builds (docs/harnesses.md: `-p --output-format stream-json --verbose --model M
 [--effort E] --setting-sources "" --strict-mcp-config` and the permission flags), reads the task
 on stdin, and holds a real, if tiny, conversation with `POST $ANTHROPIC_BASE_URL/v1/messages`
 (streamed Server-Sent Events, `x-api-key: $ANTHROPIC_API_KEY`), offering a `Bash` and a

@@ -1,6 +1,6 @@
 """The bundled stand-in for `codex` that `wb demo` uses when the real Codex CLI is not on PATH.
 
-It accepts the argv wb builds for `codex exec` (contract §7.3: `exec --json … -C DIR … -m MODEL
+It accepts the argv wb builds for `codex exec` (docs/codex-notes.md#the-argv: `exec --json … -C DIR … -m MODEL
 -c key=value … -o FILE [resume THREAD] -`), reads the task on stdin, and holds a real,
 if tiny, conversation with the provider the `-c` overrides name: `POST <base_url>/responses`
 (streamed Server-Sent Events, bearer credential from the provider's `env_key` variable),

@@ -1,6 +1,6 @@
 """The bundled stand-in for `gemini` that `wb demo --harness gemini` uses when the real Gemini CLI is not on PATH.
 
-It accepts the argv wb builds (contract §14: `-o stream-json -m MODEL --approval-mode MODE`),
+It accepts the argv wb builds (docs/harnesses.md: `-o stream-json -m MODEL --approval-mode MODE`),
 reads the task on stdin, and holds a real, if tiny, conversation with the Gemini API at
 GOOGLE_GEMINI_BASE_URL (`POST {base}/v1beta/models/<model>:streamGenerateContent?alt=sse`,
 the key from GEMINI_API_KEY in `x-goog-api-key`), offering `run_shell_command` and

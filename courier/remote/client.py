@@ -1,4 +1,4 @@
-"""Ask one machine one question (contract §5.5): validate, send over SSH, bound, decode, classify.
+"""Ask one machine one question (docs/protocol.md#the-callers-rules): validate, send over SSH, bound, decode, classify.
 
 `call` is the synchronous entry for one command; `call_async` is the same call for a
 fan-out (it keeps no global state, so many may run at once, each with its own bound, or
@@ -47,7 +47,7 @@ from protocol.validate import RequestRefused, describe_validation_error, validat
 _RESULT_OPERATIONS = ("dispatch", "status", "await")
 
 # What carries one call's bytes when it is not a new connection of this process: the warm
-# courier (contract §16) passes its pooled, re-verified connection here. Everything before
+# courier (docs/courier.md) passes its pooled, re-verified connection here. Everything before
 # (validation) and after (bounds, decoding, classification) is the same code as cold.
 Carrier = Callable[[Config, ssh.Endpoint, str, bytes, str], Awaitable[ssh.Outcome]]
 _SHORT_TEXT_MAX = 256

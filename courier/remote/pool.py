@@ -1,4 +1,5 @@
-"""One connection per host for a fan-out (contract §8.1): calls to one resolved host share it, a few channels at a time.
+"""One connection per host for a fan-out (docs/cli.md, wb agent list): calls to one resolved host share it, a few
+channels at a time.
 
 Inside `pooled()`, `client.call_async` runs each call as one more session of the
 connection its endpoint resolves to (aliases of one host:port and user share one), so a

@@ -1,4 +1,4 @@
-"""Finding the reply document in a remote's stdout, and refusing hostile JSON (contract §5.5).
+"""Finding the reply document in a remote's stdout, and refusing hostile JSON (docs/protocol.md#the-callers-rules).
 
 A login shell may print noise before the document, so the candidates are offset 0 and
 every `{` that starts a line; the document is the first candidate whose remainder,

@@ -1,4 +1,5 @@
-"""The receiver of `wb --wb-internal-agent-remote` (contract §5.4): stdin → validate → operation → stdout.
+"""The receiver of `wb --wb-internal-agent-remote` (docs/protocol.md#the-receivers-rules): stdin → validate → operation
+→ stdout.
 
 Exactly one document is written and the exit status is 0 whatever happened. The hot path
 of every remote call: protocol, the store and one operation, nothing heavier.

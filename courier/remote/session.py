@@ -1,8 +1,8 @@
-"""The remote session mode, `wb --wb-internal-agent-serve` (contract §16): JSON lines, many requests.
+"""The remote session mode, `wb --wb-internal-agent-serve` (docs/courier.md): JSON lines, many requests.
 
-Each stdin line is one request document (contract §5.2) carrying a `request_id`; each is
+Each stdin line is one request document (docs/protocol.md#the-request) carrying a `request_id`; each is
 answered on its own thread, so a long await never holds up the others, and its reply
-(contract §5.3) is written as one stdout line that starts with the same `request_id`.
+(docs/protocol.md#the-response) is written as one stdout line that starts with the same `request_id`.
 The process ends when stdin closes, and when the wb it runs was upgraded on disk
 (checked between requests and every few seconds): in-flight requests then stop early
 (an await returns its last observation, which the caller simply asks again) and are

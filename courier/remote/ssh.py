@@ -265,7 +265,7 @@ class Connection:
     def where(self) -> str:
         return f"{self.endpoint.machine} ({self._settings.address})"
 
-    # -- the warm path (contract §16): a pooled connection is re-verified before each call --
+    # -- the warm path (docs/courier.md): a pooled connection is re-verified before each call --
 
     @property
     def closed(self) -> bool:

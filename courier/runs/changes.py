@@ -1,4 +1,4 @@
-"""What a run changed in its worktree (contract §7.6), from git, never raising.
+"""What a run changed in its worktree (docs/runs.md#summaries), from git, never raising.
 
 - files: `git status --porcelain -z` entries (git's default untracked mode: a new directory
   whose files are all untracked is one entry `dir/`); at most 50 listed, `files_truncated`

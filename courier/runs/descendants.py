@@ -1,4 +1,5 @@
-"""Every process a worker left behind, found by its ancestry, and ended (§7.2, issue: `setsid` escapes the group).
+"""Every process a worker left behind, found by its ancestry, and ended (docs/runs.md#the-owner, issue: `setsid`
+escapes the group).
 
 A worker's child may leave the worker's process group and session (`setsid`), so signalling
 the group misses it. The owner makes itself a child subreaper (Linux), so such a process, once

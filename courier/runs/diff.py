@@ -1,4 +1,4 @@
-"""A run's change against its base commit (contract §15.1), made without touching the worktree.
+"""A run's change against its base commit (docs/cli.md, wb agent diff), made without touching the worktree.
 
 One `git diff --binary <base>` of the working tree, with every untracked, non-ignored file
 first marked intent-to-add in a *copy* of the worktree's index (GIT_INDEX_FILE), so new

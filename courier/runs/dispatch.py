@@ -1,4 +1,5 @@
-"""Admit a run: resolve the profile and worktree, create the record, start the detached owner (§7.1)."""
+"""Admit a run: resolve the profile and worktree, create the record, start the detached owner
+(docs/runs.md#dispatch)."""
 
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ from protocol.refs import format_reference, new_run_id
 def resolve_profile(config: Config, name: str) -> tuple[Resolved, bool]:
     """The profile as it will execute, snapshotted into the record; and its network flag.
 
-    Checks made here name the file, the key and the rule, as the file's own checks do (§4).
+    Checks made here name the file, the key and the rule, as the file's own checks do (docs/config.md).
     """
     profile = config.profile(name)
     try:

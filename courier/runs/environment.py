@@ -1,4 +1,5 @@
-"""The worker's environment: an allowlist plus the provider's one credential (§7.4); the harness adds its home."""
+"""The worker's environment: an allowlist plus the provider's one credential
+(docs/runs.md#environment-and-credentials); the harness adds its home."""
 
 from __future__ import annotations
 

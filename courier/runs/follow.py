@@ -1,4 +1,4 @@
-"""Worker actions as they happen (contract §15.2): read events.jsonl forward from a byte offset.
+"""Worker actions as they happen (docs/cli.md, wb agent logs): read events.jsonl forward from a byte offset.
 
 Only complete lines are consumed, so an offset never splits a line and a reader that resumes
 from `next_offset` neither repeats nor loses an action. An event whose meaning the next one

@@ -1,4 +1,5 @@
-"""Handlers of the supervisor's loop (contract §15): diff, logs --follow, continue, prune on this machine."""
+"""Handlers of the supervisor's loop (docs/cli.md#the-supervisors-loop): diff, logs --follow, continue, prune on this
+machine."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from protocol.models import DiffFile, DiffResult, RemoteRequest, RemoteResponse
 
 
 def diff_result(store: Store, agent_id: str, *, stat: bool, wire_cap: bool) -> DiffResult:
-    """The run's diff (contract §15.1); over the wire a patch over 2 MiB is refused, not cut."""
+    """The run's diff (docs/cli.md, wb agent diff); over the wire a patch over 2 MiB is refused, not cut."""
     from courier.runs.diff import compute_diff
 
     record = store.load(agent_id)

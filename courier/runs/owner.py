@@ -1,4 +1,5 @@
-"""The detached run owner: starts the harness, watches it, and records the outcome (§7.2, §7.5).
+"""The detached run owner: starts the harness, watches it, and records the outcome (docs/runs.md#the-owner;
+docs/runs.md#terminal-state).
 
 wb --wb-internal-agent-run --run-dir <home>/agents/<id>
 """
@@ -247,8 +248,8 @@ class Owner:
                     break
                 last_output = time.monotonic()
                 if last_output - marked_at >= _OUTPUT_MARK_S:
-                    # The transcript's mtime is the run's last output (stall, §15.3): keep it true when
-                    # what arrived is not stored (a partial line, a skipped line, past the 128 MiB cap).
+                    # The transcript's mtime is the run's last output (stall, docs/cli.md#stalled-runs): keep it true
+                    # when what arrived is not stored (a partial line, a skipped line, past the 128 MiB cap).
                     marked_at = last_output
                     with contextlib.suppress(OSError):
                         os.utime(log_fd)
@@ -334,7 +335,8 @@ class Owner:
         diagnostics = [*summary.diagnostics, *self.diagnostics]
         record.harness_diagnostics = diagnostics or None
         # From here to the saved terminal state, stop waits: it either came first (and is honoured)
-        # or finds the run terminal and is refused; never a stop the state does not show (§3.6, §7.5).
+        # or finds the run terminal and is refused; never a stop the state does not show (docs/cli.md, wb agent stop;
+        # docs/runs.md#terminal-state).
         self.store.hold_run_lock(record.agent_id)
         stop_at = self.store.stop_requested_at(record.agent_id)
         failure: str | None

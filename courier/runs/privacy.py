@@ -1,4 +1,5 @@
-"""A run directory made private when the run ends (§6.1), the credential masked in what a harness left (§7.4)."""
+"""A run directory made private when the run ends (docs/runs.md#the-store), the credential masked in what a harness
+left (docs/runs.md#environment-and-credentials)."""
 
 from __future__ import annotations
 

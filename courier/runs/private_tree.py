@@ -1,4 +1,5 @@
-"""A harness home kept private (contract §6.1): copied without following links, 0700 directories, 0600 files."""
+"""A harness home kept private (docs/runs.md#the-store): copied without following links, 0700 directories, 0600
+files."""
 
 from __future__ import annotations
 

@@ -56,7 +56,7 @@ def start_token(pid: int) -> str | None:
         return None
 
 
-# The process the user started when it is not this one: the courier's thin client (contract §16).
+# The process the user started when it is not this one: the courier's thin client (docs/courier.md).
 _command_pid = 0
 
 

@@ -1,4 +1,4 @@
-"""Remove old run records (contract §15.5, §22): never a live run; worktrees only when asked.
+"""Remove old run records (docs/cli.md, wb agent prune): never a live run; worktrees only when asked.
 
 A record goes when its run is terminal and finished longer ago than the bound. A stored
 `running` run counts only when it renders `abandoned` and its worker is gone too; it then

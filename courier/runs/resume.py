@@ -1,4 +1,4 @@
-"""Continue a finished run's harness session with a follow-up task (contract §15.4).
+"""Continue a finished run's harness session with a follow-up task (docs/cli.md, wb agent continue).
 
 The new run works in the parent's worktree, against the parent's base (so its `changes`
 and `diff` show the whole work), starts with a copy of the parent's harness home (where

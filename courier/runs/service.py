@@ -109,7 +109,7 @@ def stop(store: Store, agent_id: str, requester: str, survivors: list[int] | Non
         raise Finding(f"agent run {agent_id} is already {record.state}")
     # Under the run's lock the owner is neither deciding the terminal state nor starting the
     # worker: either the stored state is terminal now (refused), or the owner will honour the
-    # request; the worker seen here is the one to stop (§3.6, §7.5).
+    # request; the worker seen here is the one to stop (docs/cli.md, wb agent stop; docs/runs.md#terminal-state).
     with store.run_lock(agent_id, wait_s=limits.RUN_LOCK_WAIT_S):
         record = store.load(agent_id)
         if record.state != "running":

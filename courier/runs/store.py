@@ -1,4 +1,4 @@
-"""Run records on disk (contract §6.1): private directories, atomic saves, no symlink following."""
+"""Run records on disk (docs/runs.md#the-store): private directories, atomic saves, no symlink following."""
 
 from __future__ import annotations
 
@@ -52,10 +52,10 @@ class Record(Result):
     command: list[str] | None = None  # the profile's `command` (harness command)
     owner_token: str | None = None
     worker_token: str | None = None
-    # Contract §15.3: absent means the default (10m); 0 means never stalled.
+    # docs/cli.md#stalled-runs: absent means the default (10m); 0 means never stalled.
     stall_after_ms: int | None = None
     stop_when_stalled_ms: int | None = None
-    # Contract §15.4: the harness session a continuing run resumes (its parent's session_id).
+    # docs/cli.md, wb agent continue: the harness session a continuing run resumes (its parent's session_id).
     resume_session_id: str | None = None
 
 
@@ -195,7 +195,7 @@ class Store:
                     warnings.append(ListWarning(agent_id=entry.name, error=reason))
         return records, warnings
 
-    # -- the run's lock: stop and the owner's decisions exclude each other (§3.6, §7.5) ---
+    # -- the run's lock: stop and the owner's decisions exclude each other (docs/runs.md#terminal-state) ---
 
     def hold_run_lock(self, agent_id: str, wait_s: float | None = None) -> bool:
         """Take the run's lock (flock on its directory) for this process; reentrant. With `wait_s`,
@@ -298,7 +298,7 @@ def _reserve_space(path: Path) -> None:
 
 
 def record_dir_problem(info: os.stat_result) -> str | None:
-    """Why a record directory cannot be trusted (checked as WB_HOME is, §6.1), or None."""
+    """Why a record directory cannot be trusted (checked as WB_HOME is, docs/runs.md#the-store), or None."""
     if info.st_uid != os.getuid():
         return f"is owned by uid {info.st_uid}, not by you; remove it or fix its owner"
     if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
@@ -334,7 +334,8 @@ def read_record(path: str | Path) -> Record:
 
 
 class UnsafeStoreFile(OSError):
-    """A store file that is a symlink, not a regular file, or hard-linked elsewhere (§6.1, §9)."""
+    """A store file that is a symlink, not a regular file, or hard-linked elsewhere (docs/runs.md#the-store;
+    docs/security.md)."""
 
     def __str__(self) -> str:
         return self.strerror or ""

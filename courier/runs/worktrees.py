@@ -1,4 +1,4 @@
-"""Canonical clones and their wb worktrees (contract §4 layout, §7.1)."""
+"""Canonical clones and their wb worktrees (docs/config.md#layout-on-every-machine; docs/runs.md#dispatch)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from protocol.refs import BadName, check_repository
 
 WORKTREES_DIR = ".wb-worktrees"
 _GIT_TIMEOUT = 60.0
-_EXISTING_SHOWN = 20  # names listed when --use-worktree NAME does not exist (§7.1)
+_EXISTING_SHOWN = 20  # names listed when --use-worktree NAME does not exist (docs/runs.md#dispatch)
 _URL_PATH = re.compile(r"(?:^[a-z+]+://[^/]+/|^[^/:@]+@[^:]+:|^[^/:]+:)(?P<path>.+?)(?:\.git)?/?$")
 
 
@@ -118,7 +118,7 @@ def registered_worktrees(clone: Path) -> set[Path]:
 
 
 def default_branch(name: str) -> str:
-    """The branch a new worktree NAME gets unless --branch names another (contract §7.1)."""
+    """The branch a new worktree NAME gets unless --branch names another (docs/runs.md#dispatch)."""
     return f"wb/{name}"
 
 
@@ -176,7 +176,7 @@ def find_existing(projects_root: Path, repository: str | None, name: str) -> tup
 
 
 def _existing_names(projects_root: Path, repositories: list[str]) -> str:
-    """The wb worktree names registered for these repositories, sorted, at most 20 (§7.1).
+    """The wb worktree names registered for these repositories, sorted, at most 20 (docs/runs.md#dispatch).
 
     With one repository the bare names; with several (no --repo) each as OWNER/REPO/NAME.
     """

@@ -1,1 +1,1 @@
-"""The warm path (contract §16): a per-user courier keeps the program and the SSH connections warm."""
+"""The warm path (docs/courier.md): a per-user courier keeps the program and the SSH connections warm."""

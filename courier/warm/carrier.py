@@ -1,4 +1,4 @@
-"""The warm transport (contract §16): a command in the courier sends its remote calls through the courier.
+"""The warm transport (docs/courier.md): a command in the courier sends its remote calls through the courier.
 
 `CourierTransport` is `SshTransport` with one difference: the request's bytes travel over the
 courier's pooled, re-verified connection to that machine (one unix-socket round trip to the

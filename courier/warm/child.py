@@ -97,7 +97,7 @@ def run_child(command: Command, passed: list[int], close: Iterable[socket.socket
         _flush()
     except KeyboardInterrupt:
         code = 130
-    except BaseException as exc:  # never a traceback (contract §3)
+    except BaseException as exc:  # never a traceback (docs/cli.md#conventions-shared-by-every-command)
         with contextlib.suppress(Exception):
             sys.stderr.write(f"error: internal: {type(exc).__name__}: {exc}\n")
             sys.stderr.flush()

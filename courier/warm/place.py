@@ -17,7 +17,7 @@ import zlib
 
 RUN_DIR_NAME = "run"
 XDG_SUBDIR = "wb"
-# The environment a courier's own SSH connections depend on (contract §16: the caller's
+# The environment a courier's own SSH connections depend on (docs/courier.md: the caller's
 # environment must behave identically, so callers that differ here get their own courier).
 KEY_VARIABLES = (
     "HOME",
@@ -45,7 +45,7 @@ def run_dir(env: dict[str, str] | os._Environ[str]) -> str | None:
     """The courier's directory for this environment, or None when it cannot be used.
 
     A WB_HOME that exists but is not a private directory of the user's is not used (the
-    command then runs cold and reports it, contract §4); a missing one is created 0700 by
+    command then runs cold and reports it, docs/config.md#homes); a missing one is created 0700 by
     `ensure_run_dir`, as any wb command creates it.
     """
     xdg = env.get("XDG_RUNTIME_DIR", "")

@@ -164,7 +164,7 @@ class Peer:
         return "session"
 
     async def call(self, settings: Any, spec: CallSpec) -> ssh.Outcome:
-        """One call; a connection (or serve session) lost under it is re-established once (§16)."""
+        """One call; a connection (or serve session) lost under it is re-established once (docs/courier.md)."""
         self.calls += 1
         for attempt in (1, 2):
             connection, _ = await self._connection(settings)
@@ -349,7 +349,7 @@ def _capabilities(outcome: ssh.Outcome) -> list[str]:
 
 class Pool:
     """Peers keyed by where the ssh config resolves the machine to now (aliases of one host share
-    one, contract §8.1), the wb command and the channel bound; a changed ssh config means a new one."""
+    one, docs/cli.md, wb agent list), the wb command and the channel bound; a changed ssh config means a new one."""
 
     def __init__(self) -> None:
         self.peers: dict[tuple[object, ...], Peer] = {}

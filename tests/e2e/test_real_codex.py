@@ -107,7 +107,7 @@ def _run(machine: Machine, profile: str, worktree: str, task: str = "Do the scri
 
 
 def _events(result: dict[str, object]) -> list[dict[str, object]]:
-    """The transcript's JSON events. Codex's stderr is merged into it (contract §7.2): skip its text lines."""
+    """The transcript's JSON events. Codex's stderr is merged into it (docs/runs.md#the-owner): skip its text lines."""
     text = Path(str(result["log_path"])).read_text()
     return [json.loads(line) for line in text.splitlines() if line.startswith("{")]
 
@@ -196,7 +196,8 @@ def test_an_http_500_ends_the_run_failed_with_codexs_generic_message(real: Machi
 
 
 def test_the_worker_cannot_commit_in_a_linked_worktree(real: Machine, server: ModelServer) -> None:
-    """Limits 1 and 2 of contract §7.3: the git dir is read-only to the sandbox; a denial is as Codex reports it."""
+    """Limits 1 and 2 of docs/codex-notes.md#the-known-limits-of-the-sandbox: the git dir is read-only to the sandbox;
+    a denial is as Codex reports it."""
     result = _run(real, "commit", "w1")
     assert result["state"] == "completed" and result["result"] == COMMIT_MESSAGE
 
@@ -223,7 +224,8 @@ def test_the_worker_cannot_commit_in_a_linked_worktree(real: Machine, server: Mo
 
 
 def test_commands_have_no_network_unless_the_profile_allows_it(real: Machine, server: ModelServer) -> None:
-    """Limit 3 of contract §7.3, checked on loopback (the sandbox blocks it too)."""
+    """Limit 3 of docs/codex-notes.md#the-known-limits-of-the-sandbox, checked on loopback (the sandbox blocks it
+    too)."""
     before = server.pings()
     closed = _run(real, "network", "w1")
     assert closed["state"] == "completed" and closed["result"] == NETWORK_MESSAGE
@@ -248,7 +250,8 @@ def test_commands_have_no_network_unless_the_profile_allows_it(real: Machine, se
 def test_continue_resumes_the_real_codex_session_and_the_model_sees_the_earlier_turn(
     real: Machine, server: ModelServer
 ) -> None:
-    """Contract §15.4 with the real binary: `codex exec … resume <thread> -` from a copy of the parent's home."""
+    """Continue (docs/cli.md, wb agent continue) with the real binary: `codex exec … resume <thread> -` from a copy
+    of the parent's home."""
     first = _run(real, "write-file", "w1", task="Do the scripted task. first-turn-marker-7a1c")
     assert first["state"] == "completed", first
     thread = _thread_id(first)

@@ -137,7 +137,8 @@ def _texts(content: dict[str, Any]) -> str:
 def test_continue_resumes_the_real_gemini_session_and_the_model_sees_the_earlier_turn(
     real: Machine, server: GeminiServer
 ) -> None:
-    """Contract §15.4 with 0.61.0: `--resume <session-id>` from the copied home sends the whole earlier turn."""
+    """Continue (docs/cli.md, wb agent continue) with 0.61.0: `--resume <session-id>` from the copied home sends the
+    whole earlier turn."""
     first_task, follow_up = f"Do the scripted task. {TASK_MARK}-first", f"Now say it again. {TASK_MARK}-follow-up"
     first = _run(real, "write-file", "w1", first_task)
     assert first["state"] == "completed" and first["session_id"] == _session(first), first

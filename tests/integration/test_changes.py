@@ -1,4 +1,4 @@
-"""summarize_changes, count_dirty and run_git against real git repositories (contract §7.6)."""
+"""summarize_changes, count_dirty and run_git against real git repositories (docs/runs.md#summaries)."""
 
 from __future__ import annotations
 
@@ -168,7 +168,8 @@ def _snapshot(path: Path) -> tuple[bytes, bytes, set[str]]:
 
 
 def test_new_files_count_with_their_lines_and_nothing_is_touched(repo: tuple[Path, str], tmp_path: Path) -> None:
-    """§7.6: untracked, non-ignored new files are counted, binary ones without lines, via a temporary index."""
+    """docs/runs.md#summaries: untracked, non-ignored new files are counted, binary ones without lines, via a temporary
+    index."""
     clone, _ = repo
     (clone / ".gitignore").write_text("*.log\n")
     git(clone, "add", ".gitignore")

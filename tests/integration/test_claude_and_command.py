@@ -1,7 +1,7 @@
 """Claude Code (the fake 2.1.328 on PATH) and `command` runs through the real CLI: same records, status, logs, list.
 
-The fake claude replays the real stream shapes (tests/fakes/claude); each failure mode of
-harnesses.md §4 ends the run in the state contract §14 says.
+The fake claude replays the real stream shapes (tests/fakes/claude); each failure mode in
+docs/harnesses.md ends the run in the state that harness's terminal rule says (docs/runs.md#terminal-state).
 """
 
 from __future__ import annotations
@@ -293,7 +293,7 @@ def test_claude_on_another_machine_and_machines_check_shows_its_harnesses(sshd: 
 def test_the_readme_supervisor_runs_unchanged_with_codex_claude_and_command_machines(
     sshd: SshdFactory, tmp_path: Path
 ) -> None:
-    """Contract §14: whatever the harness, the same script collects the same facts, and `list --all` all three."""
+    """docs/harnesses.md: whatever the harness, the same script collects the same facts, and `list --all` all three."""
     from test_readme_supervisor import README_MACHINES, run_supervisor_script
 
     harnesses = dict(zip(README_MACHINES, ("codex", "claude", "command"), strict=True))

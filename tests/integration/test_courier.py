@@ -1,4 +1,4 @@
-"""The courier (contract §16): warm commands behave as cold ones, and every fault of the brief is handled.
+"""The courier (docs/courier.md): warm commands behave as cold ones, and every fault of the brief is handled.
 
 Real processes throughout: the thin client, the courier it starts, a loopback SSH server (both
 tiers of tests/ssh_tiers.py: in-process asyncssh, then OpenSSH sshd), and the remote wb in

@@ -1,4 +1,4 @@
-"""The run's diff (contract §15.1) against real git: complete, applicable, and touching nothing."""
+"""The run's diff (docs/cli.md, wb agent diff) against real git: complete, applicable, and touching nothing."""
 
 from __future__ import annotations
 

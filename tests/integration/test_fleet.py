@@ -1,4 +1,5 @@
-"""The fleet view (contract §8) against a loopback fleet of SSH machines, some of them broken, over both SSH tiers."""
+"""The fleet view (docs/cli.md, wb agent list) against a loopback fleet of SSH machines, some of them broken,
+over both SSH tiers."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Gemini CLI runs with the fake gemini (the real 0.61.0 stream), locally and on a loopback sshd machine (§14).
+"""Gemini CLI runs with the fake gemini (the real 0.61.0 stream), locally and on a loopback sshd machine
+(docs/harnesses.md).
 
 Everything but the model is real: dispatch, the detached owner, git worktrees, the receiver
 over OpenSSH. The fake (tests/fakes/gemini) checks what the real CLI checks at start-up (a
@@ -118,7 +119,8 @@ def test_the_worker_gets_the_allowlist_the_one_credential_and_a_private_home(gem
     env = facts["env"]
     assert facts["argv"][1:] == ["-o", "stream-json", "-m", "gemini-2.5-pro", "--approval-mode", "auto_edit"]
     assert facts["shell_registered"] is True
-    # The worker had the one credential as GEMINI_API_KEY; what it left in harness-home is masked (§7.4).
+    # The worker had the one credential as GEMINI_API_KEY; what it left in harness-home is masked
+    # (docs/runs.md#environment-and-credentials).
     assert facts["key_sha256"] == hashlib.sha256(CREDENTIAL_VALUE.encode()).hexdigest()
     assert env["GEMINI_API_KEY"] == "[redacted]" and CREDENTIAL_ENV not in env
     assert env["GOOGLE_GEMINI_BASE_URL"] == "http://127.0.0.1:9"
@@ -138,7 +140,8 @@ def _await(machine: Machine, ref: str) -> dict[str, Any]:
 
 
 def test_continue_of_a_gemini_run_resumes_its_session_in_the_same_worktree(gem: Machine) -> None:
-    """Contract §15.4: `--resume <session>` from a copy of the parent's private home; the fake found the session."""
+    """docs/cli.md, wb agent continue: `--resume <session>` from a copy of the parent's private home; the fake found
+    the session."""
     first = run(gem, f"scenario:complete {TASK_MARK}")
     assert first["state"] == "completed" and first["session_id"], first
     done = gem.wb("agent", "continue", first["agent_id"], "--task", f"scenario:env-dump {TASK_MARK}-2")

@@ -43,7 +43,7 @@ def test_a_completed_run_reports_its_facts_after_the_cli_has_exited(machine: Mac
     assert done.returncode == 0, done.stderr
     ref, state, location, model = done.stdout.split()
     assert state == "running" and model == "(mock/gpt-5.5)"
-    assert location == "w1"  # the worktree name (contract §3.1); the path is in status
+    assert location == "w1"  # the worktree name (docs/cli.md#wb-agent-dispatch); the path is in status
 
     result = _await(machine, ref)
     assert result["state"] == "completed" and result["terminal"] is True and result["exit_code"] == 0

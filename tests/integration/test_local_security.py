@@ -1,4 +1,4 @@
-"""Security rules of contract §9 on this machine: argv, environment, stored files, output."""
+"""Security rules of docs/security.md on this machine: argv, environment, stored files, output."""
 
 from __future__ import annotations
 
@@ -71,7 +71,8 @@ def test_the_worker_environment_is_the_allowlist_plus_credential_and_codex_home(
     # The interpreter may add a few of its own (e.g. PWD from a shell, LC_CTYPE coercion); wb adds none.
     interpreter = {"PWD", "SHLVL", "_", "LC_CTYPE"}
     assert set(env) - allowed - interpreter == set()
-    # The worker had the value; what it left in harness-home is masked when the run ends (§7.4).
+    # The worker had the value; what it left in harness-home is masked when the run ends
+    # (docs/runs.md#environment-and-credentials).
     assert env[CREDENTIAL_ENV] == "[redacted]"
     assert env["CODEX_HOME"] == str(machine.home / "agents" / ref / "harness-home")
     assert "WB_HOME" not in env and "WB_CONFIG" not in env and "PYTHONPATH" not in env

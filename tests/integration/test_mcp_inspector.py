@@ -132,7 +132,7 @@ def test_the_inspector_dispatches_awaits_and_diffs_a_run_on_a_loopback_machine(
 def test_a_default_await_of_a_long_run_answers_before_the_inspectors_request_timeout(
     inspector: RealCli, supervisor: Machine
 ) -> None:
-    """Contract §22: the Inspector gives up on a request after 60 s; `await` by default waits 45 s, then
+    """docs/mcp.md: the Inspector gives up on a request after 60 s; `await` by default waits 45 s, then
     returns the run as observed (`terminal: false`), not an error (before, it waited up to 1 h)."""
     record = sample_record(owner_pid=os.getpid(), owner_token=start_token(os.getpid()))  # running while we live
     Store(supervisor.home).ensure().create(record, "task")

@@ -291,7 +291,7 @@ def test_a_cancelled_await_returns_and_the_run_goes_on(machine: Machine) -> None
 
 
 def test_await_past_its_bound_returns_the_run_as_observed(machine: Machine) -> None:
-    """Contract §22: not an error, `terminal: false`, and the description says to call again."""
+    """docs/mcp.md: not an error, `terminal: false`, and the description says to call again."""
     machine.clone()
     ref = machine.dispatch(task="scenario:hang")
 
@@ -418,7 +418,7 @@ INITIALIZE = {
 
 
 def test_every_line_gets_an_answer(machine: Machine) -> None:
-    """Contract §22: invalid JSON gets -32700 (id null), an invalid request -32600, and a request with an id
+    """docs/mcp.md: invalid JSON gets -32700 (id null), an invalid request -32600, and a request with an id
     always an answer, a lone surrogate included (before, such lines were dropped and the client hung)."""
     unknown = "agt-" + "3" * 32
     surrogate_call = (
@@ -485,7 +485,7 @@ def test_every_line_gets_an_answer(machine: Machine) -> None:
 
 
 def test_machines_names_the_wb_yaml_it_read(machine: Machine, tmp_path: Path) -> None:
-    """Contract §22: a client that passes no environment sees which wb.yaml it got."""
+    """docs/mcp.md: a client that passes no environment sees which wb.yaml it got."""
     targets = "session_move:\n  targets:\n    box:\n      ssh: {host: 127.0.0.1, port: 2222}\n"
     machine.write_config(machine.config_path.read_text() + targets)
 

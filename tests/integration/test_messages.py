@@ -1,4 +1,5 @@
-"""Exact messages and output of contract §3, §3.7, §5.4 and §7.1, through the real CLI and receiver."""
+"""Exact messages and output of docs/cli.md#conventions-shared-by-every-command; docs/cli.md#machine-selection;
+docs/protocol.md#the-receivers-rules; docs/runs.md#dispatch, through the real CLI and receiver."""
 
 from __future__ import annotations
 
@@ -75,7 +76,7 @@ def _receive(machine: Machine, request: bytes) -> dict[str, Any]:
 
 
 def test_every_reply_carries_wb_version(machine: Machine, tmp_path: Path) -> None:
-    """§5.4: `wb_version`, `now` and `home_id` are on every reply, refusals included."""
+    """docs/protocol.md#the-receivers-rules: `wb_version`, `now` and `home_id` are on every reply, refusals included."""
     unknown = {"schema_version": 1, "operation": "status", "agent_id": "agt-" + "0" * 32}
     replies = {
         "malformed": _receive(machine, b"not json"),

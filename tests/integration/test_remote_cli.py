@@ -86,7 +86,8 @@ class Caller:
         )
         assert done.returncode == 0, done.stderr
         ref = done.stdout.split()[0]
-        if "--json" not in extra:  # §3.1: the location is `<machine>:<worktree name>`, not a path
+        if "--json" not in extra:  # the location is `<machine>:<worktree name>`, not a path
+            # (docs/cli.md#wb-agent-dispatch)
             assert done.stdout == f"{ref} running box:{worktree} (mock/gpt-5.5)\n"
         return ref
 
@@ -287,7 +288,9 @@ def test_await_without_a_bound_outlasts_several_wire_chunks(caller: Caller) -> N
 
 
 def _remote_pollers(box: SshMachine) -> list[psutil.Process]:
-    """One-call receivers, and serve-mode processes (§16) with a request in flight (one thread per request)."""
+    """One-call receivers, and serve-mode processes (docs/courier.md) with a request in flight.
+
+    One thread per request."""
     return [p for p in box.session_processes() if "--wb-internal-agent-remote" in _cmdline(p) or _serving(p)]
 
 
@@ -317,7 +320,7 @@ def test_killing_the_session_sshd_during_await_is_a_transport_error_and_the_run_
 
 def _await_killed_session(box: SshMachine, waiter: subprocess.Popen[str], *, reconnects: bool = False) -> None:
     """Kill the session serving the await (its sshd, or the in-process server drops the connection):
-    cold, a transport error; warm, the courier reconnects once (§16)."""
+    cold, a transport error; warm, the courier reconnects once (docs/courier.md)."""
     assert wait_for(lambda: _remote_pollers(box), 30)
     box.kill_sessions()
     out, err = waiter.communicate(timeout=60)

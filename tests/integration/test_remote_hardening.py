@@ -1,5 +1,6 @@
 """Issue 10 against another machine over both SSH tiers: hostile text from a peer never reaches the
-terminal raw (§3), and a peer's store files are opened without following links or blocking (§5.4, §6.1)."""
+terminal raw (docs/cli.md#conventions-shared-by-every-command), and a peer's store files are opened
+without following links or blocking (docs/protocol.md#the-receivers-rules; docs/runs.md#the-store)."""
 
 from __future__ import annotations
 

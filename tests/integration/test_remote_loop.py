@@ -1,4 +1,6 @@
-"""The supervisor's loop against another machine over both SSH tiers (contract §15, Part two's preamble).
+"""The supervisor's loop against another machine over both SSH tiers.
+
+See docs/cli.md#the-supervisors-loop and docs/protocol.md#optional-features.
 
 Covers the wire side: diff with its 2 MiB refusal, follow resumed after the SSH session is
 killed mid-call, continue, prune, the `version` reply's capabilities, and the upgrade
@@ -165,7 +167,7 @@ def _receivers(box: SshMachine) -> list[psutil.Process]:
     found = []
     for process in box.session_processes():
         try:
-            # A one-call receiver, or (warm, contract §16) the serve process carrying the call.
+            # A one-call receiver, or (warm, docs/courier.md) the serve process carrying the call.
             if {"--wb-internal-agent-remote", "--wb-internal-agent-serve"} & set(process.cmdline()):
                 found.append(process)
         except psutil.Error:
@@ -194,7 +196,7 @@ def test_follow_resumes_after_the_ssh_session_dies_without_repeating_or_losing_a
         process.send_signal(signal.SIGKILL)
     rest, stderr = _rest_of(follower)
     assert follower.returncode == 0, stderr
-    if not courier_on():  # warm, the courier re-sends the lost call on a new session itself (§16)
+    if not courier_on():  # warm, the courier re-sends the lost call on a new session itself (docs/courier.md)
         assert "following again from byte" in stderr
     lines = [line.rstrip("\n") for line in seen] + rest.splitlines()
     ran = [line for line in lines if line.startswith("  ran:")]
@@ -232,7 +234,7 @@ def test_remote_prune_removes_records_there_only(caller: Caller, box: SshMachine
 
 
 def test_remote_logs_stop_and_prune_json_and_prune_worktrees_there(caller: Caller, box: SshMachine) -> None:
-    """Contract §22 over sshd: the three documents (checked against their schemas) and --worktrees."""
+    """docs/supervisors.md#the-documents over SSH: the three documents (schema-checked) and --worktrees."""
     from tests import json_documents
 
     done_ref = caller.dispatch("scenario:complete", "j1")

@@ -1,4 +1,4 @@
-"""The SSH transport against a loopback SSH server (contract §5): no mocks between client and server.
+"""The SSH transport against a loopback SSH server (docs/protocol.md): no mocks between client and server.
 
 Each test runs over both SSH tiers (tests/ssh_tiers.py): an in-process asyncssh server, then a
 real OpenSSH sshd. The remote `wb` is this checkout's console script, run by the server as

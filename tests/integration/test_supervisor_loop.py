@@ -1,4 +1,5 @@
-"""The supervisor's loop on this machine (contract §15): diff, follow, stall, continue, prune, as a user runs them."""
+"""The supervisor's loop on this machine (docs/cli.md#the-supervisors-loop): diff, follow, stall, continue, prune, as a
+user runs them."""
 
 from __future__ import annotations
 
@@ -411,7 +412,7 @@ def test_continue_a_claude_run_resumes_its_session_and_a_command_run_is_refused(
     assert refused.returncode == 1 and "command harness" in refused.stderr
 
 
-# -- --json of logs, stop and prune; prune --worktrees (contract §22) ---------------------------
+# -- --json of logs, stop and prune; prune --worktrees (docs/supervisors.md#the-documents) -------------
 
 
 def test_logs_stop_and_prune_print_their_json_documents(machine: Machine) -> None:

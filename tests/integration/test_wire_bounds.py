@@ -1,4 +1,5 @@
-"""The caller's bounds against hostile or silent peers, through a real loopback sshd (contract §3.4, §5.5, §8.1).
+"""The caller's bounds against hostile or silent peers, through a real loopback sshd (docs/cli.md, wb agent await;
+docs/protocol.md#the-callers-rules; docs/cli.md, wb agent list).
 
 Each peer is a fake `wb_path` script on a real OpenSSH sshd: one that floods stdout or
 stderr and then keeps the session open, one that never answers an await, one whose

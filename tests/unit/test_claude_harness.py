@@ -1,4 +1,5 @@
-"""The Claude Code harness (contract §14) against real 2.1.328 transcripts: facts, terminal rule, actions, argv, env."""
+"""The Claude Code harness (docs/harnesses.md) against real 2.1.328 transcripts: facts, terminal rule, actions, argv,
+env."""
 
 from __future__ import annotations
 
@@ -65,7 +66,7 @@ def test_a_successful_run_with_a_command() -> None:
     assert events.session_id == "046544bf-6081-4184-9938-5a6161bda26d"
     assert events.last_message == "The directory contains README.md."
     assert events.tool_calls == 1
-    # §6.3: input_tokens counts cache reads and writes; Anthropic's 3000 does not.
+    # docs/cli.md#results: input_tokens counts cache reads and writes; Anthropic's 3000 does not.
     assert events.usage == Usage(
         input_tokens=4400, cached_input_tokens=1400, cache_write_input_tokens=0, output_tokens=80,
         reasoning_output_tokens=0, cost_usd=COST,

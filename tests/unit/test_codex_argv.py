@@ -1,4 +1,4 @@
-"""The `codex exec` command line of contract §7.3, exactly, and every override valid TOML."""
+"""The `codex exec` command line of docs/codex-notes.md#the-argv, exactly, and every override valid TOML."""
 
 from __future__ import annotations
 
@@ -61,7 +61,8 @@ def test_exact_argv_for_a_representative_provider() -> None:
 
 
 def test_runs_keep_their_session_no_ephemeral_flag() -> None:
-    """Contract §7.3/§15.4: the session is kept (in the run's private CODEX_HOME) so it can be continued."""
+    """docs/codex-notes.md#the-argv; docs/cli.md, wb agent continue: the session is kept (in the run's private
+    CODEX_HOME) so it can be continued."""
     assert "--ephemeral" not in _argv()
 
 

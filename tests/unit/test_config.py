@@ -1,4 +1,4 @@
-"""wb.yaml rules (contract §4): every refusal names the file, the key and the rule."""
+"""wb.yaml rules (docs/config.md): every refusal names the file, the key and the rule."""
 
 from __future__ import annotations
 
@@ -143,7 +143,8 @@ def test_hosts_a_shell_or_ssh_could_reinterpret_are_refused_before_any_connectio
 
 
 def test_a_target_without_an_ssh_block_is_not_a_machine(tmp_path: Path) -> None:
-    """§3.7: it may serve another transport of WB's; --to naming it is the unknown-machine error."""
+    """docs/cli.md#machine-selection: it may serve another transport of WB's; --to naming it is the unknown-machine
+    error."""
     text = "session_move:\n  targets:\n    box: {ssh: {host: b}}\n    docker-1: {docker: {image: x}}\n    bare:\n"
     config = _load(tmp_path, text)
     assert set(config.targets) == {"box"}

@@ -77,7 +77,8 @@ def test_list_is_newest_first_with_ties_by_machine_then_id() -> None:
 
 
 def test_dispatch_line_names_the_worktree_not_its_path() -> None:
-    """§3.1: `<ref> <state> <location> (<provider>/<model>)`, the location `<machine>:<name>` for a remote run."""
+    """docs/cli.md#wb-agent-dispatch: `<ref> <state> <location> (<provider>/<model>)`, the location `<machine>:<name>`
+    for a remote run."""
     path = "/home/ai/projects/.wb-worktrees/acme/widget/fix-login"
     local = _result(worktree="fix-login", worktree_dir=path, state="running")
     assert dispatch_line(local) == f"{local.agent_id} {local.state} fix-login (mock/gpt-5.5)\n"
@@ -86,7 +87,7 @@ def test_dispatch_line_names_the_worktree_not_its_path() -> None:
 
 
 def test_changes_line_counts_lines_of_every_file() -> None:
-    """§7.6: insertions include new files' lines, so the line no longer says "(tracked files)"."""
+    """docs/runs.md#summaries: insertions include new files' lines, so the line no longer says "(tracked files)"."""
     changes = ChangeSummary(files_changed=1, files=["hello.txt"], insertions=1, deletions=0, new_files=1)
     result = _result(changes=changes)
     assert "changes:  1 file changed, +1 -0\n" in status_text(result)

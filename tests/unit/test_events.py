@@ -1,4 +1,5 @@
-"""EventSummary, worker_actions and final_message against real Codex 0.169.0 transcripts (contract §7.5, §7.6)."""
+"""EventSummary, worker_actions and final_message against real Codex 0.169.0 transcripts (docs/runs.md#terminal-state;
+docs/runs.md#summaries)."""
 
 from __future__ import annotations
 

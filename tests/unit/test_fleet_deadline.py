@@ -1,4 +1,5 @@
-"""A machine that never got a slot before the shared deadline is reported as not attempted (§8.1)."""
+"""A machine that never got a slot before the shared deadline is reported as not attempted
+(docs/cli.md, wb agent list)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""One sanitiser for foreign text (§3) and requests with lone surrogates refused like any malformed one (§5.4)."""
+"""One sanitiser for foreign text (docs/cli.md#conventions-shared-by-every-command) and requests with lone surrogates
+refused like any malformed one (docs/protocol.md#the-receivers-rules)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The Gemini CLI harness against real 0.61.0 transcripts: argv, environment, private home, parser, actions (§14)."""
+"""The Gemini CLI harness against real 0.61.0 transcripts: argv, environment, private home, parser, actions
+(docs/harnesses.md)."""
 
 from __future__ import annotations
 
@@ -70,7 +71,7 @@ SESSION = "4faa5275-8a56-498b-8ec3-09e4b05d1588"
 
 
 def test_the_gemini_harness_can_resume_by_session_id(tmp_path: Path) -> None:
-    """Contract §15.4: 0.61.0 looks a `--resume` value up as a session ID first (docs/harnesses.md)."""
+    """docs/cli.md, wb agent continue: 0.61.0 looks a `--resume` value up as a session ID first (docs/harnesses.md)."""
     assert spec_for("gemini").can_resume
     run = replace(launch(tmp_path), resume_session=SESSION)
     assert Gemini().argv(run) == [
@@ -155,7 +156,7 @@ def test_simple_transcript() -> None:
 def test_shell_transcript_counts_the_tool_and_input_includes_the_cached_tokens() -> None:
     parser, _ = parse("shell-yolo.jsonl")
     assert parser.tool_calls == 1
-    # stats: input_tokens 3000 = cached 1200 + input 1800 (§6.3: input counts cache reads).
+    # stats: input_tokens 3000 = cached 1200 + input 1800 (docs/cli.md#results: input counts cache reads).
     assert parser.usage == Usage(input_tokens=3000, cached_input_tokens=1200, output_tokens=60)
     assert final_text(parser) == "The directory contains README.md."
     assert parser.failure(0) is None

@@ -1,4 +1,5 @@
-"""Profiles for every harness (contract §4, §14), the `command` harness's stream, and `capabilities` on the wire."""
+"""Profiles for every harness (docs/config.md; docs/harnesses.md), the `command` harness's stream, and `capabilities`
+on the wire."""
 
 from __future__ import annotations
 

@@ -124,7 +124,7 @@ def test_an_unknown_operation_refusal_from_a_peer_becomes_the_upgrade_message_ex
 
 
 def test_claude_resumes_its_session_with_the_equals_form(tmp_path: Path) -> None:
-    """Contract §15.4: `--resume=<session>` after the usual flags; an ID that is not one is refused."""
+    """docs/cli.md, wb agent continue: `--resume=<session>` after the usual flags; an ID that is not one is refused."""
     from courier.runs.harness.claude import claude_argv
     from tests.unit.test_claude_harness import launch
 

@@ -1,4 +1,4 @@
-"""The terminal state rules of contract §7.5, first match wins."""
+"""The terminal state rules of docs/runs.md#terminal-state, first match wins."""
 
 from __future__ import annotations
 

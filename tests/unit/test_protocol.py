@@ -1,4 +1,5 @@
-"""The wire contract: round trips, refusals (contract §2, §5.2) and golden schema-1 documents."""
+"""The wire contract: round trips, refusals (docs/protocol.md#names-and-references; docs/protocol.md#the-request) and
+golden schema-1 documents."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Reply finding, hostile-JSON containment and reply classification (contract §5.5), without SSH."""
+"""Reply finding, hostile-JSON containment and reply classification (docs/protocol.md#the-callers-rules), without
+SSH."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The harness registry (contract §14): a profile's `harness` name → what it speaks and where it lives.
+"""The harness registry (docs/harnesses.md): a profile's `harness` name → what it speaks and where it lives.
 
 The facts dispatch and `version` need (fitting wire_api values, the executable, whether it can
 resume) are here; the module itself is imported only by the owner (and `logs`, for worker

@@ -1,4 +1,4 @@
-"""The one interface every harness implements (contract §14): how it starts, what its stream says, how it ends.
+"""The one interface every harness implements (docs/harnesses.md): how it starts, what its stream says, how it ends.
 
 The owner, dispatch and the worker environment know only this module. A harness is found by
 the profile's `harness` name through `courier.runs.harness.harness_for`; each lives in its
@@ -31,7 +31,7 @@ class Launch:
     `env_key` names the variable the harness reads its credential from (the provider's
     `credential_env`, or WB_AGENT_PROVIDER_CREDENTIAL for a `credential_file` provider);
     it is "" for a harness without a provider (`command`). `resume_session` is the session
-    to continue (contract §15.4), else None.
+    to continue (docs/cli.md, wb agent continue), else None.
     """
 
     worktree: str
@@ -124,7 +124,7 @@ class EventParser(ABC):
 
 
 class Harness(ABC):
-    """One coding-agent CLI behind the interface of contract §14."""
+    """One coding-agent CLI behind the interface docs/harnesses.md describes."""
 
     # Its facts (name, executable, wire_api values, resumable) are in the registry's HarnessSpec.
     name: ClassVar[str]
@@ -164,7 +164,7 @@ class Harness(ABC):
 
     @abstractmethod
     def actions_of(self, event: dict[str, Any]) -> list[str]:
-        """The worker actions (§7.6) one well-formed event stands for, unsanitised, oldest first."""
+        """The worker actions (docs/runs.md#summaries) one well-formed event stands for, unsanitised, oldest first."""
 
     def echoed_by(self, event: dict[str, Any], following: dict[str, Any]) -> bool:
         """True when `following` (the next event) makes `event` stand for nothing: it only repeats

@@ -1,4 +1,4 @@
-"""The Claude Code harness (contract §14): `claude -p --output-format stream-json`, its stream, its terminal rule.
+"""The Claude Code harness (docs/harnesses.md): `claude -p --output-format stream-json`, its stream, its terminal rule.
 
 Facts used here (Claude Code 2.1.328, checked with the real binary; docs/harnesses.md):
 one `assistant` line per content block; `user` lines carry tool results; a run ends with one
@@ -49,7 +49,7 @@ def claude_argv(launch: Launch) -> list[str]:
     else:
         argv += NARROW_PERMISSIONS
     if launch.resume_session is not None:
-        # Contract §15.4; the `=` form, as the official SDK passes it, so an ID is never read as a flag.
+        # docs/cli.md, wb agent continue; the `=` form, as the official SDK passes it, so an ID is never read as a flag.
         if not _SESSION_ID.fullmatch(launch.resume_session):
             raise ValueError(f"session ID {launch.resume_session!r} is not a Claude Code session ID")
         argv.append(f"--resume={launch.resume_session}")
@@ -64,7 +64,8 @@ def _count(value: Any) -> int | None:
 
 
 def usage_of(result: dict[str, Any]) -> Usage | None:
-    """§6.3 usage from a `result` event: `input_tokens` counts cache reads and writes (Anthropic's does not)."""
+    """Usage (docs/cli.md#results) from a `result` event: `input_tokens` counts cache reads and writes (Anthropic's
+    does not)."""
     usage = result.get("usage")
     if not isinstance(usage, dict):
         return None
@@ -115,7 +116,8 @@ def _retry_notice(event: dict[str, Any]) -> str:
 
 
 def actions_of(event: dict[str, Any]) -> list[str]:
-    """The worker actions (§7.6) of one event: tool_use blocks, retries, denials and a failed result."""
+    """The worker actions (docs/runs.md#summaries) of one event: tool_use blocks, retries, denials and a failed
+    result."""
     kind = event.get("type")
     if kind == "assistant":
         actions: list[str] = []

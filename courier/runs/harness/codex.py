@@ -1,4 +1,5 @@
-"""The Codex CLI harness (contract §7.3, §7.5, §7.6): its argv, its event stream, its final message.
+"""The Codex CLI harness (docs/codex-notes.md#the-argv; docs/runs.md#terminal-state; docs/runs.md#summaries): its argv,
+its event stream, its final message.
 
 Everything here reads harness output tolerantly: unknown event types and keys are ignored,
 blank lines are skipped, and a line that is not a JSON object becomes a diagnostic. Nothing
@@ -25,7 +26,7 @@ from courier.runs.harness.transcript import LineActions, lines_backwards
 from protocol import limits
 from protocol.models import Usage
 
-# Item types that count as tool calls (contract §7.6).
+# Item types that count as tool calls (docs/runs.md#summaries).
 TOOL_CALL_TYPES = frozenset({"command_execution", "file_change", "mcp_tool_call"})
 
 _PROVIDER_NAME = re.compile(r"[a-z0-9_-]{1,32}")
@@ -63,10 +64,10 @@ def codex_argv(
     env_key: str,
     resume_session: str | None = None,
 ) -> list[str]:
-    """The exact `codex exec` command line of contract §7.3 (no `--ephemeral`: sessions are kept
-    in the run's private CODEX_HOME so a later run can continue them, §15.4).
+    """The exact `codex exec` command line of docs/codex-notes.md#the-argv (no `--ephemeral`: sessions are kept
+    in the run's private CODEX_HOME so a later run can continue them, docs/cli.md, wb agent continue).
 
-    With `resume_session`, the same options then `resume <session> -` (contract §15.4): the
+    With `resume_session`, the same options then `resume <session> -` (docs/cli.md, wb agent continue): the
     exec options go before the subcommand, which takes only the session ID and the prompt.
 
     The task is never part of it: the trailing `-` makes Codex read the prompt from stdin.
@@ -154,7 +155,8 @@ def _usage_of(value: Any) -> Usage | None:
 
 
 class EventSummary(EventParser):
-    """What a Codex `--json` stdout stream said (contract §7.5, §7.6), built one line at a time.
+    """What a Codex `--json` stdout stream said (docs/runs.md#terminal-state; docs/runs.md#summaries), built one line
+    at a time.
 
     Memory stays bounded: at most `DIAGNOSTICS_MAX` diagnostics of at most 240 bytes each,
     and the text of the last agent message (one line, so ≤ 8 MiB).
@@ -228,7 +230,10 @@ class EventSummary(EventParser):
                 self.diagnose(message)
 
     def failure(self, exit_code: int | None) -> str | None:
-        """Contract §7.5 after stop and timeout: exit code, failed turn, no terminal turn event."""
+        """The terminal state after stop and timeout: exit code, failed turn, no terminal turn event.
+
+        The order is the owner's, docs/runs.md#terminal-state.
+        """
         turn_failure = f"harness reported a failed turn: {self.failure_message or 'no message'}"
         if exit_code not in (None, 0):
             return f"harness exited with code {exit_code}" + (f"; {turn_failure}" if self.turn_failed else "")
@@ -275,7 +280,9 @@ def _action_of(event: dict[str, Any]) -> str | None:
 def worker_actions(
     events_path: str | os.PathLike[str] | int, limit: int, line_actions: LineActions = action_lines
 ) -> list[str]:
-    """The last `limit` worker actions of a Codex transcript, oldest first (contract §3.5, §7.6).
+    """The last `limit` worker actions of a Codex transcript, oldest first.
+
+    See docs/cli.md, wb agent logs, and docs/runs.md#summaries.
 
     As `transcript.last_actions`, except that the `error` event Codex repeats right before a
     `turn.failed` with the same message is one action, not two.
@@ -326,7 +333,7 @@ def final_message(
 
 
 class Codex(Harness):
-    """The Codex CLI (contract §7.3): `codex exec --json`, CODEX_HOME private to the run."""
+    """The Codex CLI (docs/codex-notes.md#the-argv): `codex exec --json`, CODEX_HOME private to the run."""
 
     name = "codex"
 

@@ -1,4 +1,4 @@
-"""The `command` harness (contract §14): the profile's own program, its output lines as the transcript.
+"""The `command` harness (docs/harnesses.md): the profile's own program, its output lines as the transcript.
 
 Each line the program writes (stdout and stderr) is a diagnostic, except a JSON object
 `{"type": "wb.result", "message": "<text>"}`, which sets the run's final message (the last

@@ -1,4 +1,4 @@
-"""The Gemini CLI harness (contract §14): `gemini -o stream-json`, a private home, its event stream.
+"""The Gemini CLI harness (docs/harnesses.md): `gemini -o stream-json`, a private home, its event stream.
 
 Facts verified with the real 0.61.0 binary (docs/harnesses.md, "Gemini CLI 0.61.0"):
 
@@ -76,9 +76,9 @@ SHELL_POLICY = f'[[rule]]\ntoolName = "{SHELL_TOOL}"\ndecision = "allow"\npriori
 
 
 def gemini_argv(model: str, resume_session: str | None = None) -> list[str]:
-    """The exact command line (contract §14); the task goes on stdin, which makes the run headless.
+    """The exact command line (docs/harnesses.md); the task goes on stdin, which makes the run headless.
 
-    With `resume_session`, `--resume <session>` (contract §15.4): 0.61.0 looks the ID up
+    With `resume_session`, `--resume <session>` (docs/cli.md, wb agent continue): 0.61.0 looks the ID up
     among the project's sessions in its home before it reads its index numbers.
     """
     if not model or model.startswith("-"):
@@ -152,7 +152,7 @@ def _count(stats: dict[str, Any], key: str) -> int | None:
 
 
 def usage_of(stats: Any) -> Usage | None:
-    """`result.stats` as wb's usage (§6.3): `input_tokens` already counts the `cached` ones."""
+    """`result.stats` as wb's usage (docs/cli.md#results): `input_tokens` already counts the `cached` ones."""
     if not isinstance(stats, dict):
         return None
     fields = {
@@ -306,7 +306,7 @@ class _Backwards:
 
 
 class Gemini(Harness):
-    """The Gemini CLI 0.61 (contract §14)."""
+    """The Gemini CLI 0.61 (docs/harnesses.md)."""
 
     name = "gemini"
 

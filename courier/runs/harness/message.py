@@ -1,4 +1,4 @@
-"""A run's final message: read without trusting the file, bounded to 4096 bytes (contract §10)."""
+"""A run's final message: read without trusting the file, bounded to 4096 bytes (docs/protocol.md#bounds)."""
 
 from __future__ import annotations
 

@@ -59,7 +59,8 @@ def last_actions(
     actions_of: Callable[[dict[str, Any]], list[str]],
     line_actions: LineActions = action_lines,
 ) -> list[str]:
-    """The last `limit` worker actions of a transcript, oldest first (contract §3.5, §7.6).
+    """The last `limit` worker actions of a transcript, oldest first (docs/cli.md, wb agent logs;
+    docs/runs.md#summaries).
 
     Reads backwards from the end of the file, so the cost is proportional to how far back the
     last `limit` actions are, not to the file's size. Each action is sanitised and at most 240
