@@ -204,7 +204,7 @@ def machine(tmp_path: Path) -> Iterator[Machine]:
     _kill_leftovers(tmp_path)
 
 
-COURIER_MODULE = "courier.warm.server"
+COURIER_MODULE = "courier.courier_process"
 
 
 @pytest.fixture(scope="session", autouse=True)
