@@ -73,7 +73,7 @@ class Channel(ABC):
 
     def setting(self, key: str) -> str:
         """The wb.yaml key a remedy names: `session_move.targets.<machine>.<kind>.<key>`."""
-        return f"session_move.targets.{self.machine}.{self.kind}.{key}"
+        return f"session_move.targets.{self.machine}.{self.target.channel}.{key}"
 
     async def run_warm(
         self, state: WarmState, tail: list[str], stdin: bytes, bounds: Bounds, *, operation: str, max_sessions: int
