@@ -88,6 +88,10 @@ class Channel(ABC):
         """Enough to make the same channel in another process (the courier): JSON-able."""
         return {"kind": self.kind, "machine": self.machine, "target": self.target.model_dump(mode="json")}
 
+    def restore(self, spec: dict[str, Any]) -> None:
+        """Take back what `spec` added beyond the target (the courier's side); nothing by default."""
+        del spec
+
 
 class WarmPart(Protocol):
     """What one channel kind keeps in the courier: `wb courier status` rows, closed at the end."""

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import signal
 import time
 from typing import Any, ClassVar
@@ -41,9 +42,21 @@ class ExecChannel(Channel):
     target: ExecTarget
     target_model: ClassVar[type[ExecTarget]] = ExecTarget
 
+    # The child's environment: None is this process's own (cold, or a command the courier runs,
+    # whose os.environ is the caller's); in the courier itself, the caller's, sent with the call.
+    env: dict[str, str] | None = None
+
     @property
     def where(self) -> str:
         return f'exec "{self.target.argv[0]}"'
+
+    def spec(self) -> dict[str, Any]:
+        return {**super().spec(), "env": dict(os.environ)}  # the exec child gets the caller's environment
+
+    def restore(self, spec: dict[str, Any]) -> None:
+        env = spec.get("env")
+        if isinstance(env, dict):
+            self.env = {str(key): str(value) for key, value in env.items()}
 
     def argv(self, tail: list[str]) -> list[str]:
         return [*self.target.argv, *tail]
@@ -57,6 +70,7 @@ class ExecChannel(Channel):
                 stdin=asyncio.subprocess.PIPE,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE,
+                env=self.env,
             )
         except FileNotFoundError:
             why = "not found"
@@ -86,6 +100,10 @@ class ExecChannel(Channel):
         assert isinstance(pool, ExecPool)
         key = (tuple(self.target.argv), tuple(tail), max_sessions)
         peer = pool.peers.get(key)
+        if peer is not None and peer.channel.env != self.env:
+            # Its serve process has another caller's environment: one process per machine, this caller's now.
+            pool.retire(peer)
+            peer = None
         if peer is None:
             peer = pool.peers[key] = ExecPeer(self, tail, max_sessions)
         return await peer.call(stdin, operation, bounds)
@@ -272,6 +290,12 @@ class ExecPool:
 
     def __init__(self) -> None:
         self.peers: dict[tuple[object, ...], ExecPeer] = {}
+        self._retiring: set[asyncio.Future[None]] = set()
+
+    def retire(self, peer: ExecPeer) -> None:
+        """Close a replaced peer's serve process in the background (calls in flight on it may finish)."""
+        self._retiring.add(task := asyncio.ensure_future(peer.close()))
+        task.add_done_callback(self._retiring.discard)
 
     def describe(self) -> list[dict[str, Any]]:
         return [peer.describe() for peer in self.peers.values()]

@@ -44,7 +44,9 @@ def direct_channel(machine: str, target: AnyTarget) -> Channel:
 def from_spec(spec: dict[str, Any]) -> Channel:
     """The channel `Channel.spec()` described (the courier's side of `courier.channels.courier`)."""
     cls = CHANNELS[str(spec["kind"])]()
-    return cls(str(spec["machine"]), cls.target_model.model_validate(spec["target"]))
+    channel = cls(str(spec["machine"]), cls.target_model.model_validate(spec["target"]))
+    channel.restore(spec)
+    return channel
 
 
 Wrapper = Callable[["Config", Channel], Channel]

@@ -38,12 +38,14 @@ class Caller:
     box: SshdServer
     local_home: Path
 
-    def wb(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    def wb(
+        self, *args: str, timeout: float = 120, extra: dict[str, str] | None = None
+    ) -> subprocess.CompletedProcess[str]:
         done = subprocess.run(
             [sys.executable, "-m", "courier.main", *args],
             capture_output=True,
             text=True,
-            env=self.env,
+            env={**self.env, **(extra or {})},
             timeout=timeout,
             stdin=subprocess.DEVNULL,
         )
@@ -71,6 +73,7 @@ def _targets(sshd: SshdFactory, box: SshdServer, root: Path, local_home: Path) -
         "noexec": {"exec": {"argv": [str(not_executable)]}},
         "nowb": {"exec": {"argv": ["env"], "wb_path": "/nonexistent/bin/wb"}},
         "crash": {"exec": {"argv": ["sh", "-c", 'echo "boom: no such container" >&2; echo second >&2; exit 3', "sh"]}},
+        "probe": {"exec": {"argv": ["sh", "-c", 'echo "probe=$WB_EXEC_PROBE" >&2; exit 3', "sh"]}},
         "silent": {"exec": {"argv": ["sh", "-c", "exec sleep 60", "sh"]}},
         "both": {"ssh": sshd.target(box), "exec": {"argv": ["env"]}},
         "noargv": {"exec": {"wb_path": "/opt/wb"}},
@@ -156,6 +159,15 @@ def test_each_exec_failure_is_exit_255_naming_the_machine(caller: Caller, machin
     done = caller.wb("agent", "list", "--to", machine)
     assert done.returncode == 255 and done.stdout == ""
     assert done.stderr.endswith(message) and done.stderr.count("\n") == 1, done.stderr
+
+
+def test_the_exec_child_gets_the_callers_environment(caller: Caller) -> None:
+    # Twice, with another value: with the courier running, each call's child still gets its caller's.
+    for value in ("first-caller", "second-caller"):
+        done = caller.wb("agent", "list", "--to", "probe", extra={"WB_EXEC_PROBE": value, "WB_COURIER": "on"})
+        assert done.returncode == 255
+        assert done.stderr == f'error: machine probe: "sh" exited with status 3 without a reply: probe={value}\n'
+    caller.wb("courier", "stop", extra={"WB_COURIER": "on"})
 
 
 def test_an_exec_machine_that_never_answers_is_bounded(caller: Caller) -> None:
