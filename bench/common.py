@@ -38,6 +38,9 @@ SUBPROCESS_TIMEOUT_S = 120.0
 # one, for before/after figures: it goes first on PYTHONPATH here and, through a `wb` wrapper
 # in each sshd machine's bin dir (first on its PATH), on the remote side too.
 TREE = os.environ.get("WB_BENCH_TREE", "")
+# Which channel wb reaches the machines with: "ssh" (its own asyncssh) or "exec" (`env WB_HOME=… wb`,
+# a local exec channel to the same machine's home, as `docker exec -i` would be; docs/cli.md).
+CHANNEL = os.environ.get("WB_BENCH_CHANNEL", "ssh")
 
 
 def machine_description() -> str:
@@ -326,6 +329,32 @@ class Fleet:
         ]
 
 
+def exec_target(server: SshdServer) -> dict[str, Any]:
+    """The same machine as an exec target: its home, projects and config, reached without SSH."""
+    argv = [
+        "env",
+        f"WB_HOME={server.wb_home}",
+        f"WB_PROJECTS_ROOT={server.projects_root}",
+        f"WB_CONFIG={server.root / 'remote-wb.yaml'}",
+    ]
+    if TREE:
+        argv.append(f"PYTHONPATH={TREE}")
+    return {"exec": {"argv": argv, "wb_path": WB}}
+
+
+def write_config(factory: SshdFactory, name: str, servers: Sequence[SshdServer]) -> Path:
+    """A wb.yaml naming m1..mN over `CHANNEL`."""
+    if CHANNEL != "exec":
+        return factory.write_wb_config(name, {f"m{i + 1}": factory.target(s) for i, s in enumerate(servers)})
+    import yaml
+
+    path = factory.config_dir / f"{name}.yaml"
+    targets = {f"m{i + 1}": exec_target(s) for i, s in enumerate(servers)}
+    path.write_text(yaml.safe_dump({"session_move": {"targets": targets}}))
+    path.chmod(0o600)
+    return path
+
+
 @contextlib.contextmanager
 def fleet(size: int, base: Path, *, name: str = "fleet") -> Iterator[Fleet]:
     """Start `size` sshd machines on 127.0.0.2.. (loopback only); all are stopped on the way out."""
@@ -340,9 +369,7 @@ def fleet(size: int, base: Path, *, name: str = "fleet") -> Iterator[Fleet]:
         if TREE:
             for server in servers:
                 server.script("wb", f'PYTHONPATH={TREE} exec {WB} "$@"\n')
-        config_path = factory.write_wb_config(
-            name, {f"m{index + 1}": factory.target(server) for index, server in enumerate(servers)}
-        )
+        config_path = write_config(factory, name, servers)
         local_home = base / name / "local-wbhome"
         local_home.mkdir(mode=0o700)
         yield Fleet(factory, servers, config_path, local_home)

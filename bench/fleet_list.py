@@ -75,10 +75,7 @@ def run(report: common.Report, base: Path, sizes: tuple[int, ...] = (1, 4, 16), 
         for server in machines.servers:
             common.write_records(server.wb_home, RUNS_PER_MACHINE)
         for size in sizes:
-            config = machines.factory.write_wb_config(
-                f"fleet-{size}",
-                {machines.machine(i): machines.factory.target(s) for i, s in enumerate(machines.servers[:size])},
-            )
+            config = common.write_config(machines.factory, f"fleet-{size}", machines.servers[:size])
             env = machines.env(WB_CONFIG=str(config))
             ours = [common.WB, "agent", "list", "--all", "--json"]
             samples = common.interleaved(

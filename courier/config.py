@@ -12,7 +12,7 @@ import re
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, model_validator
 
@@ -240,7 +240,19 @@ def _duration_ms(value: str | int | None) -> int | None:
     return milliseconds
 
 
+def _check_wb_path(value: str | None) -> str | None:
+    if value is None:
+        return value
+    check_clean_absolute(value, "wb_path")
+    if not all(_PATH_SEGMENT.fullmatch(seg) for seg in value.split("/")[1:]):
+        raise ValueError("wb_path segments may use only letters, digits and . _ + -")
+    return value
+
+
 class Target(_Entry):
+    """`session_move.targets.NAME.ssh`: a machine reached over SSH (docs/cli.md, machines)."""
+
+    channel: ClassVar[str] = "ssh"
     host: str
     user: str | None = None
     port: int | None = None
@@ -270,12 +282,38 @@ class Target(_Entry):
     @field_validator("wb_path")
     @classmethod
     def _wb_path(cls, value: str | None) -> str | None:
-        if value is None:
-            return value
-        check_clean_absolute(value, "wb_path")
-        if not all(_PATH_SEGMENT.fullmatch(seg) for seg in value.split("/")[1:]):
-            raise ValueError("wb_path segments may use only letters, digits and . _ + -")
+        return _check_wb_path(value)
+
+
+class ExecTarget(_Entry):
+    """`session_move.targets.NAME.exec`: a machine reached by running a local command (docs/cli.md#exec-targets).
+
+    wb runs `argv + [wb_path, "--wb-internal-agent-remote"]` as its own child, no shell:
+    each element is one argument and nothing from a request is ever in it.
+    """
+
+    channel: ClassVar[str] = "exec"
+    argv: list[str]
+    wb_path: str | None = None
+
+    @field_validator("argv")
+    @classmethod
+    def _argv(cls, value: list[str]) -> list[str]:
+        if not value:
+            raise ValueError("must be a non-empty list of strings (the command that reaches the machine)")
+        if not value[0]:
+            raise ValueError("argv[0] must name a command")
+        if any("\0" in item for item in value):
+            raise ValueError("arguments must not contain NUL")
         return value
+
+    @field_validator("wb_path")
+    @classmethod
+    def _wb_path(cls, value: str | None) -> str | None:
+        return _check_wb_path(value)
+
+
+AnyTarget = Target | ExecTarget
 
 
 BUILTIN_PROVIDERS: dict[str, dict[str, Any]] = {
@@ -303,6 +341,7 @@ class Problem:
     """Why one entry of the file cannot be used."""
 
     message: str
+    channel: str | None = None  # a machine's: the kind its block named (`wb machines` shows it)
 
 
 @dataclass
@@ -312,11 +351,11 @@ class Config:
     projects_root: Path
     providers: dict[str, Provider | Problem] = field(default_factory=dict)
     profiles: dict[str, Profile | Problem] = field(default_factory=dict)
-    targets: dict[str, Target | Problem] = field(default_factory=dict)
+    targets: dict[str, AnyTarget | Problem] = field(default_factory=dict)
     courier_idle_ms: int = limits.COURIER_IDLE_DEFAULT_MS
     courier_max_sessions: int = limits.COURIER_MAX_SESSIONS_DEFAULT
 
-    def target(self, machine: str) -> Target:
+    def target(self, machine: str) -> AnyTarget:
         entry = self.targets.get(machine)
         if entry is None:
             names = ", ".join(sorted(self.targets)) or "none"
@@ -490,6 +529,8 @@ def _problem(path: Path, where: str, exc: ValidationError | ValueError | BadName
                 message = "must be a whole number (not quoted)"
             elif item["type"] == "extra_forbidden":
                 message = "unknown key"
+            elif item["type"] == "list_type":
+                message = "must be a list of strings"
             details.append(f"{where}{'.' + loc if loc else ''}: {message}")
         return Problem(f"{path}: " + "; ".join(details))
     return Problem(f"{path}: {where}: {exc}")
@@ -537,24 +578,32 @@ def _providers(section: dict[str, Any], path: Path) -> dict[str, Provider | Prob
     return out
 
 
-def _targets(section: dict[str, Any], path: Path) -> dict[str, Target | Problem]:
-    out: dict[str, Target | Problem] = {}
+def _targets(section: dict[str, Any], path: Path) -> dict[str, AnyTarget | Problem]:
+    out: dict[str, AnyTarget | Problem] = {}
     for name, body in section.items():
         key = f"session_move.targets.{name}"
-        if body is None or (isinstance(body, dict) and "ssh" not in body):
-            continue  # no ssh block: not a machine (it may serve another WB transport), skipped silently
+        kinds = [kind for kind in ("ssh", "exec") if kind in body] if isinstance(body, dict) else ["ssh"]
+        if body is None or not kinds:
+            # no ssh or exec block: not a machine (it may serve another WB transport), skipped silently
             # (docs/cli.md#machine-selection)
+            continue
         try:
             check_machine_name(str(name))
         except BadName as exc:
             out[str(name)] = Problem(f"{path}: {key}: {exc}")
             continue
-        ssh = body.get("ssh") if isinstance(body, dict) else None
-        if not isinstance(ssh, dict):
-            out[str(name)] = Problem(f"{path}: {key}.ssh: must be a mapping with at least host")
+        if len(kinds) > 1:
+            out[str(name)] = Problem(f"{path}: {key}: has both ssh and exec; a machine is reached one way: keep one")
+            continue
+        kind = kinds[0]
+        block = body.get(kind) if isinstance(body, dict) else None
+        model: type[Target] | type[ExecTarget] = Target if kind == "ssh" else ExecTarget
+        if not isinstance(block, dict):
+            needs = "at least host" if kind == "ssh" else "at least argv"
+            out[str(name)] = Problem(f"{path}: {key}.{kind}: must be a mapping with {needs}", kind)
             continue
         try:
-            out[str(name)] = Target.model_validate(ssh)
+            out[str(name)] = model.model_validate(block)
         except ValidationError as exc:
-            out[str(name)] = _problem(path, f"{key}.ssh", exc)
+            out[str(name)] = Problem(_problem(path, f"{key}.{kind}", exc).message, kind)
     return out

@@ -8,24 +8,26 @@ answer hostage: it becomes a failed row with its reason.
 from __future__ import annotations
 
 import asyncio
+import shlex
 import sys
 import time
 from dataclasses import dataclass, field
 
 from courier.capabilities import harnesses_of
-from courier.config import Config, Problem, Target
+from courier.config import Config, ExecTarget, Problem
 from courier.errors import Finding, TransportError, WbError
 from courier.render import list_lines, sort_results, to_json
 from courier.route import raise_failure
-from courier.text import sanitize
+from courier.text import clip_bytes, sanitize
 from courier.transport import connections_shared, transport_for
 from protocol import limits
-from protocol.documents import FleetDocument, FleetMachine, MachineProbe, MachinesDocument
+from protocol.documents import FleetDocument, FleetMachine, MachineProbe
 from protocol.models import RemoteRequest, RemoteResponse, Result
 from protocol.refs import format_reference
 from protocol.timestamps import parse_rfc3339
 
 DUPLICATE_HOME = "same WB_HOME as this machine"
+_ARGV_SHOWN_MAX_BYTES = 60  # an exec machine's command in the HOST column, clipped
 
 
 @dataclass
@@ -89,7 +91,7 @@ class Answer:
 
 
 def _machines(config: Config) -> list[str]:
-    return sorted(name for name, entry in config.targets.items() if isinstance(entry, Target))
+    return sorted(name for name, entry in config.targets.items() if not isinstance(entry, Problem))
 
 
 async def _ask_all(config: Config, machines: list[str], operation: str, deadline: float) -> dict[str, Answer]:
@@ -191,6 +193,8 @@ def gather_all(config: Config, machine_timeout_s: float, *, stalled_only: bool =
 @dataclass
 class ProbeRow:
     machine: str
+    channel: str | None = None  # "ssh" or "exec" (docs/cli.md, machines)
+    argv: list[str] | None = None  # an exec machine's command, in place of host, user and port
     host: str | None = None
     user: str | None = None
     port: int | None = None
@@ -206,6 +210,12 @@ class ProbeRow:
     def document(self) -> MachineProbe:
         return MachineProbe(**self.__dict__)
 
+    def address(self) -> list[str]:
+        """The HOST, USER and PORT cells; an exec machine shows its command under HOST."""
+        if self.argv is not None:
+            return [clip_bytes(shlex.join(self.argv), _ARGV_SHOWN_MAX_BYTES), "-", "-"]
+        return [self.host or "-", self.user or "-", str(self.port or "-")]
+
 
 def _offset_ms(now: str | None, sent: float, received: float) -> int | None:
     if not now:
@@ -220,7 +230,7 @@ def _offset_ms(now: str | None, sent: float, received: float) -> int | None:
 def show_machines(config: Config, *, check: bool, as_json: bool, machine_timeout_s: float) -> None:
     rows = probe_machines(config, check=check, machine_timeout_s=machine_timeout_s)
     if as_json:
-        sys.stdout.write(to_json(MachinesDocument([row.document() for row in rows]).model_dump(mode="json")))
+        sys.stdout.write(to_json([row.document().to_json() for row in rows]))
     else:
         sys.stdout.write(_machines_table(rows, check))
     sys.stdout.flush()
@@ -238,11 +248,21 @@ def probe_machines(config: Config, *, check: bool, machine_timeout_s: float) -> 
     for machine in sorted(config.targets):
         entry = config.targets[machine]
         if isinstance(entry, Problem):
-            rows.append(ProbeRow(machine=machine, error=entry.message))
-            continue
-        rows.append(
-            ProbeRow(machine=machine, host=entry.host, user=entry.user, port=entry.port, wb_path=entry.wb_path, ok=True)
-        )
+            rows.append(ProbeRow(machine=machine, channel=entry.channel, error=entry.message))
+        elif isinstance(entry, ExecTarget):
+            rows.append(ProbeRow(machine=machine, channel="exec", argv=entry.argv, wb_path=entry.wb_path, ok=True))
+        else:
+            rows.append(
+                ProbeRow(
+                    machine=machine,
+                    channel="ssh",
+                    host=entry.host,
+                    user=entry.user,
+                    port=entry.port,
+                    wb_path=entry.wb_path,
+                    ok=True,
+                )
+            )
     if check and rows:
         deadline = time.monotonic() + machine_timeout_s
         answers = asyncio.run(_ask_all(config, _machines(config), "version", deadline))
@@ -277,13 +297,13 @@ def _apply_probe(row: ProbeRow, answer: Answer) -> None:
 def _machines_table(rows: list[ProbeRow], check: bool) -> str:
     if not rows:
         return "no machines configured (add them under session_move.targets in wb.yaml)\n"
-    header = ["MACHINE", "HOST", "USER", "PORT", "WB_PATH", "OK"]
+    header = ["MACHINE", "CHANNEL", "HOST", "USER", "PORT", "WB_PATH", "OK"]
     if check:
         header += ["WB", "SCHEMA", "RTT", "CLOCK", "HARNESSES"]
     header.append("ERROR")
     table = [header]
     for r in rows:
-        line = [r.machine, r.host or "-", r.user or "-", str(r.port or "-"), r.wb_path or "wb", "yes" if r.ok else "no"]
+        line = [r.machine, r.channel or "-", *r.address(), r.wb_path or "wb", "yes" if r.ok else "no"]
         if check:
             line += [
                 r.wb_version or "-",

@@ -1,10 +1,10 @@
 """The transport seam: `ask(request) -> response` for one machine, whatever carries it.
 
 This machine is one more transport (`LocalTransport` runs the operation in-process and keeps
-its typed results); another machine is reached over SSH (`SshTransport`: encode, call,
-decode and validate once); tests use `MockTransport`. The CLI, `route` and `fleet` obtain
-transports only from `transport_for`, so a new carrier (the warm courier of docs/courier.md)
-is one more implementation installed with `use_remote`.
+its typed results); another machine is `RemoteTransport`: the one caller
+(`courier.call.caller`: encode, run over the machine's channel, decode and validate once),
+whatever channel reaches it (ssh, exec, the courier's socket; docs/architecture.md). Tests
+use `MockTransport`. The CLI, `route` and `fleet` obtain transports only from `transport_for`.
 
 A transport returns the peer's reply as it came, in-band refusals included; raising them as
 errors is `route.raise_failure`'s job. Everything that stops a reply from arriving is a
@@ -64,18 +64,20 @@ class LocalTransport(Transport):
         return await asyncio.to_thread(self.ask, request)
 
 
-class SshTransport(Transport):
-    """Another machine over SSH (docs/protocol.md#the-callers-rules): validated before connecting, the reply validated
-    once."""
+class RemoteTransport(Transport):
+    """Another machine, over the channel its target names (docs/protocol.md): validated before, the reply once."""
 
     def __init__(self, config: Config, machine: str) -> None:
         self.config = config
         self.machine = machine
 
     async def ask_async(self, request: RemoteRequest, *, timeout_s: float | None = None) -> RemoteResponse:
-        from courier.remote.client import call_async
+        from courier.call.caller import call_async
 
         return await call_async(self.config, self.machine, request, timeout_s=timeout_s)
+
+
+SshTransport = RemoteTransport  # the name before channels (an ssh target is one channel of several)
 
 
 class MockTransport(Transport):
@@ -91,8 +93,6 @@ class MockTransport(Transport):
         return self.handler(validated(request))
 
 
-RemoteFactory = Callable[["Config", str], Transport]
-_remote_factory: RemoteFactory = SshTransport
 _override: Callable[[Config, str], Transport] | None = None
 
 
@@ -103,22 +103,16 @@ def transport_for(config: Config, machine: str) -> Transport:
     if not machine:
         return LocalTransport(config)
     config.target(machine)  # refuses an unknown or misconfigured machine before anything else
-    return _remote_factory(config, machine)
+    return RemoteTransport(config, machine)
 
 
 @contextlib.asynccontextmanager
 async def connections_shared() -> AsyncIterator[None]:
     """Within it, SSH calls to one host share one connection (docs/cli.md, wb agent list): a fan-out's scope."""
-    from courier.remote.pool import pooled
+    from courier.channels.ssh import pooled
 
     async with pooled():
         yield
-
-
-def use_remote(factory: RemoteFactory) -> None:
-    """Carry calls to other machines with `factory` from now on (the warm courier installs itself here)."""
-    global _remote_factory
-    _remote_factory = factory
 
 
 @contextlib.contextmanager

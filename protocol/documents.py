@@ -49,9 +49,13 @@ class MachineProbe(Document):
     """One row of `wb machines --json`; the probe fields are null without --check."""
 
     machine: str
-    host: str | None
-    user: str | None
-    port: int | None
+    channel: Literal["ssh", "exec"] | None = Field(
+        description="How the machine is reached: ssh or exec (null when its entry names neither usably)."
+    )
+    argv: list[str] | None = Field(default=None, description="An exec machine's command (exec rows only).")
+    host: str | None = Field(default=None, description="ssh rows only.")
+    user: str | None = Field(default=None, description="ssh rows only.")
+    port: int | None = Field(default=None, description="ssh rows only.")
     wb_path: str | None
     ok: bool
     error: str | None
@@ -62,6 +66,11 @@ class MachineProbe(Document):
     harnesses: list[str] | None = Field(
         description="With --check: the harnesses the peer can run ([] when it lists none)."
     )
+
+    def to_json(self) -> dict[str, Any]:
+        # An exec row carries argv instead of host, user and port; any other row has no argv.
+        dropped = ("host", "user", "port") if self.channel == "exec" else ("argv",)
+        return {key: value for key, value in super().to_json().items() if key not in dropped}
 
 
 class MachinesDocument(RootModel[list[MachineProbe]]):

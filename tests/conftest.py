@@ -216,7 +216,7 @@ def machine(tmp_path: Path) -> Iterator[Machine]:
     _kill_leftovers(tmp_path)
 
 
-COURIER_MODULE = "courier.warm.server"
+COURIER_MODULE = "courier.courier_process"
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:

@@ -1,36 +1,20 @@
-"""Ask one machine one question (docs/protocol.md#the-callers-rules): validate, send over SSH, bound, decode, classify.
+"""Decode and check one reply document through the operation table (docs/protocol.md#the-callers-rules).
 
-`call` is the synchronous entry for one command; `call_async` is the same call for a
-fan-out (it keeps no global state, so many may run at once, each with its own bound, or
-share one `ssh.Connection` per host). In-band refusals (`failure`) are returned, not
-raised: the caller maps `failure_kind` to its exit code. Everything else that goes wrong
-is a TransportError (exit 255) whose `cause` classifies it for fleet views.
+The caller (`courier.call.caller`) finds the document on the channel's stdout; everything
+here is about the document itself: schema version, counts before any model is built, the
+envelope, the operation echoed, and each result validated once and stamped with the
+machine that answered. Any doubt is a ReplyUntrusted (exit 255).
 """
 
 from __future__ import annotations
 
-import asyncio
-import shlex
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 from pydantic import ValidationError
 
-from courier.config import Config, Target
-from courier.errors import (
-    CallTimedOut,
-    RemoteWbMissing,
-    ReplyUntrusted,
-    SchemaSkew,
-    TransportError,
-    UsageError,
-)
-from courier.remote import pool, ssh
-from courier.remote.reply import BadReply, find_reply
-from courier.text import clip_bytes, sanitize
+from courier.errors import ReplyUntrusted, SchemaSkew
+from courier.text import sanitize
 from protocol import limits
-from protocol.durations import format_duration_ms
-from protocol.entry import REMOTE_ARGUMENT
 from protocol.models import (
     DiffResult,
     ListWarning,
@@ -42,144 +26,9 @@ from protocol.models import (
     collector_paused,
 )
 from protocol.operations import TABLE
-from protocol.validate import RequestRefused, describe_validation_error, validate_request
+from protocol.validate import describe_validation_error
 
-_RESULT_OPERATIONS = ("dispatch", "status", "await")
-
-# What carries one call's bytes when it is not a new connection of this process: the warm
-# courier (docs/courier.md) passes its pooled, re-verified connection here. Everything before
-# (validation) and after (bounds, decoding, classification) is the same code as cold.
-Carrier = Callable[[Config, ssh.Endpoint, str, bytes, str], Awaitable[ssh.Outcome]]
 _SHORT_TEXT_MAX = 256
-
-
-def remote_command(target: Target) -> str:
-    """Exactly `<wb_path or wb> --wb-internal-agent-remote`; no request byte ever reaches this argv."""
-    return f"{shlex.quote(target.wb_path or 'wb')} {REMOTE_ARGUMENT}"
-
-
-def endpoint_of(machine: str, target: Target) -> ssh.Endpoint:
-    return ssh.Endpoint(machine=machine, host=target.host, user=target.user, port=target.port)
-
-
-async def open_connection(config: Config, machine: str) -> ssh.Connection:
-    """One authenticated connection to `machine` for several `call_async(..., connection=...)`; close it after."""
-    return await ssh.connect(endpoint_of(machine, config.target(machine)))
-
-
-def prepare(config: Config, machine: str, request: RemoteRequest) -> tuple[Target, bytes]:
-    """Everything that must hold before connecting: a usable target and a valid, small enough request."""
-    target = config.target(machine)
-    try:
-        validate_request(request)
-    except RequestRefused as exc:
-        raise UsageError(str(exc)) from None
-    payload = request.encode()
-    if len(payload) > limits.REQUEST_MAX_BYTES:
-        raise UsageError(
-            f"the {request.operation} request for {machine} is {len(payload)} bytes; "
-            f"the limit is {limits.REQUEST_MAX_BYTES} bytes"
-        )
-    return target, payload
-
-
-def call(config: Config, machine: str, request: RemoteRequest, *, timeout_s: float | None = None) -> RemoteResponse:
-    """Send one request to `machine` and return its validated reply (see `call_async`)."""
-    return asyncio.run(call_async(config, machine, request, timeout_s=timeout_s))
-
-
-async def call_async(
-    config: Config,
-    machine: str,
-    request: RemoteRequest,
-    *,
-    timeout_s: float | None = None,
-    connection: ssh.Connection | None = None,
-    carrier: Carrier | None = None,
-) -> RemoteResponse:
-    """Send one request and return the validated reply; `connection` reuses an open one to that machine.
-
-    The whole call (connect, send, reply) is bounded by `timeout_s`, default 10 minutes.
-    """
-    target, payload = prepare(config, machine, request)
-    bound_s = timeout_s if timeout_s is not None else limits.REMOTE_CALL_MAX_MS / limits.MS_PER_SECOND
-    command = remote_command(target)
-    try:
-        async with asyncio.timeout(bound_s):
-            shared = pool.active()
-            if connection is not None:
-                outcome = await connection.run(command, payload)
-            elif carrier is not None:
-                outcome = await carrier(config, endpoint_of(machine, target), command, payload, request.operation)
-            elif shared is not None:
-                outcome = await shared.run(endpoint_of(machine, target), command, payload)
-            else:
-                async with await ssh.connect(endpoint_of(machine, target)) as opened:
-                    outcome = await opened.run(command, payload)
-    except TimeoutError:
-        where = f"{target.host}:{target.port}" if target.port else target.host
-        about = f" about agent run {machine}:{request.agent_id}" if request.agent_id else ""
-        raise CallTimedOut(
-            f"{machine} ({where}) did not answer the {request.operation} request{about} within "
-            f"{format_duration_ms(int(bound_s * limits.MS_PER_SECOND))}"
-        ) from None
-    return interpret(machine, target, request, outcome)
-
-
-def stderr_excerpt(stderr: bytes) -> str:
-    """One sanitised line of at most 1024 bytes: the end of stderr, where the error usually is."""
-    text = " ".join(sanitize(stderr.decode("utf-8", "replace")).split())
-    if not text:
-        return "(nothing on stderr)"
-    limit = limits.REMOTE_STDERR_EXCERPT_MAX_BYTES
-    raw = text.encode()
-    if len(raw) <= limit:
-        return text
-    marker = "…"
-    tail = raw[len(raw) - (limit - len(marker.encode())) :].decode("utf-8", "ignore")
-    return clip_bytes(marker + tail, limit)
-
-
-def interpret(machine: str, target: Target, request: RemoteRequest, outcome: ssh.Outcome) -> RemoteResponse:
-    """Classify the remote command's outcome and return its reply, validated and stamped."""
-    if outcome.overflow == "stdout":
-        raise ReplyUntrusted(
-            f"{machine}: the reply exceeds {limits.REPLY_STDOUT_MAX_BYTES} bytes; refused (the channel was closed)"
-        )
-    if outcome.overflow == "stderr":
-        raise ReplyUntrusted(
-            f"{machine}: the remote wrote more than {limits.REPLY_STDERR_MAX_BYTES} bytes on stderr; "
-            "refused (the channel was closed)"
-        )
-    wb = target.wb_path or "wb"
-    if outcome.exit_status == 127:
-        raise RemoteWbMissing(
-            f"wb is not installed on {machine} (or not on the PATH of a non-interactive shell); "
-            f"set session_move.targets.{machine}.ssh.wb_path"
-        )
-    if outcome.exit_status == 126:
-        raise TransportError(
-            f"{machine}: {wb} is not executable there (exit 126); "
-            f"fix its permissions or set session_move.targets.{machine}.ssh.wb_path",
-            cause="wb not executable",
-        )
-    if outcome.exit_signal is not None:
-        raise TransportError(
-            f"{machine}: the remote {wb} was killed by signal {sanitize(outcome.exit_signal)[:32]}: "
-            f"{stderr_excerpt(outcome.stderr)}",
-            cause="remote crashed",
-        )
-    if outcome.exit_status != 0:
-        raise TransportError(
-            f"{machine}: the remote {wb} exited with status {outcome.exit_status}: {stderr_excerpt(outcome.stderr)}",
-            cause="remote crashed",
-        )
-    try:
-        document = find_reply(outcome.stdout)
-    except BadReply as exc:
-        note = f"; stderr: {stderr_excerpt(outcome.stderr)}" if outcome.stderr.strip() else ""
-        raise ReplyUntrusted(f"{machine}: the reply cannot be trusted: {exc}{note}") from None
-    return decode_response(machine, request, document)
 
 
 def decode_response(machine: str, request: RemoteRequest, document: dict[str, Any]) -> RemoteResponse:

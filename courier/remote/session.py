@@ -27,7 +27,7 @@ from courier.remote.serve import (
     client_watch,
     internal_failure,
 )
-from courier.warm.stamp import program_stamp
+from courier.stamp import program_stamp
 from protocol import limits
 
 _READ_CHUNK = 1 * limits.MIB

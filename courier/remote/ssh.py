@@ -26,6 +26,7 @@ from typing import Any
 import asyncssh
 from asyncssh.config import SSHClientConfig, SSHConfig
 
+from courier.channels.base import Outcome
 from courier.errors import (
     AuthFailed,
     CallTimedOut,
@@ -55,17 +56,6 @@ class Endpoint:
     host: str
     user: str | None = None
     port: int | None = None
-
-
-@dataclass
-class Outcome:
-    """What one remote command produced, within the byte caps."""
-
-    stdout: bytes
-    stderr: bytes
-    exit_status: int | None
-    exit_signal: str | None
-    overflow: str | None = None  # "stdout" or "stderr" when that stream passed its cap
 
 
 @dataclass

@@ -3,8 +3,10 @@
 After the fork the child becomes, as far as the command can tell, the process the thin
 client would have been: fds 0-2 are the caller's (so isatty, `--task-file -` and a
 closed stdout behave as cold), os.environ is the caller's, and so are the current
-directory and the umask. Its remote calls go back to the courier (one pooled connection
-per machine) through `courier.remote.client.remote_runner`.
+directory and the umask. Its remote calls go back to the courier (one pooled connection or
+serve process per machine) through `courier.channels.courier.CourierChannel`. The command
+line itself is run by the `runner` the courier's entry module passed down (`courier.cli.run`):
+nothing here imports the CLI.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import os
 import signal
 import socket
 import sys
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import NoReturn
 
@@ -60,7 +62,13 @@ class Command:
         )
 
 
-def run_child(command: Command, passed: list[int], close: Iterable[socket.socket], socket_path: str) -> NoReturn:
+def run_child(
+    command: Command,
+    passed: list[int],
+    close: Iterable[socket.socket],
+    socket_path: str,
+    runner: Callable[[list[str]], int],
+) -> NoReturn:
     """Become the command and run it; never returns."""
     code = 1
     try:
@@ -81,16 +89,14 @@ def run_child(command: Command, passed: list[int], close: Iterable[socket.socket
             os._exit(1)
         sys.argv = [command.argv0, *command.argv]
         _reset_stdio_objects(command.env)
-        from courier import transport
+        from courier.channels.courier import through_courier
+        from courier.channels.registry import carry_through
         from courier.runs import process
 
         process.command_started_by(command.client_pid)  # a bound the user gave counts from their start
-        from courier.warm.carrier import courier_transport
 
-        transport.use_remote(courier_transport(socket_path))
-        from courier.cli import run
-
-        code = run(command.argv)
+        carry_through(through_courier(socket_path))
+        code = runner(command.argv)
         _flush()
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else 1

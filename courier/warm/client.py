@@ -111,7 +111,7 @@ def _start(path: str) -> bool:
             os.chdir(package_parent)
             os.execv(
                 sys.executable,
-                [sys.executable, "-m", "courier.warm.server", path, str(ready_write)],
+                [sys.executable, "-m", "courier.courier_process", path, str(ready_write)],
             )
         finally:
             os._exit(1)

@@ -11,25 +11,16 @@ import socket
 import struct
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
-# The whole program, loaded once: every command forked from here starts with it in memory.
-import courier.cli
-import courier.fleet
-import courier.operations
-import courier.remote.client
-import courier.remote.pool
-import courier.runs.service
-import courier.runs.worktrees
-import courier.transport
-import courier.warm.carrier  # noqa: F401
 from courier import __version__
+from courier.channels.base import Bounds, WarmState
+from courier.channels.registry import from_spec
 from courier.config import load_config
 from courier.errors import TransportError, WbError
-from courier.remote import ssh
+from courier.stamp import program_stamp
 from courier.warm import child, frames, place
-from courier.warm.pool import CallSpec, Pool
-from courier.warm.stamp import program_stamp
 from protocol import limits
 from protocol.timestamps import rfc3339, utc_now
 
@@ -44,13 +35,17 @@ def _log(message: str) -> None:
         sys.stderr.flush()
 
 
+Runner = Callable[[list[str]], int]  # the command line entry (`courier.cli.run`), given by the entry module
+
+
 class Courier:
-    def __init__(self, path: str, lock_fd: int) -> None:
+    def __init__(self, path: str, lock_fd: int, runner: Runner) -> None:
         self.path = path
+        self.runner = runner
         self.lock_fd = lock_fd
         self.started_at = time.time()
         self.stamp = program_stamp()
-        self.pool = Pool()
+        self.warm = WarmState()  # per channel kind: the one ssh pool, the exec serve processes
         self.listener: socket.socket | None = None
         self.listener_inode = 0
         self.connections: set[socket.socket] = set()
@@ -215,7 +210,7 @@ class Courier:
         closing = [*self.connections, *([self.listener] if self.listener else [])]
         pid = os.fork()
         if pid == 0:  # pragma: no cover - the child never returns
-            child.run_child(command, passed, closing, self.path)
+            child.run_child(command, passed, closing, self.path, self.runner)
         for fd in passed:
             os.close(fd)
         self.children.add(pid)
@@ -271,19 +266,18 @@ class Courier:
         if len(fields) != 3:
             raise frames.FrameError("a remote call has three fields")
         header: dict[str, Any] = json.loads(fields[1])
-        spec = CallSpec(
-            endpoint=ssh.Endpoint(
-                machine=str(header["machine"]),
-                host=str(header["host"]),
-                user=header.get("user"),
-                port=header.get("port"),
-            ),
-            command=str(header["command"]),
-            payload=fields[2],
-            operation=str(header.get("operation", "")),
+        channel = from_spec(header["spec"])
+        payload = fields[2]
+        bounds = Bounds(stdout_max=int(header["stdout_max"]), stderr_max=int(header["stderr_max"]))
+        run = channel.run_warm(
+            self.warm,
+            [str(item) for item in header["tail"]],
+            payload,
+            bounds,
+            operation=_operation_of(payload),
             max_sessions=int(header.get("max_sessions") or 8),
         )
-        call = asyncio.ensure_future(self.pool.call(spec))
+        call = asyncio.ensure_future(run)
         gone = asyncio.ensure_future(_wait_closed(conn))
         await asyncio.wait({call, gone}, return_when=asyncio.FIRST_COMPLETED)
         if not call.done():  # the command gave up (its bound, Ctrl-C): so does the call
@@ -305,7 +299,7 @@ class Courier:
             await _send(conn, [b"error", json.dumps(error).encode()])
             return
         except Exception as exc:
-            error = {"class": "TransportError", "message": f"{spec.endpoint.machine}: courier: {exc}", "cause": "error"}
+            error = {"class": "TransportError", "message": f"{channel.machine}: courier: {exc}", "cause": "error"}
             await _send(conn, [b"error", json.dumps(error).encode()])
             return
         meta = {"exit_status": outcome.exit_status, "exit_signal": outcome.exit_signal, "overflow": outcome.overflow}
@@ -320,8 +314,18 @@ class Courier:
             "idle_s": self.idle_s,
             "commands": self.commands,
             "running": len(self.children),
-            "machines": self.pool.describe(),
+            "machines": self.warm.describe(),
         }
+
+
+def _operation_of(payload: bytes) -> str:
+    """The request's operation (the pools route some operations around serve sessions); "" if unreadable."""
+    try:
+        document = json.loads(payload)
+    except ValueError:
+        return ""
+    operation = document.get("operation") if isinstance(document, dict) else None
+    return operation if isinstance(operation, str) else ""
 
 
 def _resolve(future: asyncio.Future[None]) -> None:
@@ -386,9 +390,9 @@ async def _send(sock: socket.socket, fields: list[bytes]) -> None:
     await asyncio.get_running_loop().sock_sendall(sock, frames.pack(fields))
 
 
-async def _main(path: str, ready_fd: int, lock_fd: int) -> int:
+async def _main(path: str, ready_fd: int, lock_fd: int, runner: Runner) -> int:
     loop = asyncio.get_running_loop()
-    server = Courier(path, lock_fd)
+    server = Courier(path, lock_fd, runner)
     server.listen()
     if ready_fd >= 0:
         os.close(ready_fd)  # the starting client stops waiting: we listen
@@ -401,10 +405,11 @@ async def _main(path: str, ready_fd: int, lock_fd: int) -> int:
     watcher = asyncio.ensure_future(server.idle_watch())
     await server.done.wait()
     watcher.cancel()
-    await server.pool.close()
+    await server.warm.close()
     _log("stopped")
     return 0
 
 
-def serve_forever(path: str, ready_fd: int, lock_fd: int) -> int:
-    return asyncio.run(_main(path, ready_fd, lock_fd))
+def serve_forever(path: str, ready_fd: int, lock_fd: int, runner: Runner) -> int:
+    """Serve until stopped; `runner` runs one command line in a forked child (the entry module passes it in)."""
+    return asyncio.run(_main(path, ready_fd, lock_fd, runner))

@@ -16,9 +16,10 @@ import pytest
 from pytest_docker.plugin import Services
 
 from courier import __version__
+from courier.call import caller as client
 from courier.config import load_config
 from courier.errors import TransportError
-from courier.remote import client, ssh
+from courier.remote import ssh
 from protocol.models import RemoteRequest
 from tests.integration.sshd import keygen
 

@@ -180,6 +180,6 @@ def test_machines_without_check_lists_the_configuration(fleet: Fleet) -> None:
     done = fleet.wb("machines")
     assert done.returncode == 1  # the typo row is not healthy
     lines = done.stdout.splitlines()
-    assert lines[0].split() == ["MACHINE", "HOST", "USER", "PORT", "WB_PATH", "OK", "ERROR"]
+    assert lines[0].split() == ["MACHINE", "CHANNEL", "HOST", "USER", "PORT", "WB_PATH", "OK", "ERROR"]
     assert any(line.startswith("node0 ") and " yes" in line for line in lines)
     assert any(line.startswith("typo ") and " no " in line for line in lines)

@@ -26,6 +26,8 @@ import psutil
 import pytest
 
 from courier import __version__
+from courier.call import caller as client
+from courier.channels.ssh import pooled
 from courier.config import Config, load_config
 from courier.errors import (
     AuthFailed,
@@ -41,7 +43,7 @@ from courier.errors import (
     TransportError,
     UsageError,
 )
-from courier.remote import client, ssh
+from courier.remote import ssh
 from protocol.models import RemoteRequest
 from tests.integration.inprocess_sshd import keygen
 from tests.integration.sshd import free_port
@@ -124,9 +126,10 @@ def test_one_connection_serves_several_calls_and_machines_run_concurrently(
     config = load_config(sshd.write_wb_config("fleet", targets))
 
     async def scenario() -> tuple[list[str | None], list[str]]:
-        async with await client.open_connection(config, "m0") as connection:
-            first = await client.call_async(config, "m0", VERSION, connection=connection)
-            second = await client.call_async(config, "m0", LIST, connection=connection)
+        async with pooled() as pool:
+            first = await client.call_async(config, "m0", VERSION)
+            second = await client.call_async(config, "m0", LIST)
+            assert len(pool.peers) == 1  # both calls went over one connection
         replies = await asyncio.gather(*(client.call_async(config, name, VERSION) for name in targets))
         return [first.home_id, second.home_id], [reply.home_id or "" for reply in replies]
 

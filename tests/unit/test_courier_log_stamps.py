@@ -7,7 +7,8 @@ from collections.abc import Callable
 
 import pytest
 
-from courier.warm import daemon, pool
+from courier.channels import ssh_pool as pool
+from courier.warm import daemon
 from protocol.timestamps import parse_rfc3339, utc_now
 
 STAMPED = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z) courier( \d+)?: the message\n$")

@@ -8,11 +8,12 @@ from typing import Any
 
 import pytest
 
+from courier.call.caller import interpret, stderr_excerpt
+from courier.channels.base import Outcome
 from courier.config import Target
 from courier.errors import RemoteWbMissing, ReplyUntrusted, SchemaSkew, TransportError
-from courier.remote.client import decode_response, interpret, stderr_excerpt
+from courier.remote.client import decode_response
 from courier.remote.reply import BadReply, find_reply
-from courier.remote.ssh import Outcome
 from protocol import limits
 from protocol.models import RemoteRequest
 

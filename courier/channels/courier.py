@@ -1,9 +1,13 @@
-"""The warm transport (docs/courier.md): a command in the courier sends its remote calls through the courier.
+"""The courier as a channel (docs/courier.md): a command the courier runs sends its calls' bytes to it.
 
-`CourierTransport` is `SshTransport` with one difference: the request's bytes travel over the
-courier's pooled, re-verified connection to that machine (one unix-socket round trip to the
-courier) instead of a new SSH connection; validation, bounds, decoding and classification
-are the cold path's own code (`courier.remote.client.call_async`).
+`CourierChannel` wraps the channel the target names (`ssh`, `exec`) and carries each run
+over one unix-socket round trip to the courier, which runs it on its pooled, re-verified
+connection or its serve process for that machine. What is sent is the inner channel's
+`spec()` (enough to make the same channel there), the argv tail, the bounds and stdin; what
+comes back is the Outcome, or the TransportError the courier met. Everything before and
+after (validation, the time bound, classification, decoding) is the caller's own code,
+the same as cold. When the courier is gone, the run goes the cold way through the inner
+channel.
 """
 
 from __future__ import annotations
@@ -15,73 +19,60 @@ import socket
 import struct
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from courier import errors
-from courier.config import Config
-from courier.remote import ssh
-from courier.remote.client import call_async
-from courier.transport import SshTransport, Transport
+from courier.channels.base import DEFAULT_BOUNDS, Bounds, Channel, Outcome
 from courier.warm import frames, place
-from protocol.models import RemoteRequest, RemoteResponse
+
+if TYPE_CHECKING:
+    from courier.config import Config
 
 # How long a command whose call lost the courier waits to learn whether the courier died.
 COURIER_EXIT_WAIT_S = 2.0
 LOST_EXIT = 255
 
 
-class CourierTransport(SshTransport):
-    def __init__(self, config: Config, machine: str, runner: CourierRunner) -> None:
-        super().__init__(config, machine)
-        self.runner = runner
-
-    async def ask_async(self, request: RemoteRequest, *, timeout_s: float | None = None) -> RemoteResponse:
-        return await call_async(self.config, self.machine, request, timeout_s=timeout_s, carrier=self.runner)
-
-
-def courier_transport(socket_path: str) -> Callable[[Config, str], Transport]:
-    """The factory `courier.transport.use_remote` installs in a command the courier runs."""
-    runner = CourierRunner(socket_path)
-    return lambda config, machine: CourierTransport(config, machine, runner)
-
-
-class CourierRunner:
-    """`remote_runner` for a command in the courier: the call travels over the courier's connection."""
-
-    def __init__(self, socket_path: str) -> None:
+class CourierChannel(Channel):
+    def __init__(self, inner: Channel, socket_path: str, max_sessions: int) -> None:
+        super().__init__(inner.machine, inner.target)
+        self.inner = inner
+        self.kind = inner.kind
         self.socket_path = socket_path
+        self.max_sessions = max_sessions
         self.courier_pid = os.getppid()  # built in the command's process, a child of the courier
 
-    async def __call__(
-        self, config: Config, endpoint: ssh.Endpoint, command: str, payload: bytes, operation: str
-    ) -> ssh.Outcome:
+    @property
+    def where(self) -> str:
+        return self.inner.where
+
+    def setting(self, key: str) -> str:
+        return self.inner.setting(key)
+
+    async def run(self, tail: list[str], stdin: bytes, bounds: Bounds = DEFAULT_BOUNDS) -> Outcome:
         sock = self._connect()
         if sock is None:  # the courier is going away: this call is made the cold way
-            async with await ssh.connect(endpoint) as connection:
-                return await connection.run(command, payload)
+            return await self.inner.run(tail, stdin, bounds)
         header = {
-            "machine": endpoint.machine,
-            "host": endpoint.host,
-            "user": endpoint.user,
-            "port": endpoint.port,
-            "command": command,
-            "operation": operation,
-            "max_sessions": config.courier_max_sessions,
+            "spec": self.inner.spec(),
+            "tail": tail,
+            "max_sessions": self.max_sessions,
+            "stdout_max": bounds.stdout_max,
+            "stderr_max": bounds.stderr_max,
         }
         reader, writer = await asyncio.open_unix_connection(sock=sock)
         try:
-            writer.write(frames.pack([b"remote", json.dumps(header).encode(), payload]))
+            writer.write(frames.pack([b"remote", json.dumps(header).encode(), stdin]))
             await writer.drain()
             try:
                 (size,) = struct.unpack("!I", await reader.readexactly(4))
                 fields = frames.unpack(await reader.readexactly(size))
             except (asyncio.IncompleteReadError, frames.FrameError, OSError):
                 _end_quietly_if_the_courier_died(self.courier_pid)
-                raise errors.ConnectionLost(
-                    f"{endpoint.machine}: the wb courier ended during the {operation} call"
-                ) from None
+                raise errors.ConnectionLost(f"{self.machine}: the wb courier ended during this call") from None
         finally:
             writer.close()
-        return _outcome(fields)
+        return outcome_of(fields)
 
     def _connect(self) -> socket.socket | None:
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -112,11 +103,17 @@ def _end_quietly_if_the_courier_died(courier_pid: int) -> None:
         time.sleep(0.01)
 
 
-def _outcome(fields: list[bytes]) -> ssh.Outcome:
+def through_courier(socket_path: str) -> Callable[[Config, Channel], Channel]:
+    """The wrapper `courier.channels.base.carry_through` installs in a command the courier runs."""
+    return lambda config, inner: CourierChannel(inner, socket_path, config.courier_max_sessions)
+
+
+def outcome_of(fields: list[bytes]) -> Outcome:
+    """The courier's answer frame as the Outcome (or the error) the inner channel would have given."""
     kind = fields[0] if fields else b""
     if kind == b"outcome" and len(fields) == 4:
         meta = json.loads(fields[1])
-        return ssh.Outcome(
+        return Outcome(
             stdout=fields[2],
             stderr=fields[3],
             exit_status=meta.get("exit_status"),

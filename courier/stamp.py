@@ -13,8 +13,7 @@ _MASK = (1 << 64) - 1  # an order-independent sum: directory order does not matt
 
 
 def _package_dirs() -> list[str]:
-    here = os.path.dirname(os.path.abspath(__file__))  # .../courier/warm
-    courier_dir = os.path.dirname(here)
+    courier_dir = os.path.dirname(os.path.abspath(__file__))  # .../courier
     protocol_dir = os.path.join(os.path.dirname(courier_dir), "protocol")
     return [courier_dir, protocol_dir]
 

@@ -1,0 +1,178 @@
+"""The one caller (docs/protocol.md#the-callers-rules): ask one machine one question over whatever channel reaches it.
+
+prepare (validate, size) → `channel.run(argv tail, stdin, bounds)` within the call's time
+bound → classify the exit → find, decode and check the reply through the operation table
+(`courier.remote.client.decode_response`). The same code for every channel: ssh, exec,
+the courier's socket, the tests' in-process receiver. In-band refusals (`failure`) are
+returned, not raised: the caller maps `failure_kind` to its exit code. Everything else
+that goes wrong is a TransportError (exit 255) whose `cause` classifies it for fleet views.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from courier.channels.base import Channel, Outcome
+from courier.channels.registry import channel_for, direct_channel
+from courier.config import AnyTarget, Config
+from courier.errors import CallTimedOut, RemoteWbMissing, ReplyUntrusted, TransportError, UsageError
+from courier.remote.client import decode_response
+from courier.remote.reply import BadReply, find_reply
+from courier.text import clip_bytes, sanitize
+from protocol import limits
+from protocol.durations import format_duration_ms
+from protocol.entry import REMOTE_ARGUMENT
+from protocol.models import RemoteRequest, RemoteResponse
+from protocol.validate import RequestRefused, validate_request
+
+
+def remote_tail(target: AnyTarget) -> list[str]:
+    """Exactly `[<wb_path or wb>, --wb-internal-agent-remote]`; no request byte ever reaches this argv."""
+    return [target.wb_path or "wb", REMOTE_ARGUMENT]
+
+
+def prepare(config: Config, machine: str, request: RemoteRequest) -> tuple[AnyTarget, bytes]:
+    """Everything that must hold before connecting: a usable target and a valid, small enough request."""
+    target = config.target(machine)
+    try:
+        validate_request(request)
+    except RequestRefused as exc:
+        raise UsageError(str(exc)) from None
+    payload = request.encode()
+    if len(payload) > limits.REQUEST_MAX_BYTES:
+        raise UsageError(
+            f"the {request.operation} request for {machine} is {len(payload)} bytes; "
+            f"the limit is {limits.REQUEST_MAX_BYTES} bytes"
+        )
+    return target, payload
+
+
+def call(config: Config, machine: str, request: RemoteRequest, *, timeout_s: float | None = None) -> RemoteResponse:
+    """Send one request to `machine` and return its validated reply (see `call_async`)."""
+    return asyncio.run(call_async(config, machine, request, timeout_s=timeout_s))
+
+
+async def call_async(
+    config: Config,
+    machine: str,
+    request: RemoteRequest,
+    *,
+    timeout_s: float | None = None,
+    channel: Channel | None = None,
+) -> RemoteResponse:
+    """Send one request and return the validated reply; `channel` defaults to the one the target names.
+
+    The whole call (connect, send, reply) is bounded by `timeout_s`, default 10 minutes.
+    """
+    target, payload = prepare(config, machine, request)
+    bound_s = timeout_s if timeout_s is not None else limits.REMOTE_CALL_MAX_MS / limits.MS_PER_SECOND
+    way = channel if channel is not None else channel_for(config, machine)
+    try:
+        async with asyncio.timeout(bound_s):
+            outcome = await way.run(remote_tail(target), payload)
+    except TimeoutError:
+        about = f" about agent run {machine}:{request.agent_id}" if request.agent_id else ""
+        raise CallTimedOut(
+            f"{machine} ({way.where}) did not answer the {request.operation} request{about} within "
+            f"{format_duration_ms(int(bound_s * limits.MS_PER_SECOND))}"
+        ) from None
+    return interpret(machine, target, request, outcome, way)
+
+
+def stderr_excerpt(stderr: bytes) -> str:
+    """One sanitised line of at most 1024 bytes: the end of stderr, where the error usually is."""
+    text = " ".join(sanitize(stderr.decode("utf-8", "replace")).split())
+    if not text:
+        return "(nothing on stderr)"
+    limit = limits.REMOTE_STDERR_EXCERPT_MAX_BYTES
+    raw = text.encode()
+    if len(raw) <= limit:
+        return text
+    marker = "…"
+    tail = raw[len(raw) - (limit - len(marker.encode())) :].decode("utf-8", "ignore")
+    return clip_bytes(marker + tail, limit)
+
+
+def first_stderr_line(stderr: bytes) -> str:
+    """The first non-empty line of stderr, sanitised, at most 1024 bytes (an exec command's own complaint)."""
+    for line in stderr.decode("utf-8", "replace").splitlines():
+        text = " ".join(sanitize(line).split())
+        if text:
+            return clip_bytes(text, limits.REMOTE_STDERR_EXCERPT_MAX_BYTES)
+    return "(nothing on stderr)"
+
+
+def interpret(
+    machine: str, target: AnyTarget, request: RemoteRequest, outcome: Outcome, channel: Channel | None = None
+) -> RemoteResponse:
+    """Classify the remote command's outcome and return its reply, validated and stamped."""
+    way = channel if channel is not None else direct_channel(machine, target)
+    if outcome.overflow == "stdout":
+        raise ReplyUntrusted(
+            f"{machine}: the reply exceeds {limits.REPLY_STDOUT_MAX_BYTES} bytes; refused (the channel was closed)"
+        )
+    if outcome.overflow == "stderr":
+        raise ReplyUntrusted(
+            f"{machine}: the remote wrote more than {limits.REPLY_STDERR_MAX_BYTES} bytes on stderr; "
+            "refused (the channel was closed)"
+        )
+    if target.channel == "exec":
+        _classify_exec_exit(machine, target, outcome, way)
+    else:
+        _classify_ssh_exit(machine, target, outcome, way)
+    try:
+        document = find_reply(outcome.stdout)
+    except BadReply as exc:
+        note = f"; stderr: {stderr_excerpt(outcome.stderr)}" if outcome.stderr.strip() else ""
+        raise ReplyUntrusted(f"{machine}: the reply cannot be trusted: {exc}{note}") from None
+    return decode_response(machine, request, document)
+
+
+def _classify_ssh_exit(machine: str, target: AnyTarget, outcome: Outcome, way: Channel) -> None:
+    wb = target.wb_path or "wb"
+    if outcome.exit_status == 127:
+        raise RemoteWbMissing(
+            f"wb is not installed on {machine} (or not on the PATH of a non-interactive shell); "
+            f"set {way.setting('wb_path')}"
+        )
+    if outcome.exit_status == 126:
+        raise TransportError(
+            f"{machine}: {wb} is not executable there (exit 126); fix its permissions or set {way.setting('wb_path')}",
+            cause="wb not executable",
+        )
+    if outcome.exit_signal is not None:
+        raise TransportError(
+            f"{machine}: the remote {wb} was killed by signal {sanitize(outcome.exit_signal)[:32]}: "
+            f"{stderr_excerpt(outcome.stderr)}",
+            cause="remote crashed",
+        )
+    if outcome.exit_status != 0:
+        raise TransportError(
+            f"{machine}: the remote {wb} exited with status {outcome.exit_status}: {stderr_excerpt(outcome.stderr)}",
+            cause="remote crashed",
+        )
+
+
+def _classify_exec_exit(machine: str, target: AnyTarget, outcome: Outcome, way: Channel) -> None:
+    """An exec command's exit (docs/cli.md, exec targets): a reply on stdout wins; else its code, named."""
+    if outcome.exit_status == 0:
+        return
+    try:
+        find_reply(outcome.stdout)
+        return  # the command (docker, kubectl) exited non-zero after wb answered: the answer stands
+    except BadReply:
+        pass
+    program = sanitize(target.argv[0])[:128] if target.channel == "exec" else "wb"  # type: ignore[union-attr]
+    if outcome.exit_status == 127:
+        raise RemoteWbMissing(f"wb was not found on {machine}: set {way.setting('wb_path')}")
+    if outcome.exit_signal is not None:
+        raise TransportError(
+            f'machine {machine}: "{program}" was killed by signal {sanitize(outcome.exit_signal)[:32]} '
+            f"without a reply: {first_stderr_line(outcome.stderr)}",
+            cause="remote crashed",
+        )
+    raise TransportError(
+        f'machine {machine}: "{program}" exited with status {outcome.exit_status} without a reply: '
+        f"{first_stderr_line(outcome.stderr)}",
+        cause="remote crashed",
+    )

@@ -1,0 +1,307 @@
+"""The `exec` channel (docs/cli.md, "exec targets"): any local command that reaches a machine.
+
+`session_move.targets.box.exec.argv` is run as wb's own child, `argv + [wb_path,
+"--wb-internal-agent-remote"]`, with no shell (each element is one argument; nothing from
+a request is ever in it) and the caller's environment. The request goes to its stdin,
+then EOF; stdout and stderr are read within their caps, exactly as over SSH. What the
+command does to get there (`docker exec -i`, `kubectl exec -i POD --`, `ssh -T host`)
+is its business: wb checks no host key and performs no authentication on this channel.
+
+The courier keeps one `argv + [wb_path, "--wb-internal-agent-serve"]` per exec machine
+whose peer lists `serve` (`ExecPeer`); one process per call otherwise.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import time
+from typing import Any, ClassVar
+
+from courier.capabilities import SERVE
+from courier.channels.base import DEFAULT_BOUNDS, Bounds, Channel, Outcome, WarmState
+from courier.channels.serve_lines import FRESH_ENVIRONMENT_OPERATIONS, ServeChannel, capabilities_of, version_payload
+from courier.config import ExecTarget
+from courier.errors import ConnectFailed, ConnectionLost, TransportError
+from protocol import limits
+from protocol.entry import REMOTE_ARGUMENT, SERVE_ARGUMENT
+
+_READ_CHUNK = limits.SSH_READ_CHUNK_BYTES
+
+
+class _Overflow(Exception):
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self.stream = stream
+
+
+class ExecChannel(Channel):
+    kind = "exec"
+    target: ExecTarget
+    target_model: ClassVar[type[ExecTarget]] = ExecTarget
+
+    # The child's environment: None is this process's own (cold, or a command the courier runs,
+    # whose os.environ is the caller's); in the courier itself, the caller's, sent with the call.
+    env: dict[str, str] | None = None
+
+    @property
+    def where(self) -> str:
+        return f'exec "{self.target.argv[0]}"'
+
+    def spec(self) -> dict[str, Any]:
+        return {**super().spec(), "env": dict(os.environ)}  # the exec child gets the caller's environment
+
+    def restore(self, spec: dict[str, Any]) -> None:
+        env = spec.get("env")
+        if isinstance(env, dict):
+            self.env = {str(key): str(value) for key, value in env.items()}
+
+    def argv(self, tail: list[str]) -> list[str]:
+        return [*self.target.argv, *tail]
+
+    async def start(self, tail: list[str]) -> asyncio.subprocess.Process:
+        """The child `argv + tail`, its three stdio piped; a command that cannot start names the setting."""
+        program = self.target.argv[0]
+        try:
+            return await asyncio.create_subprocess_exec(
+                *self.argv(tail),
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                env=self.env,
+            )
+        except FileNotFoundError:
+            why = "not found"
+        except PermissionError:
+            why = "not executable"
+        except OSError as exc:
+            why = exc.strerror or type(exc).__name__
+        raise ConnectFailed(
+            f'machine {self.machine}: cannot run "{program}": {why} ({self.setting("argv")})', cause="exec failed"
+        )
+
+    async def run(self, tail: list[str], stdin: bytes, bounds: Bounds = DEFAULT_BOUNDS) -> Outcome:
+        process = await self.start(tail)
+        try:
+            return await _exchange(process, stdin, bounds)
+        finally:
+            if process.returncode is None:  # cancelled (the call's bound) or a stream past its cap
+                with contextlib.suppress(ProcessLookupError):
+                    process.kill()
+                with contextlib.suppress(BaseException):
+                    await asyncio.shield(process.wait())
+
+    async def run_warm(
+        self, state: WarmState, tail: list[str], stdin: bytes, bounds: Bounds, *, operation: str, max_sessions: int
+    ) -> Outcome:
+        pool = state.part(self.kind, ExecPool)
+        assert isinstance(pool, ExecPool)
+        key = (tuple(self.target.argv), tuple(tail), max_sessions)
+        peer = pool.peers.get(key)
+        if peer is not None and peer.channel.env != self.env:
+            # Its serve process has another caller's environment: one process per machine, this caller's now.
+            pool.retire(peer)
+            peer = None
+        if peer is None:
+            peer = pool.peers[key] = ExecPeer(self, tail, max_sessions)
+        return await peer.call(stdin, operation, bounds)
+
+
+async def _exchange(process: asyncio.subprocess.Process, stdin: bytes, bounds: Bounds) -> Outcome:
+    assert process.stdin is not None and process.stdout is not None and process.stderr is not None
+    outcome = Outcome(stdout=b"", stderr=b"", exit_status=None, exit_signal=None)
+    stdout, stderr = bytearray(), bytearray()
+
+    async def feed() -> None:
+        # The command may exit without reading (wb missing): a broken stdin is not the story.
+        assert process.stdin is not None
+        with contextlib.suppress(OSError):
+            process.stdin.write(stdin)
+            await process.stdin.drain()
+        with contextlib.suppress(OSError):
+            process.stdin.close()
+
+    async def drain(reader: asyncio.StreamReader, sink: bytearray, cap: int, name: str) -> None:
+        while chunk := await reader.read(_READ_CHUNK):
+            sink += chunk
+            if len(sink) > cap:
+                raise _Overflow(name)
+
+    feeder = asyncio.ensure_future(feed())
+    readers = [
+        asyncio.ensure_future(drain(process.stdout, stdout, bounds.stdout_max, "stdout")),
+        asyncio.ensure_future(drain(process.stderr, stderr, bounds.stderr_max, "stderr")),
+    ]
+    try:
+        await asyncio.gather(*readers)
+    except _Overflow as exc:
+        outcome.overflow = exc.stream  # stop reading both at once: the caller kills the process
+    finally:
+        for task in [*readers, feeder]:
+            task.cancel()
+        with contextlib.suppress(BaseException):
+            await asyncio.gather(*readers, feeder, return_exceptions=True)
+    outcome.stdout = bytes(stdout[: bounds.stdout_max])
+    outcome.stderr = bytes(stderr[: bounds.stderr_max])
+    if outcome.overflow:
+        return outcome
+    code = await process.wait()
+    if code < 0:
+        outcome.exit_signal = _signal_name(-code)
+    else:
+        outcome.exit_status = code
+    return outcome
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name.removeprefix("SIG")
+    except ValueError:
+        return str(number)
+
+
+class ProcessStream:
+    """A local child's pipes as a serve stream (`courier.channels.serve_lines.Stream`)."""
+
+    def __init__(self, process: asyncio.subprocess.Process, machine: str) -> None:
+        self._process = process
+        self._machine = machine
+
+    async def write(self, data: bytes) -> None:
+        assert self._process.stdin is not None
+        try:
+            self._process.stdin.write(data)
+            await self._process.stdin.drain()
+        except OSError as exc:
+            raise ConnectionLost(f"{self._machine}: the serve process is gone: {exc.strerror or exc}") from None
+
+    async def read(self, size: int) -> bytes:
+        assert self._process.stdout is not None
+        return await self._process.stdout.read(size)
+
+    async def read_stderr(self, size: int) -> bytes:
+        assert self._process.stderr is not None
+        return await self._process.stderr.read(size)
+
+    def close(self) -> None:
+        if self._process.stdin is not None:
+            with contextlib.suppress(OSError):
+                self._process.stdin.close()  # EOF: a serve process ends when its input does
+        if self._process.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                self._process.kill()
+
+
+class ExecPeer:
+    """The courier's state for one exec machine: its calls, its capabilities and its serve process."""
+
+    def __init__(self, channel: ExecChannel, tail: list[str], max_sessions: int) -> None:
+        self.channel = channel
+        self.tail = tail
+        self.max_sessions = max_sessions
+        self.calls = 0
+        self.restarts = 0
+        self.in_use = 0
+        self.peak = 0
+        self.started_at = 0.0
+        self.capabilities: list[str] | None = None
+        self.serve: ServeChannel | None = None
+        self._process: asyncio.subprocess.Process | None = None
+        self._slots = asyncio.Semaphore(max_sessions)
+        self._side_task: asyncio.Task[None] | None = None
+
+    def _serve_ready(self) -> bool:
+        return self.serve is not None and not self.serve.closed
+
+    async def call(self, payload: bytes, operation: str, bounds: Bounds) -> Outcome:
+        """Over the serve process when there is one (a process that ended is replaced once), else one process."""
+        self.calls += 1
+        serve = self.serve
+        if serve is not None and not serve.closed and operation not in FRESH_ENVIRONMENT_OPERATIONS:
+            try:
+                return await serve.ask(payload)
+            except ConnectionLost:
+                self.restarts += 1  # upgraded or crashed: this call as one process, a new serve process after
+        async with self._slots:
+            self.in_use += 1
+            self.peak = max(self.peak, self.in_use)
+            try:
+                outcome = await self.channel.run(self.tail, payload, bounds)
+            finally:
+                self.in_use -= 1
+        self._after_call()
+        return outcome
+
+    def _after_call(self) -> None:
+        if self._side_task is not None and not self._side_task.done():
+            return
+        if self.capabilities is None or (SERVE in self.capabilities and not self._serve_ready()):
+            self._side_task = asyncio.ensure_future(self._prepare_serve())
+
+    async def _prepare_serve(self) -> None:
+        with contextlib.suppress(TransportError, OSError):
+            if self.capabilities is None:
+                self.capabilities = capabilities_of(await self.channel.run(self.tail, version_payload()))
+            if SERVE not in self.capabilities or self.tail[-1:] != [REMOTE_ARGUMENT]:
+                return
+            process = await self.channel.start([*self.tail[:-1], SERVE_ARGUMENT])
+            self._process = process
+            self.started_at = time.time()
+            self.serve = ServeChannel(ProcessStream(process, self.channel.machine), self.channel.machine)
+            self.serve.when_ended(lambda _: self._reap())
+
+    def _reap(self) -> None:
+        process = self._process
+        if process is not None and process.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                process.kill()
+
+    async def close(self) -> None:
+        if self._side_task is not None:
+            self._side_task.cancel()
+        if self.serve is not None:
+            self.serve.close()
+        if self._process is not None:
+            with contextlib.suppress(BaseException):
+                await asyncio.wait_for(self._process.wait(), 5)
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "machine": self.channel.machine,
+            "channel": "exec",
+            "argv": self.channel.target.argv,
+            "connected": self._serve_ready(),
+            "connection_age_s": round(time.time() - self.started_at, 1) if self._serve_ready() else None,
+            "connected_at": self.started_at if self._serve_ready() else None,
+            "calls": self.calls,
+            "reconnects": self.restarts,
+            "mode": "serve" if self._serve_ready() else ("probing" if self.capabilities is None else "session"),
+            "channels_in_use": self.in_use,
+            "peak_channels": self.peak,
+            "max_sessions": self.max_sessions,
+            "session_limit": self.max_sessions,
+        }
+
+
+class ExecPool:
+    """The courier's exec peers, one per (argv, wb command, session bound)."""
+
+    def __init__(self) -> None:
+        self.peers: dict[tuple[object, ...], ExecPeer] = {}
+        self._retiring: set[asyncio.Future[None]] = set()
+
+    def retire(self, peer: ExecPeer) -> None:
+        """Close a replaced peer's serve process in the background (calls in flight on it may finish)."""
+        self._retiring.add(task := asyncio.ensure_future(peer.close()))
+        task.add_done_callback(self._retiring.discard)
+
+    def describe(self) -> list[dict[str, Any]]:
+        return [peer.describe() for peer in self.peers.values()]
+
+    async def close(self) -> None:
+        for peer in self.peers.values():
+            with contextlib.suppress(Exception):
+                await peer.close()
+        self.peers.clear()

@@ -1,0 +1,60 @@
+"""The courier process: `python -m courier.courier_process <socket> [<ready fd>]`, started by the thin client.
+
+It takes the per-environment lock first (a second courier for the same socket exits at
+once), then imports the whole program once, listens on the unix socket (0600 in a 0700
+directory, peer uid checked with SO_PEERCRED) and serves three kinds of connection:
+`run` (fork a child that runs one command on the caller's fds), `remote` (a child's
+remote call, carried on the pooled connection or serve process) and `status`/`stop`. It
+exits after `courier.idle` without work, on `wb courier stop`, on SIGTERM, and when wb on
+disk was upgraded (the next command starts a courier of the new program).
+
+This entry module sits at the top, beside `courier.main`: it is the one that knows the
+command line (`courier.cli.run`) and hands it down to `courier.warm.daemon`, so nothing in
+`courier/warm/` imports upwards.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import sys
+from collections.abc import Callable
+
+
+def load_program() -> Callable[[list[str]], int]:
+    """The whole program, loaded once: every command forked from the courier starts with it in memory."""
+    import courier.call.caller
+    import courier.channels.courier
+    import courier.channels.exec
+    import courier.channels.ssh
+    import courier.cli
+    import courier.fleet
+    import courier.operations
+    import courier.runs.service
+    import courier.runs.worktrees
+    import courier.transport
+
+    return courier.cli.run
+
+
+def main() -> None:
+    path = sys.argv[1]
+    ready_fd = int(sys.argv[2]) if len(sys.argv) > 2 else -1
+    from courier.warm import place
+
+    lock_fd = os.open(place.lock_path(path), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        sys.exit(0)  # another courier serves this environment; the client connects to it
+    # The program's first import stays in the path: `-m` put the package's parent first.
+    sys.path[0] = os.getcwd()
+    os.chdir("/")
+    runner = load_program()
+    from courier.warm.daemon import serve_forever
+
+    sys.exit(serve_forever(path, ready_fd, lock_fd, runner))
+
+
+if __name__ == "__main__":
+    main()
