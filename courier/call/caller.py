@@ -154,7 +154,7 @@ def _classify_ssh_exit(machine: str, target: AnyTarget, outcome: Outcome, way: C
 
 
 def _classify_exec_exit(machine: str, target: AnyTarget, outcome: Outcome, way: Channel) -> None:
-    """An exec command's exit (docs/cli.md, exec targets): a reply on stdout wins; else its code, named."""
+    """An exec command's exit (docs/cli.md#exec-targets): a reply on stdout wins; else its code, named."""
     if outcome.exit_status == 0:
         return
     try:

@@ -1,4 +1,4 @@
-"""The `exec` channel (docs/cli.md, "exec targets"): any local command that reaches a machine.
+"""The `exec` channel (docs/cli.md#exec-targets): any local command that reaches a machine.
 
 `session_move.targets.box.exec.argv` is run as wb's own child, `argv + [wb_path,
 "--wb-internal-agent-remote"]`, with no shell (each element is one argument; nothing from

@@ -1,4 +1,4 @@
-"""`exec` targets (docs/cli.md, "exec targets"): any local command that reaches a machine.
+"""`exec` targets (docs/cli.md#exec-targets): any local command that reaches a machine.
 
 Two real exec channels: `env K=V … wb` (a local "machine" with its own WB_HOME, as a
 `docker exec -i` would reach one) and `ssh -T` through OpenSSH itself to a loopback sshd
