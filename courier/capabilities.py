@@ -8,6 +8,8 @@ below. A caller uses an optional feature of a peer only when the peer lists it.
 from __future__ import annotations
 
 SERVE = "serve"  # `wb --wb-internal-agent-serve`: JSON lines, concurrent requests (contract §16)
+BUDGET = "budget"  # dispatch/continue honour max_tokens and max_cost_usd (contract §20.1)
+USAGE_WAIT = "usage-wait"  # profiles' on_usage_limit is honoured (contract §20.2)
 
 
 def capabilities() -> list[str]:
@@ -18,6 +20,7 @@ def capabilities() -> list[str]:
     found = [SERVE]
     found += [entry.capability for entry in TABLE.values() if entry.capability]
     found.append("follow")  # logs --follow (contract §15.2): a mode of `logs`, not an operation
+    found += [BUDGET, USAGE_WAIT]
     found += [f"harness:{name}" for name in runnable_harnesses()]
     return found
 

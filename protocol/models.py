@@ -114,6 +114,29 @@ class ChangeSummary(WireModel):
     preexisting_changes: int | None = Field(default=None, ge=0)
 
 
+class Budget(WireModel):
+    """The bounds in force on one run (contract §20.1): tokens are input + output as `usage` counts them."""
+
+    tokens: int | None = Field(default=None, ge=1)
+    cost_usd: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+
+
+class Wait(WireModel):
+    """One wait for a usage limit to reset (contract §20.2); `reason` says whose limit."""
+
+    started_at: Timestamp
+    until: Timestamp
+    reason: Annotated[str, StringConstraints(pattern=_PLAIN_PATTERN, max_length=512)]
+
+
+class UsageLimitPolicy(WireModel):
+    """A profile's `on_usage_limit` as the run record keeps it (contract §20.2)."""
+
+    max_waits: int = Field(default=3, ge=1, le=1000)
+    max_wait_ms: int = Field(default=6 * 3600 * 1000, ge=1)
+    prompt: Annotated[str, StringConstraints(min_length=1, max_length=64 * 1024)] = "Continue the task."
+
+
 class Result(WireModel):
     """What status, await, list and dispatch report about one run. Never the task."""
 
@@ -142,6 +165,9 @@ class Result(WireModel):
     result: str | None = Field(default=None, max_length=2 * limits.FINAL_MESSAGE_MAX_BYTES)
     tool_calls: int | None = Field(default=None, ge=0)
     usage: Usage | None = None
+    budget: Budget | None = None  # contract §20.1
+    waits: list[Wait] | None = Field(default=None, max_length=1000)  # contract §20.2
+    max_waits: int | None = Field(default=None, ge=1)  # on_usage_limit's bound, for the `waiting:` line
     changes: ChangeSummary | None = None
     parent_id: str | None = None
     session_id: Identifier | None = None
@@ -289,6 +315,9 @@ class RemoteRequest(WireModel):
     new_agent_id: str = ""
     older_than_ms: int = 0
     dry_run: bool = False
+    # Part three (contract §20.1): sent only to a peer whose `capabilities` list `budget`.
+    max_tokens: int = 0
+    max_cost_usd: float = 0.0
 
     def encode(self) -> bytes:
         body = self.model_dump(exclude_defaults=True)

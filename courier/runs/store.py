@@ -19,7 +19,7 @@ from pydantic import ValidationError
 from courier.errors import Finding, NotFound, RecordUnreadable, UsageError, WbError
 from courier.runs import process
 from protocol import limits
-from protocol.models import ListWarning, Result, is_terminal
+from protocol.models import ListWarning, Result, UsageLimitPolicy, is_terminal
 from protocol.refs import is_run_id
 from protocol.timestamps import parse_rfc3339, rfc3339, utc_now
 from protocol.validate import describe_validation_error
@@ -57,6 +57,8 @@ class Record(Result):
     stop_when_stalled_ms: int | None = None
     # Contract §15.4: the harness session a continuing run resumes (its parent's session_id).
     resume_session_id: str | None = None
+    # Contract §20.2: the profile's on_usage_limit (absent: a usage limit ends the run).
+    usage_limit: UsageLimitPolicy | None = None
 
 
 # Derived when a record is rendered, never stored.

@@ -19,6 +19,7 @@ from courier.runs.harness.base import (
     Harness,
     Launch,
     clean,
+    is_usage_limit,
     plural_files,
 )
 from courier.runs.harness.message import bounded_message, message_bytes, read_message_file
@@ -199,6 +200,8 @@ class EventSummary(EventParser):
             message = _message_of(event.get("error"))
             if message is not None:
                 self.failure_message = clean(message, FAILURE_MESSAGE_MAX_BYTES)
+                if is_usage_limit(message):
+                    self.usage_limit = self.failure_message  # `exceeded retry limit, last status: 429 …`
                 # Codex repeats the failure as a top-level `error` right before `turn.failed`:
                 # it is the failure, not a separate diagnostic.
                 if pending_error == message:
