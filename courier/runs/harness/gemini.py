@@ -30,6 +30,7 @@ from courier.runs.harness.base import (
     Harness,
     Launch,
     clean,
+    is_usage_limit,
     plural_files,
 )
 from courier.runs.harness.transcript import action_lines, lines_backwards
@@ -220,6 +221,8 @@ class GeminiEvents(EventParser):
             if self.status != "success":
                 message = _error_message(event.get("error")) or f"status {self.status}"
                 self.failure_message = clean(message, FAILURE_MESSAGE_MAX_BYTES)
+                if is_usage_limit(message):  # "[API Error: Resource has been exhausted …] Please wait …"
+                    self.usage_limit = clean(message.splitlines()[0] if message else message)
         return line
 
     def _assistant(self, text: str) -> None:
