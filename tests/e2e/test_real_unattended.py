@@ -7,72 +7,21 @@ answered; a usage limit (HTTP 429, `retry-after: 3`) is waited out and the same 
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
-from collections.abc import Iterator
-from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import CREDENTIAL_ENV, FAKES, Machine, require_cli
+from conftest import FAKES, Machine, require_cli
 
-from courier.demo.anthropic_server import AnthropicServer
-from courier.demo.gemini_server import GeminiServer
-from courier.demo.model_server import ModelServer
 from courier.demo.scripted_http import ScriptedServer
+from tests.unattended_support import Cli, cli, model_requests, run, server, unattended_config
+
+__all__ = ["cli", "server"]  # fixtures
 
 pytestmark = pytest.mark.e2e
-
-
-@dataclass(frozen=True)
-class Cli:
-    name: str
-    version: str
-    server: type[ScriptedServer[Any]]
-    wire_api: str
-    model: str
-    install: str
-
-
-CLIS = {
-    "codex": Cli("codex", "0.169.0", ModelServer, "responses", "gpt-5.5", "bash scripts/install-codex.sh"),
-    "claude": Cli(
-        "claude", "2.1.328", AnthropicServer, "anthropic", "claude-sonnet-4-5", "bash scripts/install-claude.sh"
-    ),
-    "gemini": Cli("gemini", "0.61.0", GeminiServer, "gemini", "gemini-2.5-pro", "bash scripts/install-gemini.sh"),
-}
-
-
-@pytest.fixture(params=sorted(CLIS))
-def cli(request: pytest.FixtureRequest) -> Cli:
-    return CLIS[request.param]
-
-
-@pytest.fixture
-def server(cli: Cli) -> Iterator[ScriptedServer[Any]]:
-    with cli.server() as running:
-        yield running
-
-
-def _config(cli: Cli, server: ScriptedServer[Any]) -> str:
-    providers = ""
-    for scenario in ("endless", "write-file"):
-        providers += (
-            f"    {scenario}:\n      base_url: {server.base_url_for(scenario)}\n"
-            f"      credential_env: {CREDENTIAL_ENV}\n      wire_api: {cli.wire_api}\n"
-            # The CLI's own retries of a 429 are not what this test is about: one try, then wb waits.
-            "      request_max_retries: 0\n"
-        )
-    profiles = (
-        f"    budgeted:\n      harness: {cli.name}\n      provider: endless\n      model: {cli.model}\n"
-        "      budget: {tokens: 1000}\n"
-        f"    patient:\n      harness: {cli.name}\n      provider: write-file\n      model: {cli.model}\n"
-        "      on_usage_limit: {resume: true, max_waits: 3, max_wait: 1m}\n"
-    )
-    return "agents:\n  providers:\n" + providers + "  profiles:\n" + profiles
 
 
 @pytest.fixture
@@ -82,34 +31,19 @@ def real(machine: Machine, cli: Cli, server: ScriptedServer[Any]) -> Machine:
     machine.env["PATH"] = os.pathsep.join([*dirs, *(d for d in kept if d not in dirs)])
     found = shutil.which(cli.name, path=machine.env["PATH"])
     assert found is not None and Path(found).parent != FAKES
-    machine.write_config(_config(cli, server))
+    machine.write_config(unattended_config(cli, server))
     machine.clone()
     return machine
-
-
-def _run(machine: Machine, profile: str) -> dict[str, Any]:
-    done = machine.wb("agent", "dispatch", "--new-worktree", "w1", "--profile", profile,
-                      "--repo", "acme/widget", "--task", "Do the scripted task.")  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    waited = machine.wb("agent", "await", done.stdout.split()[0], "--wait-timeout", "150s", "--json", timeout=180)
-    assert waited.returncode == 0, waited.stderr
-    result: dict[str, Any] = json.loads(waited.stdout)
-    return result
-
-
-def _model_requests(server: ScriptedServer[Any]) -> int:
-    """The scripted responses the server answered (tool-offering steps; not Claude Code's side requests)."""
-    return sum(1 for served in server.served if getattr(served, "step", None) is not None)
 
 
 def test_a_token_budget_stops_the_real_cli_after_the_response_that_crosses_it(
     real: Machine, cli: Cli, server: ScriptedServer[Any]
 ) -> None:
-    result = _run(real, "budgeted")
+    result = run(real, "budgeted")
 
     assert result["state"] == "failed", result
     # 400 tokens a response: 400, 800, then 1,200 crosses 1,000.
-    assert _model_requests(server) == 3, server.served
+    assert model_requests(server) == 3, server.served
     assert result["budget"] == {"tokens": 1000}
     usage = result["usage"]
     assert usage["input_tokens"] + usage["output_tokens"] >= 1200
@@ -123,7 +57,7 @@ def test_a_usage_limit_is_waited_out_and_the_same_session_resumes(
 ) -> None:
     server.limit_at(1, 1, "3")  # the second model request (after a tool call) meets a usage limit
 
-    result = _run(real, "patient")
+    result = run(real, "patient")
 
     assert result["state"] == "completed", result
     assert server.limited == 1
