@@ -162,7 +162,7 @@ def test_an_optional_operation_lists_itself(monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.setitem(operations.TABLE, "example", entry)
     listed = capabilities()
     harnesses = [f"harness:{name}" for name in runnable_harnesses()]
-    assert listed == ["serve", "diff", "continue", "prune", "example", "follow", *harnesses]
+    assert listed == ["serve", "diff", "continue", "prune", "example", "follow", "budget", "usage-wait", *harnesses]
 
 
 def test_capabilities_and_cost_on_the_wire() -> None:
