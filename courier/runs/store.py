@@ -481,7 +481,8 @@ def stall_facts(record: Record, store: Store | None) -> dict[str, str]:
         return {}
     facts = {"last_output_at": rfc3339(datetime.fromtimestamp(moment, UTC))}
     after = stall_after_ms(record)
-    if after > 0 and (time.time() - moment) * 1000 >= after:
+    waiting = bool(record.waits) and not record.worker_pid  # silent by design while a usage limit resets (§20.2)
+    if after > 0 and not waiting and (time.time() - moment) * 1000 >= after:
         facts["stalled_since"] = rfc3339(datetime.fromtimestamp(moment + after / 1000, UTC))
     return facts
 

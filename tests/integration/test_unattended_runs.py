@@ -29,6 +29,12 @@ EXTRA_PROFILES = """\
       provider: write-file
       model: {model}
       on_usage_limit: {{resume: true, max_waits: 1, max_wait: 1m}}
+    quiet:
+      harness: {harness}
+      provider: write-file
+      model: {model}
+      stall_after: 1s
+      on_usage_limit: {{resume: true, max_wait: 1m}}
     hasty:
       harness: {harness}
       provider: write-file
@@ -151,10 +157,21 @@ def test_a_usage_limit_is_waited_out_visibly_and_the_session_resumes(
     assert steps == [0, 1, 2]  # the resumed session went on from its tool result
 
 
-def test_stop_during_a_wait_ends_the_run_at_once(standin: Machine, server: ScriptedServer[Any]) -> None:
+def test_a_waiting_run_is_not_stalled_and_stop_during_the_wait_ends_it_at_once(
+    standin: Machine, server: ScriptedServer[Any]
+) -> None:
     server.limit_at(1, 1, "50")  # within the profile's max_wait 1m
-    ref = _dispatch(standin, "patient")
+    ref = _dispatch(standin, "quiet")
     assert wait_for(lambda: bool(_status(standin, ref).get("waits")), timeout=60)
+
+    def silent_past_stall_after() -> bool:
+        seen = _status(standin, ref)
+        last = datetime.fromisoformat(seen["last_output_at"])
+        return (datetime.now(last.tzinfo) - last).total_seconds() > 2
+
+    assert wait_for(silent_past_stall_after, timeout=30)
+    quiet = _status(standin, ref)
+    assert quiet["state"] == "running" and "stalled_since" not in quiet  # waiting is not stalling
     stopped = standin.wb("agent", "stop", ref)
     assert stopped.returncode == 0, stopped.stderr
     assert wait_for(lambda: _status(standin, ref)["terminal"], timeout=10)
