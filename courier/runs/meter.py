@@ -271,6 +271,9 @@ class _RelayHandler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         self._relay()
 
+    def do_HEAD(self) -> None:  # Claude Code probes its base URL
+        self._relay()
+
     def _refuse(self, status: int, message: str) -> None:
         data = json.dumps({"error": {"message": message, "type": "wb_meter"}}).encode()
         self.send_response(status)
