@@ -226,3 +226,12 @@ def test_a_bad_budget_flag_is_a_usage_error(standin: Machine, flag: tuple[str, s
     done = standin.wb("agent", "dispatch", "--new-worktree", "w1", "--profile", "unbounded",
                       "--repo", "acme/widget", "--task", "Do it.", *flag)  # fmt: skip
     assert done.returncode == 2 and done.stderr.startswith(f"error: {flag[0]} must be"), done.stderr
+
+
+@pytest.mark.parametrize("cli", ["claude"], indirect=True)
+def test_a_cost_bound_binds_claude_code_when_it_reports_its_cost(standin: Machine) -> None:
+    result = run(standin, "patient", "--max-cost-usd", "0.0001")
+    assert result["state"] == "failed", result
+    cost = result["usage"]["cost_usd"]
+    assert cost > 0.0001 and result["failure"] == f"budget exceeded: ${cost:.4f} of $0.0001"
+    assert result["budget"] == {"cost_usd": 0.0001}
