@@ -11,6 +11,8 @@ from __future__ import annotations
 SERVE = "serve"  # `wb --wb-internal-agent-serve`: JSON lines, concurrent requests (docs/courier.md)
 # `prune` with `worktrees` (docs/cli.md, wb agent prune): an older peer would ignore the field and keep them.
 PRUNE_WORKTREES = "prune-worktrees"
+BUDGET = "budget"  # dispatch/continue honour max_tokens and max_cost_usd (docs/protocol.md#optional-features)
+USAGE_WAIT = "usage-wait"  # profiles' on_usage_limit is honoured (docs/protocol.md#optional-features)
 
 
 def capabilities() -> list[str]:
@@ -22,6 +24,7 @@ def capabilities() -> list[str]:
     found += [entry.capability for entry in TABLE.values() if entry.capability]
     found.append("follow")  # logs --follow (docs/cli.md, wb agent logs): a mode of `logs`, not an operation
     found.append(PRUNE_WORKTREES)
+    found += [BUDGET, USAGE_WAIT]
     found += [f"harness:{name}" for name in runnable_harnesses()]
     return found
 

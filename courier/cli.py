@@ -78,6 +78,13 @@ ToOpt = Annotated[str | None, typer.Option("--to", metavar="MACHINE", help="Ask 
 MachineTimeoutOpt = Annotated[
     str, typer.Option("--machine-timeout", metavar="DURATION", help="Give up on a machine not answering by then.")
 ]
+MaxTokensOpt = Annotated[
+    int | None, typer.Option("--max-tokens", metavar="N", help="Stop the run past N tokens (replaces the profile's).")
+]
+MaxCostOpt = Annotated[
+    float | None,
+    typer.Option("--max-cost-usd", metavar="X", help="Stop the run past $X (replaces the profile's)."),
+]
 
 
 def _version(value: bool) -> None:
@@ -152,6 +159,8 @@ def dispatch(
     timeout: Annotated[
         str, typer.Option("--timeout", metavar="DURATION", help="Bound on the run (e.g. 30m, 2h).")
     ] = TIMEOUT_DEFAULT,
+    max_tokens: MaxTokensOpt = None,
+    max_cost_usd: MaxCostOpt = None,
     fmt: FormatOpt = Format.text,
     json_flag: JsonOpt = False,
 ) -> None:
@@ -167,6 +176,8 @@ def dispatch(
         base=base,
         to=to,
         timeout=timeout,
+        max_tokens=max_tokens,
+        max_cost_usd=max_cost_usd,
     )
     result = send_starting(_config(), machine, request, request.agent_id)
     _out(to_json(result.to_wire()) if _wants_json(fmt, json_flag) else dispatch_line(result))
@@ -387,13 +398,22 @@ def continue_(
     timeout: Annotated[
         str, typer.Option("--timeout", metavar="DURATION", help="Bound on the new run (e.g. 30m, 2h).")
     ] = TIMEOUT_DEFAULT,
+    max_tokens: MaxTokensOpt = None,
+    max_cost_usd: MaxCostOpt = None,
     to: ToOpt = None,
     fmt: FormatOpt = Format.text,
     json_flag: JsonOpt = False,
 ) -> None:
     """Start a new run in the same worktree that resumes REF's harness session with a follow-up task."""
     machine, request, new_id = build_continue(
-        reference=reference, task=task, task_file=task_file, profile=profile, timeout=timeout, to=to
+        reference=reference,
+        task=task,
+        task_file=task_file,
+        profile=profile,
+        timeout=timeout,
+        to=to,
+        max_tokens=max_tokens,
+        max_cost_usd=max_cost_usd,
     )
     result = send_starting(_config(), machine, request, new_id)
     _out(to_json(result.to_wire()) if _wants_json(fmt, json_flag) else dispatch_line(result))

@@ -12,9 +12,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from courier.capabilities import BUDGET
 from courier.config import Config
 from courier.errors import Finding, TransportError, UsageError, WbError
-from courier.route import ask
+from courier.route import ask, upgrade_message
 from protocol import limits
 from protocol.durations import BadDuration, format_duration_ms, parse_duration_ms
 from protocol.models import RemoteRequest, Result
@@ -104,6 +105,20 @@ def timeout_ms(text: str) -> int:
     return value
 
 
+def budget_flags(max_tokens: int | None, max_cost_usd: float | None) -> dict[str, int | float]:
+    """The request fields of --max-tokens and --max-cost-usd (docs/cli.md#budgets), checked."""
+    fields: dict[str, int | float] = {}
+    if max_tokens is not None:
+        if max_tokens < 1:
+            raise UsageError("--max-tokens must be a whole number of at least 1")
+        fields["max_tokens"] = max_tokens
+    if max_cost_usd is not None:
+        if not 0 < max_cost_usd <= 1_000_000:
+            raise UsageError("--max-cost-usd must be a number of dollars above 0 (e.g. 0.50)")
+        fields["max_cost_usd"] = float(max_cost_usd)
+    return fields
+
+
 def build_dispatch(
     *,
     new_worktree: str | None,
@@ -117,6 +132,8 @@ def build_dispatch(
     to: str | None,
     timeout: str,
     stdin: BinaryIO | None = None,
+    max_tokens: int | None = None,
+    max_cost_usd: float | None = None,
 ) -> tuple[str, RemoteRequest]:
     """(machine, dispatch request with a freshly minted run ID), or the CLI's usage error."""
     if (new_worktree is None) == (use_worktree is None):
@@ -126,6 +143,7 @@ def build_dispatch(
     if use_worktree is not None and branch is not None:
         raise UsageError("--branch applies only to --new-worktree")
     bound = timeout_ms(timeout)
+    budget = budget_flags(max_tokens, max_cost_usd)
     machine, _ = target(None, to)
     text = read_task(task, task_file, stdin)
     mode = "new" if new_worktree is not None else "existing"
@@ -140,6 +158,7 @@ def build_dispatch(
         base=base or "",
         timeout_ms=bound,
         agent_id=new_run_id(),
+        **budget,
     )
 
 
@@ -152,21 +171,42 @@ def build_continue(
     timeout: str,
     to: str | None,
     stdin: BinaryIO | None = None,
+    max_tokens: int | None = None,
+    max_cost_usd: float | None = None,
 ) -> tuple[str, RemoteRequest, str]:
     """(machine, continue request, the new run's minted ID), or the CLI's usage error."""
     bound = timeout_ms(timeout)
+    budget = budget_flags(max_tokens, max_cost_usd)
     machine, run_id = target(reference, to)
     text = read_task(task, task_file, stdin)
     new_id = new_run_id()
     return (
         machine,
-        request("continue", agent_id=run_id, task=text, profile=profile or "", timeout_ms=bound, new_agent_id=new_id),
+        request(
+            "continue",
+            agent_id=run_id,
+            task=text,
+            profile=profile or "",
+            timeout_ms=bound,
+            new_agent_id=new_id,
+            **budget,
+        ),
         new_id,
     )
 
 
+def require_budget_support(config: Config, machine: str, starting: RemoteRequest) -> None:
+    """A budget flag goes only to a peer that lists `budget` (an older one would ignore it): else exit 2."""
+    if not machine or not (starting.max_tokens or starting.max_cost_usd):
+        return
+    version = ask(config, machine, request("version"))
+    if BUDGET not in (version.capabilities or []):
+        raise UsageError(upgrade_message(machine, version.wb_version, "--max-tokens and --max-cost-usd"))
+
+
 def send_starting(config: Config, machine: str, starting: RemoteRequest, run_id: str) -> Result:
     """Send a request that starts a run; a transport failure after sending names the intended reference."""
+    require_budget_support(config, machine, starting)
     try:
         return ask(config, machine, starting).result_of()
     except WbError as exc:

@@ -155,6 +155,66 @@ class Provider(_Entry):
         return self
 
 
+class BudgetSetting(_Entry):
+    """A profile's `budget` (docs/cli.md#budgets): either bound or both."""
+
+    tokens: int | None = None
+    cost_usd: float | int | None = None
+
+    @field_validator("tokens")
+    @classmethod
+    def _tokens(cls, value: int | None) -> int | None:
+        if value is not None and (isinstance(value, bool) or not 1 <= value <= 10**15):
+            raise ValueError("budget.tokens must be a whole number of at least 1")
+        return value
+
+    @field_validator("cost_usd")
+    @classmethod
+    def _cost(cls, value: float | int | None) -> float | None:
+        if value is None:
+            return None
+        if isinstance(value, bool) or not 0 < value <= 1_000_000:
+            raise ValueError("budget.cost_usd must be a number of dollars above 0")
+        return float(value)
+
+
+class UsageLimitSetting(_Entry):
+    """A profile's `on_usage_limit` (docs/cli.md#waiting-out-a-usage-limit); waiting is off unless `resume: true`."""
+
+    resume: bool = False
+    max_waits: int = 3
+    max_wait: str = "6h"
+    prompt: str = "Continue the task."
+
+    @field_validator("max_waits")
+    @classmethod
+    def _waits(cls, value: int) -> int:
+        if isinstance(value, bool) or not 1 <= value <= 1000:
+            raise ValueError("on_usage_limit.max_waits must be a whole number from 1 to 1000")
+        return value
+
+    @field_validator("max_wait")
+    @classmethod
+    def _max_wait(cls, value: str) -> str:
+        milliseconds = _duration_ms(value)
+        if not milliseconds:
+            raise ValueError("on_usage_limit.max_wait must be a duration above 0, such as 6h")
+        return value
+
+    @field_validator("prompt")
+    @classmethod
+    def _prompt(cls, value: str) -> str:
+        if not value.strip() or "\x00" in value or len(value.encode("utf-8", "replace")) > 64 * 1024:
+            raise ValueError("on_usage_limit.prompt must be non-empty text of at most 64 KiB")
+        return value
+
+    @property
+    def max_wait_ms(self) -> int:
+        milliseconds = _duration_ms(self.max_wait)
+        assert milliseconds is not None
+        return milliseconds
+
+
 class Profile(_Entry):
     """One profile. `harness: command` names its own `command` and has no provider or model (docs/harnesses.md)."""
 
@@ -168,6 +228,8 @@ class Profile(_Entry):
     # docs/cli.md#stalled-runs: Go durations; `0` (YAML integer or string) means never.
     stall_after: str | int | None = None
     stop_when_stalled: str | int | None = None
+    budget: BudgetSetting | None = None  # docs/cli.md#budgets
+    on_usage_limit: UsageLimitSetting | None = None  # docs/cli.md#waiting-out-a-usage-limit
 
     @field_validator("model", "reasoning")
     @classmethod

@@ -119,6 +119,21 @@ def _line(label: str, value: object) -> str:
     return f"{label + ':':<10}{value}\n"
 
 
+def budget_text(result: Result) -> str:
+    """`3,210 of 10,000 tokens` (and/or `$0.0123 of $0.5000`): the run's usage against its bounds
+    (docs/cli.md#budgets)."""
+    budget, usage = result.budget, result.usage
+    assert budget is not None
+    parts = []
+    if budget.tokens is not None:
+        used = usage.input_tokens + usage.output_tokens if usage else 0
+        parts.append(f"{used:,} of {budget.tokens:,} tokens")
+    if budget.cost_usd is not None:
+        cost = f"${usage.cost_usd:.4f}" if usage and usage.cost_usd is not None else "$0.0000"
+        parts.append(f"{cost} of ${budget.cost_usd:.4f}")
+    return "; ".join(parts)
+
+
 def status_text(result: Result, *, details: bool = False) -> str:
     r = result
     out = [_line("agent", ref_of(r))]
@@ -175,6 +190,12 @@ def status_text(result: Result, *, details: bool = False) -> str:
         if u.cost_usd is not None:
             usage += f", cost ${u.cost_usd:.4f} (the harness's estimate)"
         out.append(_line("usage", usage))
+    if r.budget:
+        out.append(_line("budget", budget_text(r)))
+    if r.state == "running" and r.waits and not r.worker_pid:
+        wait = r.waits[-1]
+        of = f" of {r.max_waits}" if r.max_waits else ""
+        out.append(_line("waiting", _s(f"{wait.reason}; resuming at {wait.until} (wait {len(r.waits)}{of})")))
     if r.parent_id:
         out.append(_line("parent", format_reference(r.machine or "", r.parent_id)))
     if r.session_id:

@@ -117,6 +117,29 @@ class ChangeSummary(WireModel):
     preexisting_changes: int | None = Field(default=None, ge=0)
 
 
+class Budget(WireModel):
+    """The bounds in force on one run (docs/cli.md#budgets): tokens are input + output as `usage` counts them."""
+
+    tokens: int | None = Field(default=None, ge=1)
+    cost_usd: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+
+
+class Wait(WireModel):
+    """One wait for a usage limit to reset (docs/cli.md#waiting-out-a-usage-limit); `reason` says whose limit."""
+
+    started_at: Timestamp
+    until: Timestamp
+    reason: Annotated[str, StringConstraints(pattern=_PLAIN_PATTERN, max_length=512)]
+
+
+class UsageLimitPolicy(WireModel):
+    """A profile's `on_usage_limit` as the run record keeps it (docs/cli.md#waiting-out-a-usage-limit)."""
+
+    max_waits: int = Field(default=3, ge=1, le=1000)
+    max_wait_ms: int = Field(default=6 * 3600 * 1000, ge=1)
+    prompt: Annotated[str, StringConstraints(min_length=1, max_length=64 * 1024)] = "Continue the task."
+
+
 class Result(WireModel):
     """What status, await, list and dispatch report about one run. Never the task."""
 
@@ -145,6 +168,9 @@ class Result(WireModel):
     result: str | None = Field(default=None, max_length=2 * limits.FINAL_MESSAGE_MAX_BYTES)
     tool_calls: int | None = Field(default=None, ge=0)
     usage: Usage | None = None
+    budget: Budget | None = None  # docs/cli.md#budgets
+    waits: list[Wait] | None = Field(default=None, max_length=1000)  # docs/cli.md#waiting-out-a-usage-limit
+    max_waits: int | None = Field(default=None, ge=1)  # on_usage_limit's bound, for the `waiting:` line
     changes: ChangeSummary | None = None
     parent_id: str | None = None
     session_id: Identifier | None = None
@@ -307,6 +333,9 @@ class RemoteRequest(WireModel):
     dry_run: bool = False
     # docs/cli.md, wb agent prune: prune also removes worktrees; sent only to a peer listing `prune-worktrees`.
     worktrees: bool = False
+    # Part three (docs/cli.md#budgets): sent only to a peer whose `capabilities` list `budget`.
+    max_tokens: int = 0
+    max_cost_usd: float = 0.0
 
     def encode(self) -> bytes:
         body = self.model_dump(exclude_defaults=True)

@@ -14,6 +14,8 @@ Scenarios (see `SCENARIOS`; a URL prefix selects one: ``base_url_for("fail")`` i
   then says ``Created hello.txt.``; every response reports known usage.
 * ``fail``: every request gets HTTP 400 with `FAIL_MESSAGE` (Claude Code does not retry a 400).
 * ``commit``: runs ``git add`` + ``git commit`` of a new file with Bash, then reports back.
+* ``endless``: runs ``true`` with Bash at every step, never finishing; each response reports
+  400 tokens (300 in, 100 out), so a budget is what ends it.
 * ``outside``: writes ``../outside-write-tool.txt`` (next to the worktree) with the Write tool,
   then ``../outside-bash.txt`` with Bash, then reports back: what the permission flags allow.
 
@@ -53,7 +55,8 @@ __all__ = [
     "ServedMessage",
 ]
 
-SCENARIOS: Final = ("write-file", "fail", "commit", "outside")
+SCENARIOS: Final = ("write-file", "fail", "commit", "outside", "endless")
+LIMIT_MESSAGE: Final = "Rate limit reached (wb scripted usage limit); try again in 3s."
 OUTSIDE_PATH: Final = "../outside-write-tool.txt"
 OUTSIDE_COMMAND: Final = "echo from-bash > ../outside-bash.txt"
 OUTSIDE_MESSAGE: Final = "I tried to write outside the worktree."
@@ -152,6 +155,10 @@ def _commit(body: Mapping[str, Any], step: int) -> _Step:
     return _Step([{"type": "text", "text": COMMIT_MESSAGE}], ONE_COMMAND_USAGE[1])
 
 
+def _endless(body: Mapping[str, Any], step: int) -> _Step:
+    return _Step([_bash("true")], MessagesUsage(300, 0, 0, 100))
+
+
 def _outside(body: Mapping[str, Any], step: int) -> _Step:
     if step == 0:
         cwd = _working_directory(body) or "."
@@ -167,6 +174,7 @@ _SCRIPTS: Final[dict[str, Callable[[Mapping[str, Any], int], _Step]]] = {
     "fail": _fail,
     "commit": _commit,
     "outside": _outside,
+    "endless": _endless,
 }
 
 
@@ -218,8 +226,10 @@ def _message_events(message_id: str, model: str, blocks: list[dict[str, Any]], u
     return sse(events)
 
 
-def _error(request: ScriptedHandler, status: int, kind: str, message: str) -> None:
-    request.send_json(status, {"type": "error", "error": {"type": kind, "message": message}})
+def _error(
+    request: ScriptedHandler, status: int, kind: str, message: str, headers: Mapping[str, str] | None = None
+) -> None:
+    request.send_json(status, {"type": "error", "error": {"type": kind, "message": message}}, headers)
 
 
 class AnthropicServer(ScriptedServer[ServedMessage]):
@@ -264,6 +274,10 @@ class AnthropicServer(ScriptedServer[ServedMessage]):
             request.send(200, "text/event-stream", _message_events(message_id, model, side, usage))
             return
         step_number = _step_of(body)
+        retry_after = self.take_limit(step_number)
+        if retry_after is not None:
+            _error(request, 429, "rate_limit_error", LIMIT_MESSAGE, {"retry-after": retry_after})
+            return
         step = _SCRIPTS[scenario](body, step_number)
         self._serve(ServedMessage(scenario, step_number, step.http_status, step.usage))
         if step.http_status != 200:

@@ -14,6 +14,8 @@ Scenarios (see `GEMINI_SCENARIOS`):
 * ``fail``: every request gets HTTP 400 with `FAIL_MESSAGE` (the CLI does not retry a 400).
 * ``limits``: one command that says whether it sees GEMINI_API_KEY and commits in the worktree,
   then a `write_file` just outside the workspace, then `LIMITS_MESSAGE`.
+* ``endless``: runs ``true`` at every step, never finishing; each response reports 400 tokens
+  (300 prompt, 100 candidates), so a budget is what ends it.
 
 A URL prefix selects the scenario per request: `base_url_for("fail")` is
 ``http://127.0.0.1:<port>/fail`` (the CLI appends ``/v1beta/models/...``). Only the standard
@@ -42,7 +44,8 @@ __all__ = [
     "GeminiUsage",
 ]
 
-GEMINI_SCENARIOS: Final = ("write-file", "fail", "limits")
+GEMINI_SCENARIOS: Final = ("write-file", "fail", "limits", "endless")
+LIMIT_MESSAGE: Final = "Resource has been exhausted (wb scripted usage limit); try again in 3s."
 GEMINI_WRITE_FILE_MESSAGE: Final = "Created hello.txt with a greeting."
 _FINAL_CHUNKS: Final = ("Created hello.txt ", "with a greeting.")
 _API_VERSION: Final = "v1beta"
@@ -130,10 +133,16 @@ def _limits(workspace: str | None, step: int) -> _Step:
     return _Step([[{"text": LIMITS_MESSAGE}]], WRITE_FILE_USAGE[2])
 
 
+def _endless(workspace: str | None, step: int) -> _Step:
+    call = _call("run_shell_command", {"command": "true", "description": "Nothing"})
+    return _Step([call], GeminiUsage(300, 0, 100, 0))
+
+
 _SCRIPTS: Final[dict[str, Callable[[str | None, int], _Step]]] = {
     "write-file": _write_file,
     "fail": _fail,
     "limits": _limits,
+    "endless": _endless,
 }
 
 
@@ -173,8 +182,10 @@ def _chunk(parts: list[dict[str, Any]], *, final: bool, usage: GeminiUsage | Non
     return chunk
 
 
-def _error(request: ScriptedHandler, status: int, message: str, kind: str) -> None:
-    request.send_json(status, {"error": {"code": status, "message": message, "status": kind}})
+def _error(
+    request: ScriptedHandler, status: int, message: str, kind: str, headers: Mapping[str, str] | None = None
+) -> None:
+    request.send_json(status, {"error": {"code": status, "message": message, "status": kind}}, headers)
 
 
 class GeminiServer(ScriptedServer[GeminiServed]):
@@ -210,6 +221,10 @@ class GeminiServer(ScriptedServer[GeminiServed]):
             _error(request, 404, f"no such method: {method}", "NOT_FOUND")
             return
         step_number = _step_of(body)
+        retry_after = self.take_limit(step_number)
+        if retry_after is not None:
+            _error(request, 429, LIMIT_MESSAGE, "RESOURCE_EXHAUSTED", {"retry-after": retry_after})
+            return
         step = _SCRIPTS[scenario](workspace_of(body), step_number)
         self._serve(GeminiServed(scenario, step_number, step.http_status, step.usage, model))
         if step.http_status != 200:

@@ -19,6 +19,8 @@ Scenarios (see `SCENARIOS`):
   JSON object that follows ``dispatch:`` in the user's prompt, then ``await`` on the run it got,
   then reports ``Supervised <ref>: <state>.``. The tool names come from the request's `tools`
   list (see `mcp_tool`), as a model would read them.
+* ``endless``: runs ``true`` at every step, never finishing; each response reports 400 tokens
+  (300 in, 100 out), so a budget is what ends it.
 * ``network``: tries to fetch ``http://127.0.0.1:<this server's port>/ping`` from a command
   (bash's ``/dev/tcp``, so no curl is needed), then reports back. A ``GET /ping`` that arrives is
   recorded in `requests` like any other request, so a caller can tell whether it got through.
@@ -55,7 +57,10 @@ __all__ = [
     "network_command",
 ]
 
-SCENARIOS: Final = ("write-file", "fail", "http-500", "commit", "network", "supervise")
+SCENARIOS: Final = ("write-file", "fail", "http-500", "commit", "network", "supervise", "endless")
+ENDLESS_COMMAND: Final = "true"
+# Each response of the `endless` scenario reports 300 + 100 = 400 tokens (a budget's arithmetic).
+ENDLESS_USAGE: Final = 400
 
 HELLO_PATH: Final = "hello.txt"
 HELLO_CONTENT: Final = "hello from the scripted model\n"
@@ -69,6 +74,7 @@ COMMIT_COMMAND: Final = (
 COMMIT_MESSAGE: Final = "I tried to commit committed.txt."
 NETWORK_MESSAGE: Final = "I tried to reach the network."
 PING_BODY: Final = b"pong\n"
+LIMIT_MESSAGE: Final = "Rate limit reached (wb scripted usage limit); try again in 3s."
 
 _TOOL_OUTPUT_TYPES: Final = frozenset({"function_call_output", "custom_tool_call_output"})
 
@@ -225,6 +231,10 @@ def _http_500(body: Mapping[str, Any], step: int, port: int) -> _Step:
     return _Step([], http_status=500)
 
 
+def _endless(body: Mapping[str, Any], step: int, port: int) -> _Step:
+    return _Step([_shell_call(body, f"call_true_{step}", ENDLESS_COMMAND)], TokenUsage(300, 0, 100, 0))
+
+
 def _commit(body: Mapping[str, Any], step: int, port: int) -> _Step:
     if step == 0:
         return _Step([_shell_call(body, "call_commit", COMMIT_COMMAND)], ONE_COMMAND_USAGE[0])
@@ -333,6 +343,7 @@ _SCRIPTS: Final[dict[str, Callable[[Mapping[str, Any], int, int], _Step]]] = {
     "commit": _commit,
     "network": _network,
     "supervise": _supervise,
+    "endless": _endless,
 }
 
 
@@ -394,6 +405,11 @@ class ModelServer(ScriptedServer[ServedResponse]):
             return
         scenario = route[0]
         step_number = _step_of(body)
+        retry_after = self.take_limit(step_number)
+        if retry_after is not None:
+            error = {"message": LIMIT_MESSAGE, "type": "rate_limit_exceeded", "code": "rate_limit_exceeded"}
+            request.send_json(429, {"error": error}, {"retry-after": retry_after})
+            return
         step = _SCRIPTS[scenario](body, step_number, int(request.server.server_address[1]))
         cache_key = body.get("prompt_cache_key")
         thread = cache_key if isinstance(cache_key, str) else None

@@ -126,8 +126,15 @@ class ScriptedHandler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
 
-    def send_json(self, status: int, value: Any) -> None:
-        self.send(status, "application/json", json.dumps(value).encode())
+    def send_json(self, status: int, value: Any, headers: Mapping[str, str] | None = None) -> None:
+        data = json.dumps(value).encode()
+        self.send_response(status)
+        self.send_header("content-type", "application/json")
+        for key, header in (headers or {}).items():
+            self.send_header(key, header)
+        self.send_header("content-length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
 
     def route(self) -> tuple[str, list[str]]:
         """The scenario (a known `/<scenario>` prefix, else the server's) and the path's other segments."""
@@ -168,6 +175,24 @@ class ScriptedServer(Generic[ServedT]):
         self._ids = 0
         self._server: _HTTPServer | None = None
         self._thread: threading.Thread | None = None
+        # A usage limit to play (see `limit_at`): the step, how many answers are left, the retry-after.
+        self._limit: tuple[int, int, str] | None = None
+        self.limited = 0  # how many 429 answers were sent
+
+    def limit_at(self, step: int, times: int, retry_after: str = "3") -> None:
+        """Answer the next `times` requests at `step` with HTTP 429 and `retry-after` (a usage limit)."""
+        with self._lock:
+            self._limit = (step, times, retry_after)
+
+    def take_limit(self, step: int) -> str | None:
+        """The retry-after to answer this request with (HTTP 429), or None to answer it normally."""
+        with self._lock:
+            if self._limit is None or self._limit[0] != step or self._limit[1] <= 0:
+                return None
+            at, left, retry_after = self._limit
+            self._limit = (at, left - 1, retry_after)
+            self.limited += 1
+            return retry_after
 
     def _check(self, scenario: str) -> None:
         if scenario not in self.scenarios:

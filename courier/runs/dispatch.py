@@ -15,6 +15,7 @@ from types import FrameType
 from courier.config import Config, Provider
 from courier.errors import NotStartable, UsageError
 from courier.runs import process, worktrees
+from courier.runs.budget import budget_in_force, check_budget, usage_limit_policy
 from courier.runs.changes import count_dirty
 from courier.runs.environment import resolve_credential
 from courier.runs.harness import UnknownHarness, spec_for
@@ -141,6 +142,9 @@ def dispatch(config: Config, request: RemoteRequest) -> Result:
         return render(store.load(agent_id), store)
     resolved, network = resolve_profile(config, request.profile)
     profile = config.profile(request.profile)
+    budget = budget_in_force(profile, request)
+    check_budget(budget, resolved.harness, request.profile)
+    usage_limit = usage_limit_policy(profile, resolved.harness, request.profile)
     provider = config.provider(resolved.provider) if resolved.provider else None
     if provider is not None:
         resolve_credential(resolved.provider, provider)  # refuse now; the owner reads it again
@@ -198,6 +202,9 @@ def dispatch(config: Config, request: RemoteRequest) -> Result:
             started_at=rfc3339(utc_now()),
             stall_after_ms=config.profile(request.profile).stall_after_ms,
             stop_when_stalled_ms=config.profile(request.profile).stop_when_stalled_ms,
+            budget=budget,
+            usage_limit=usage_limit,
+            max_waits=usage_limit.max_waits if usage_limit else None,
         )
         try:
             run_dir = store.create(record, request.task)

@@ -7,6 +7,7 @@ wb --wb-internal-agent-run --run-dir <home>/agents/<id>
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import select
 import signal
@@ -18,13 +19,14 @@ from pathlib import Path
 
 from courier.config import Provider
 from courier.errors import WbError
-from courier.runs import descendants, privacy, process
+from courier.runs import descendants, privacy, process, usage_wait
 from courier.runs import store as store_mod
 from courier.runs.changes import summarize_changes
 from courier.runs.environment import Credential, resolve_credential, worker_environment
 from courier.runs.harness import harness_for, spec_for
 from courier.runs.harness.base import EventParser, Harness, Launch
 from courier.runs.harness.message import bounded_message
+from courier.runs.metering import RunMeter
 from courier.runs.store import Record, Store, rfc3339, utc_now, within_admission_grace
 from protocol import limits
 from protocol.durations import format_duration_ms
@@ -112,6 +114,11 @@ class Owner:
         self.stalled_since_output: str | None = None  # set when stop_when_stalled stopped the run
         self.secret = b""
         self.events_lost = False
+        # budgets and usage limits (docs/cli.md#budgets, docs/cli.md#waiting-out-a-usage-limit)
+        self.meter = RunMeter(record)
+        self.carried_diagnostics: list[str] = []
+        self.carried_tool_calls = 0
+        self.worker_s = 0.0  # time spent in workers so far: the run's --timeout bounds it, not the waits
 
     def run(self) -> None:
         record = self.record
@@ -128,6 +135,25 @@ class Owner:
         assert self.launch is not None
         self.secret = credential.value.encode() if credential else b""
         env = self.harness.environment(self.launch, worker_environment(credential))
+        stdin = self.store.read_task(record.agent_id).encode()
+        try:
+            while True:
+                started, exit_code = self.attempt(argv, env, stdin)
+                if not started:
+                    return
+                if not self.meter.limit_stopped and not self.meter.limit_after_exit(self.summary, exit_code):
+                    break
+                resumed = self.wait_for_limit()
+                if resumed is None:
+                    return
+                argv, stdin = resumed
+        finally:
+            self.meter.stop()
+        self.decide_and_save(exit_code=exit_code)
+
+    def attempt(self, argv: list[str], env: dict[str, str], stdin: bytes) -> tuple[bool, int | None]:
+        """Run the worker once, to its end: (started, its exit code); not started, the run was finished here."""
+        record = self.record
         events_path = self.run_dir / store_mod.EVENTS
         tracker = descendants.track_worker_tree()
         try:
@@ -145,19 +171,20 @@ class Owner:
             executable = spec_for(record.resolved.harness).executable
             where = f'harness executable "{argv[0]}" not found on PATH' if executable else f"{argv[0]} does not exist"
             finish(self.store, record, "failed", f"could not start the harness: {where}")
-            return
+            return False, None
         except OSError as exc:
             finish(self.store, record, "failed", f"could not start the harness {argv[0]}: {exc.strerror or exc}")
-            return
+            return False, None
         record.worker_pid = worker.pid
         record.worker_token = process.start_token(worker.pid)
         record.log_path = str(events_path)
         self.store.save(record)
         self.store.release_run_lock(record.agent_id)
-        task = self.store.read_task(record.agent_id).encode()
-        threading.Thread(target=_feed_stdin, args=(worker, task), daemon=True).start()
+        threading.Thread(target=_feed_stdin, args=(worker, stdin), daemon=True).start()
         assert worker.stdout is not None
+        started = time.monotonic()
         self.pump(worker, events_path)
+        self.worker_s += time.monotonic() - started
         left = process.terminate_group(worker.pid, limits.TIMEOUT_KILL_GRACE_S)
         if left:
             self.diagnostics.append(
@@ -165,7 +192,49 @@ class Owner:
             )
         # Also those that left the group (setsid): found by ancestry, the owner being their subreaper.
         self.diagnostics += descendants.describe(*tracker.end(limits.TIMEOUT_KILL_GRACE_S))
-        self.decide_and_save(exit_code=_exit_code(worker.returncode))
+        return True, _exit_code(worker.returncode)
+
+    def wait_for_limit(self) -> tuple[list[str], bytes] | None:
+        """Wait out a usage limit (docs/cli.md#waiting-out-a-usage-limit); the resumed command line and its prompt,
+        or None when the run ended."""
+        record = self.record
+        policy = record.usage_limit
+        limit = self.meter.take_limit(self.summary)
+        assert policy is not None and limit is not None
+        now = time.time()
+        until = usage_wait.resume_at(limit, now)
+        session = self.summary.session_id or record.session_id or record.resume_session_id
+        failure = usage_wait.refusal(policy, len(record.waits or []), until, now, limit)
+        if failure is None and session is None:
+            failure = f"{limit.failure} (no session to resume: the harness reported none)"
+        if failure is not None or self.store.stop_requested_at(record.agent_id):
+            self.meter.give_up(failure)
+            self.decide_and_save(exit_code=None)
+            return None
+        self.fold_attempt()
+        record.waits = [*(record.waits or []), usage_wait.wait_record(limit, now, until)]
+        record.max_waits = policy.max_waits
+        record.worker_pid = None
+        record.worker_token = None
+        self.store.save(record)
+        if usage_wait.wait_out(until, lambda: bool(self.store.stop_requested_at(record.agent_id))):
+            self.decide_and_save(exit_code=None)
+            return None
+        self.store.hold_run_lock(record.agent_id)  # released once the resumed worker is recorded
+        if self.store.stop_requested_at(record.agent_id):
+            self.decide_and_save(exit_code=None)
+            return None
+        assert self.launch is not None
+        self.launch = dataclasses.replace(self.launch, resume_session=session)
+        self.meter.resumed()
+        return self.harness.argv(self.launch), policy.prompt.encode()
+
+    def fold_attempt(self) -> None:
+        """Keep what the ended attempt counted; the resumed worker gets a fresh parser."""
+        self.meter.fold(self.summary)
+        self.carried_diagnostics += self.summary.diagnostics
+        self.carried_tool_calls += self.summary.tool_calls
+        self.summary = self.harness.parser()
 
     def prepare(self) -> tuple[Credential | None, list[str]]:
         """The credential and the command line; the harness's private home made ready."""
@@ -185,6 +254,7 @@ class Owner:
                 }
             )
             credential = resolve_credential(record.resolved.provider, provider)
+            provider = self.meter.wrap(provider, routing.wire_api)
         self.launch = Launch(
             worktree=record.worktree_dir or "",
             run_dir=self.run_dir,
@@ -206,7 +276,7 @@ class Owner:
         """Read the worker's output live: parse each line, store up to the cap, enforce the deadline."""
         assert worker.stdout is not None
         fd = worker.stdout.fileno()
-        deadline = time.monotonic() + self.record.timeout_ms / 1000
+        deadline = time.monotonic() + self.record.timeout_ms / 1000 - self.worker_s
         log_fd = os.open(events_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         stored = 0
         pending = b""
@@ -231,6 +301,8 @@ class Owner:
                     silent_for = now - last_output
                     self.stalled_since_output = rfc3339(utc_now() - timedelta(seconds=silent_for))
                     self.end_worker(worker)
+                if self.meter.should_stop_worker() and worker.poll() is None:
+                    self.end_worker(worker)  # a budget crossed, or a usage limit to wait out
                 if exited_at is None and worker.poll() is not None:
                     exited_at = now
                 # A child that outlives the harness may hold the pipe open: after the exit, read
@@ -279,6 +351,7 @@ class Owner:
                         self.store_event(log_fd, line)
                         stored += len(line)
                     self.note_session()
+                    self.meter.check_cost(self.summary)
             if pending and not skipping:
                 line = self.redact(self.summary.feed(pending))
                 if stored + len(line) <= limits.EVENTS_STORED_MAX_BYTES:
@@ -327,12 +400,12 @@ class Owner:
         summary = self.summary
         record.exit_code = exit_code
         record.result = self.final_message()
-        record.tool_calls = summary.tool_calls
-        record.usage = summary.usage
-        record.session_id = summary.session_id or record.resume_session_id
+        record.tool_calls = self.carried_tool_calls + summary.tool_calls
+        record.usage = self.meter.usage(summary)
+        record.session_id = summary.session_id or record.session_id or record.resume_session_id
         if record.worktree_dir:
             record.changes = summarize_changes(record.worktree_dir, record.base_sha, record.preexisting_changes)
-        diagnostics = [*summary.diagnostics, *self.diagnostics]
+        diagnostics = [*self.carried_diagnostics, *summary.diagnostics, *self.diagnostics]
         record.harness_diagnostics = diagnostics or None
         # From here to the saved terminal state, stop waits: it either came first (and is honoured)
         # or finds the run terminal and is refused; never a stop the state does not show (docs/cli.md, wb agent stop;
@@ -342,6 +415,10 @@ class Owner:
         failure: str | None
         if stop_at:
             state, failure = "failed", f"stopped on request at {stop_at}"
+        elif self.meter.budget_failure is not None:
+            state, failure = "failed", self.meter.budget_failure
+        elif self.meter.limit_failure is not None:
+            state, failure = "failed", self.meter.limit_failure
         elif self.timed_out:
             state, failure = "timeout", f"timed out after {format_duration_ms(record.timeout_ms)}"
         elif self.stalled_since_output is not None:

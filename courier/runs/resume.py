@@ -14,6 +14,7 @@ import shutil
 from courier.config import Config
 from courier.errors import Finding, NotStartable, UsageError
 from courier.runs import process
+from courier.runs.budget import budget_in_force, check_budget, usage_limit_policy
 from courier.runs.changes import count_dirty
 from courier.runs.dispatch import (
     busy_run,
@@ -74,6 +75,10 @@ def continue_run(config: Config, request: RemoteRequest) -> Result:
             f"profile {profile_name} runs the {resolved.harness} harness, but {request.agent_id} holds a "
             f"{parent.resolved.harness} session; pick a {parent.resolved.harness} profile"
         )
+    profile = config.profile(profile_name)
+    budget = budget_in_force(profile, request)  # counts this run's own usage only (docs/cli.md#budgets)
+    check_budget(budget, resolved.harness, profile_name)
+    usage_limit = usage_limit_policy(profile, resolved.harness, profile_name)
     provider = config.provider(resolved.provider)
     resolve_credential(resolved.provider, provider)
     assert parent.worktree_dir is not None
@@ -107,6 +112,9 @@ def continue_run(config: Config, request: RemoteRequest) -> Result:
             resume_session_id=parent.session_id,
             stall_after_ms=config.profile(profile_name).stall_after_ms,
             stop_when_stalled_ms=config.profile(profile_name).stop_when_stalled_ms,
+            budget=budget,
+            usage_limit=usage_limit,
+            max_waits=usage_limit.max_waits if usage_limit else None,
         )
         try:
             run_dir = store.create(record, request.task)

@@ -19,7 +19,7 @@ from pydantic import ValidationError
 from courier.errors import Finding, NotFound, RecordUnreadable, UsageError, WbError
 from courier.runs import process
 from protocol import limits
-from protocol.models import ListWarning, Result, is_terminal
+from protocol.models import ListWarning, Result, UsageLimitPolicy, is_terminal
 from protocol.refs import is_run_id
 from protocol.timestamps import parse_rfc3339, rfc3339, utc_now
 from protocol.validate import describe_validation_error
@@ -57,6 +57,8 @@ class Record(Result):
     stop_when_stalled_ms: int | None = None
     # docs/cli.md, wb agent continue: the harness session a continuing run resumes (its parent's session_id).
     resume_session_id: str | None = None
+    # Contract docs/cli.md#waiting-out-a-usage-limit: the profile's on_usage_limit (absent: a usage limit ends the run).
+    usage_limit: UsageLimitPolicy | None = None
 
 
 # Derived when a record is rendered, never stored.
@@ -487,7 +489,9 @@ def stall_facts(record: Record, store: Store | None) -> dict[str, str]:
         return {}
     facts = {"last_output_at": rfc3339(datetime.fromtimestamp(moment, UTC))}
     after = stall_after_ms(record)
-    if after > 0 and (time.time() - moment) * 1000 >= after:
+    # silent by design while a usage limit resets (docs/cli.md#waiting-out-a-usage-limit)
+    waiting = bool(record.waits) and not record.worker_pid
+    if after > 0 and not waiting and (time.time() - moment) * 1000 >= after:
         facts["stalled_since"] = rfc3339(datetime.fromtimestamp(moment + after / 1000, UTC))
     return facts
 

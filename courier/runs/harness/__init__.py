@@ -26,13 +26,16 @@ class HarnessSpec:
     executable: str | None  # None: the profile names its own command
     wire_apis: tuple[ProviderApi, ...]  # the provider wire_api values it speaks; () = no provider
     can_resume: bool
+    reports_cost: bool = False  # its stream reports a cost in dollars (a cost budget can bind it, docs/cli.md#budgets)
 
 
 REGISTRY: dict[str, HarnessSpec] = {
     spec.name: spec
     for spec in (
         HarnessSpec("codex", "Codex", "courier.runs.harness.codex:Codex", "codex", ("responses",), True),
-        HarnessSpec("claude", "Claude Code", "courier.runs.harness.claude:Claude", "claude", ("anthropic",), True),
+        HarnessSpec(
+            "claude", "Claude Code", "courier.runs.harness.claude:Claude", "claude", ("anthropic",), True, True
+        ),
         HarnessSpec("gemini", "Gemini CLI", "courier.runs.harness.gemini:Gemini", "gemini", ("gemini",), True),
         HarnessSpec("command", "command", "courier.runs.harness.command:Command", None, (), False),
     )

@@ -9,6 +9,7 @@ answering `status` or `list`).
 from __future__ import annotations
 
 import os
+import re
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
@@ -54,6 +55,18 @@ class Launch:
         return self.run_dir / LAST_MESSAGE
 
 
+# How each CLI words a provider's usage or rate-limit refusal in its failure (fixtures in tests/fixtures/*/limit-429*).
+_USAGE_LIMIT = re.compile(
+    r"\b429\b|too many requests|rate[ _-]?limit|usage limit|limit reached|resource[ _]?exhausted|quota",
+    re.IGNORECASE,
+)
+
+
+def is_usage_limit(text: str) -> bool:
+    """True when a harness's failure text is a usage or rate limit (docs/cli.md#waiting-out-a-usage-limit)."""
+    return bool(_USAGE_LIMIT.search(text))
+
+
 def plural_files(count: int) -> str:
     return "changed 1 file" if count == 1 else f"changed {count} files"
 
@@ -74,6 +87,10 @@ class EventParser(ABC):
         self.last_message: str | None = None
         self.lines = 0
         self.events = 0
+        # A usage or rate limit the harness reported as its failure (docs/cli.md#waiting-out-a-usage-limit), and when
+        # it resets.
+        self.usage_limit: str | None = None
+        self.limit_reset_at: float | None = None  # epoch seconds
         self._diagnostics: list[str] = []
         self._diagnostics_dropped = 0
 

@@ -12,7 +12,7 @@ import os
 import re
 from typing import Any
 
-from courier.runs.harness.base import EventParser, Harness, Launch, plural_files
+from courier.runs.harness.base import EventParser, Harness, Launch, is_usage_limit, plural_files
 from courier.runs.harness.lines import clean
 from protocol import limits
 from protocol.models import Usage
@@ -26,6 +26,7 @@ NARROW_PERMISSIONS = ("--permission-mode", "acceptEdits", "--allowedTools", "Bas
 BYPASS_PERMISSIONS = ("--permission-mode", "bypassPermissions")
 
 
+_RESET_EPOCH = re.compile(r"limit reached\|(\d{9,11})\b")
 _SESSION_ID = re.compile(r"[0-9A-Za-z][0-9A-Za-z-]{0,127}")
 
 
@@ -179,6 +180,12 @@ class ClaudeEvents(EventParser):
         else:
             self.result_failed = True
             self.failure_message = clean(_result_error(event), limits.RUN_FAILURE_MESSAGE_MAX_BYTES)
+            # "API Error: Request rejected (429) · Rate limit reached …", api_error_status 429.
+            if event.get("api_error_status") == 429 or is_usage_limit(self.failure_message):
+                self.usage_limit = self.failure_message
+                # A subscription's "Claude AI usage limit reached|<epoch seconds>" names its reset time.
+                reset = _RESET_EPOCH.search(self.failure_message)
+                self.limit_reset_at = float(reset.group(1)) if reset else None
 
     def failure(self, exit_code: int | None) -> str | None:
         """Success is exit 0 and a `result` with is_error false (SIGINT exits 0 without one)."""

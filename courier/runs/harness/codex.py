@@ -18,6 +18,7 @@ from courier.runs.harness.base import (
     EventParser,
     Harness,
     Launch,
+    is_usage_limit,
     plural_files,
 )
 from courier.runs.harness.lines import action_lines, clean
@@ -200,6 +201,8 @@ class EventSummary(EventParser):
             message = _message_of(event.get("error"))
             if message is not None:
                 self.failure_message = clean(message, limits.RUN_FAILURE_MESSAGE_MAX_BYTES)
+                if is_usage_limit(message):
+                    self.usage_limit = self.failure_message  # `exceeded retry limit, last status: 429 …`
                 # Codex repeats the failure as a top-level `error` right before `turn.failed`:
                 # it is the failure, not a separate diagnostic.
                 if pending_error == message:

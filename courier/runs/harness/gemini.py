@@ -28,6 +28,7 @@ from courier.runs.harness.base import (
     EventParser,
     Harness,
     Launch,
+    is_usage_limit,
     plural_files,
 )
 from courier.runs.harness.lines import action_lines, clean
@@ -219,6 +220,8 @@ class GeminiEvents(EventParser):
             if self.status != "success":
                 message = _error_message(event.get("error")) or f"status {self.status}"
                 self.failure_message = clean(message, limits.RUN_FAILURE_MESSAGE_MAX_BYTES)
+                if is_usage_limit(message):  # "[API Error: Resource has been exhausted …] Please wait …"
+                    self.usage_limit = clean(message.splitlines()[0] if message else message)
         return line
 
     def _assistant(self, text: str) -> None:

@@ -1,0 +1,62 @@
+"""Run budgets (docs/cli.md#budgets, docs/cli.md): which bounds are in force, which are refused, when one is crossed."""
+
+from __future__ import annotations
+
+from courier.config import Profile
+from courier.errors import UsageError
+from courier.runs.harness import spec_for
+from protocol.models import Budget, RemoteRequest, UsageLimitPolicy
+
+
+def budget_in_force(profile: Profile, request: RemoteRequest) -> Budget | None:
+    """The profile's budget, each bound replaced by the request's flag when given (--max-tokens, --max-cost-usd)."""
+    if request.max_tokens < 0 or not 0 <= request.max_cost_usd < float("inf"):
+        raise UsageError("max_tokens and max_cost_usd must be more than 0 when given")
+    setting = profile.budget
+    tokens = request.max_tokens or (setting.tokens if setting else None)
+    cost = request.max_cost_usd or (setting.cost_usd if setting else None)
+    if tokens is None and not cost:
+        return None
+    return Budget(tokens=tokens, cost_usd=float(cost) if cost else None)
+
+
+def check_budget(budget: Budget | None, harness: str, profile_name: str) -> None:
+    """Refuse a bound the harness cannot be held to: unknown usage never counts as zero (exit 2)."""
+    if budget is None:
+        return
+    spec = spec_for(harness)
+    if not spec.wire_apis:
+        raise UsageError(
+            f"profile {profile_name}: harness {spec.name} reports no usage, so a budget cannot be enforced for it; "
+            "drop budget from the profile and --max-tokens/--max-cost-usd from the command"
+        )
+    if budget.cost_usd is not None and not spec.reports_cost:
+        raise UsageError(
+            f"profile {profile_name}: harness {spec.name} ({spec.display}) reports no cost, so a cost_usd budget "
+            "cannot be enforced for it; bound its tokens instead (budget.tokens or --max-tokens)"
+        )
+
+
+def usage_limit_policy(profile: Profile, harness: str, profile_name: str) -> UsageLimitPolicy | None:
+    """The profile's on_usage_limit as the record keeps it; refused for a harness that cannot resume (exit 2)."""
+    setting = profile.on_usage_limit
+    if setting is None or not setting.resume:
+        return None
+    spec = spec_for(harness)
+    if not spec.can_resume:
+        raise UsageError(
+            f"profile {profile_name}: harness {spec.name} cannot resume a session, so on_usage_limit.resume "
+            "cannot be honoured; drop on_usage_limit from the profile"
+        )
+    return UsageLimitPolicy(max_waits=setting.max_waits, max_wait_ms=setting.max_wait_ms, prompt=setting.prompt)
+
+
+def exceeded(budget: Budget | None, tokens: int | None, cost_usd: float | None) -> str | None:
+    """The failure once a bound is crossed (`budget exceeded: 12,345 tokens of 10,000`), else None."""
+    if budget is None:
+        return None
+    if budget.tokens is not None and tokens is not None and tokens > budget.tokens:
+        return f"budget exceeded: {tokens:,} tokens of {budget.tokens:,}"
+    if budget.cost_usd is not None and cost_usd is not None and cost_usd > budget.cost_usd:
+        return f"budget exceeded: ${cost_usd:.4f} of ${budget.cost_usd:.4f}"
+    return None

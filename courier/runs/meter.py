@@ -1,0 +1,403 @@
+"""A loopback metering relay the run owner puts between the worker and its provider (docs/cli.md#budgets,
+docs/cli.md#waiting-out-a-usage-limit).
+
+Why a relay: a budget is checked after every model response, but Codex reports usage only at
+the end of a turn, Gemini CLI only in its final `result`, and Claude Code's `assistant` lines
+carry the usage of `message_start` (not the final output count). The provider's own responses
+carry exact per-response usage in every wire format, so the owner reads them as they pass.
+The relay also sees a usage-limit refusal (HTTP 429 and its `retry-after`) the moment it
+happens, whatever the harness prints about it. See docs/harnesses.md.
+
+It listens on 127.0.0.1 only, forwards each request unchanged to the provider's base_url (the
+credential is in the worker's own request headers; the relay never reads, stores or prints
+it), and streams the answer back while parsing it. Once the owner closes it (a budget crossed),
+every later request is refused without being forwarded, so the provider answers no more.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import http.client
+import json
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import urlsplit
+
+_HOP_BY_HOP = frozenset(
+    {
+        "connection",
+        "keep-alive",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
+        "host",
+        "content-length",
+        "accept-encoding",
+        "content-encoding",
+    }
+)
+_BODY_MAX_BYTES = 64 * 1024 * 1024
+_UPSTREAM_TIMEOUT_S = 600.0
+_CHUNK = 64 * 1024
+# Response headers that say when a provider's limit resets (RFC 3339 or seconds), first found wins.
+_RESET_HEADERS = (
+    "anthropic-ratelimit-unified-reset",
+    "anthropic-ratelimit-tokens-reset",
+    "anthropic-ratelimit-requests-reset",
+    "x-ratelimit-reset-tokens",
+    "x-ratelimit-reset-requests",
+)
+
+
+@dataclass(frozen=True)
+class ResponseUsage:
+    """What one model response reported: input tokens (cache reads and writes included) and output tokens."""
+
+    input_tokens: int
+    output_tokens: int
+
+    @property
+    def tokens(self) -> int:
+        return self.input_tokens + self.output_tokens
+
+
+@dataclass(frozen=True)
+class LimitRefusal:
+    """A usage or rate limit the provider answered with: when it resets, if it said, and its message."""
+
+    status: int
+    reset_at: float | None  # epoch seconds: the provider's reset time, else now + its retry-after
+    message: str
+
+
+def _count(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
+
+
+def usage_in(wire_api: str, event: Any) -> tuple[ResponseUsage | None, bool]:
+    """(usage so far, final) from one decoded event or JSON body of `wire_api`."""
+    if not isinstance(event, dict):
+        return None, False
+    if wire_api == "responses":
+        kind = event.get("type")
+        response = event.get("response") if kind else event
+        if kind not in (None, "response.completed", "response.incomplete", "response.failed"):
+            return None, False
+        usage = response.get("usage") if isinstance(response, dict) else None
+        if not isinstance(usage, dict):
+            return None, kind is not None
+        return ResponseUsage(_count(usage.get("input_tokens")), _count(usage.get("output_tokens"))), True
+    if wire_api == "anthropic":
+        kind = event.get("type")
+        if kind == "message_start":
+            message = event.get("message")
+            usage = message.get("usage") if isinstance(message, dict) else None
+        elif kind in ("message_delta", "message"):
+            usage = event.get("usage")
+        else:
+            return None, kind == "message_stop"
+        if not isinstance(usage, dict):
+            return None, kind == "message"
+        tokens_in = sum(
+            _count(usage.get(key))
+            for key in ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens")
+        )
+        return ResponseUsage(tokens_in, _count(usage.get("output_tokens"))), kind == "message"
+    if wire_api == "gemini":
+        usage = event.get("usageMetadata")
+        candidates = event.get("candidates")
+        final = isinstance(candidates, list) and any(
+            isinstance(c, dict) and c.get("finishReason") for c in candidates
+        )
+        if not isinstance(usage, dict):
+            return None, False
+        output = _count(usage.get("candidatesTokenCount")) + _count(usage.get("thoughtsTokenCount"))
+        return ResponseUsage(_count(usage.get("promptTokenCount")), output), final
+    return None, False
+
+
+def _merge(old: ResponseUsage | None, new: ResponseUsage) -> ResponseUsage:
+    """Anthropic's message_delta counts are cumulative and may omit the input: keep the larger of each."""
+    if old is None:
+        return new
+    return ResponseUsage(max(old.input_tokens, new.input_tokens), max(old.output_tokens, new.output_tokens))
+
+
+def reset_time(headers: http.client.HTTPMessage, now: float) -> float | None:
+    """When the limit resets: a reset header the provider sends, else `retry-after`, else None."""
+    for name in _RESET_HEADERS:
+        value = headers.get(name)
+        if value:
+            found = _time_value(value.strip(), now)
+            if found is not None:
+                return found
+    after = headers.get("retry-after")
+    return _time_value(after.strip(), now) if after else None
+
+
+def _time_value(text: str, now: float) -> float | None:
+    """Seconds (`3`, `1.5`, `20s`), an RFC 3339 time or an HTTP date, as epoch seconds."""
+    try:
+        return now + max(0.0, float(text.removesuffix("s")))
+    except ValueError:
+        pass
+    try:
+        return datetime.fromisoformat(text.replace("Z", "+00:00")).astimezone(UTC).timestamp()
+    except ValueError:
+        pass
+    try:
+        return email.utils.parsedate_to_datetime(text).timestamp()
+    except (TypeError, ValueError, IndexError):
+        return None
+
+
+def _limit_message(body: bytes) -> str:
+    try:
+        value = json.loads(body)
+    except ValueError:
+        return body.decode("utf-8", "replace")[:200].strip()
+    error = value.get("error") if isinstance(value, dict) else None
+    if isinstance(value, list) and value and isinstance(value[0], dict):
+        error = value[0].get("error")  # Gemini's streaming endpoint answers with a one-item list
+    if isinstance(error, dict) and isinstance(error.get("message"), str):
+        return str(error["message"])[:200]
+    return "rate limited"
+
+
+class Meter:
+    """The relay: `start()` gives the base URL the worker is pointed at; `close()` refuses further requests."""
+
+    def __init__(
+        self,
+        upstream_base_url: str,
+        wire_api: str,
+        on_response: Callable[[ResponseUsage], None],
+        on_limit: Callable[[LimitRefusal], None] | None = None,
+    ) -> None:
+        parts = urlsplit(upstream_base_url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"base_url {upstream_base_url!r} is not an http(s) URL the relay can forward to")
+        self._upstream = parts
+        self._wire_api = wire_api
+        self._on_response = on_response
+        self._on_limit = on_limit
+        self._closed = threading.Event()
+        self._paused = threading.Event()  # while the owner waits out a usage limit
+        self._server: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+        self.answered = 0  # model responses forwarded
+
+    @property
+    def closed(self) -> bool:
+        return self._closed.is_set()
+
+    def close(self) -> None:
+        """From now on every request is refused here, never forwarded."""
+        self._closed.set()
+
+    def pause(self) -> None:
+        """Refuse requests until `reopen`: the worker is being stopped to wait out a usage limit."""
+        self._paused.set()
+
+    def reopen(self) -> None:
+        self._paused.clear()
+
+    @property
+    def paused(self) -> bool:
+        return self._paused.is_set()
+
+    def start(self) -> str:
+        meter = self
+
+        class Handler(_RelayHandler):
+            owner = meter
+
+        server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        server.daemon_threads = True
+        self._server = server
+        self._thread = threading.Thread(target=server.serve_forever, name="wb-meter", daemon=True)
+        self._thread.start()
+        path = self._upstream.path.rstrip("/")
+        return f"http://127.0.0.1:{server.server_address[1]}{path}"
+
+    def stop(self) -> None:
+        self.close()
+        server, self._server = self._server, None
+        if server is not None:
+            server.shutdown()
+            server.server_close()
+
+    # -- called from handler threads
+
+    def connection(self) -> http.client.HTTPConnection:
+        parts = self._upstream
+        if parts.scheme == "https":
+            return http.client.HTTPSConnection(parts.hostname or "", parts.port, timeout=_UPSTREAM_TIMEOUT_S)
+        return http.client.HTTPConnection(parts.hostname or "", parts.port, timeout=_UPSTREAM_TIMEOUT_S)
+
+    @property
+    def upstream_host(self) -> str:
+        return self._upstream.netloc.rpartition("@")[2]
+
+    def usage_of(self, event: Any) -> tuple[ResponseUsage | None, bool]:
+        return usage_in(self._wire_api, event)
+
+    def responded(self, usage: ResponseUsage) -> None:
+        self.answered += 1
+        self._on_response(usage)
+
+    def limited(self, refusal: LimitRefusal) -> None:
+        if self._on_limit is not None:
+            self._on_limit(refusal)
+
+
+class _RelayHandler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    owner: Meter
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+    def do_GET(self) -> None:
+        self._relay()
+
+    def do_POST(self) -> None:
+        self._relay()
+
+    def do_HEAD(self) -> None:  # Claude Code probes its base URL
+        self._relay()
+
+    def _refuse(self, status: int, message: str) -> None:
+        data = json.dumps({"error": {"message": message, "type": "wb_meter"}}).encode()
+        self.send_response(status)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(data)))
+        self.send_header("connection", "close")
+        self.end_headers()
+        self.wfile.write(data)
+        self.close_connection = True
+
+    def _body(self) -> bytes:
+        length = int(self.headers.get("content-length") or 0)
+        if length > _BODY_MAX_BYTES:
+            raise ValueError("request body too large")
+        if self.headers.get("transfer-encoding", "").lower() != "chunked":
+            return self.rfile.read(length) if length > 0 else b""
+        data = b""
+        while True:
+            size = int(self.rfile.readline().split(b";", 1)[0].strip() or b"0", 16)
+            if size == 0:
+                while self.rfile.readline() not in (b"\r\n", b"\n", b""):
+                    pass
+                return data
+            data += self.rfile.read(size)
+            self.rfile.readline()
+            if len(data) > _BODY_MAX_BYTES:
+                raise ValueError("request body too large")
+
+    def _relay(self) -> None:
+        meter = self.owner
+        try:
+            body = self._body()
+        except ValueError as exc:
+            self._refuse(413, str(exc))
+            return
+        if meter.closed:
+            self._refuse(503, "wb stopped this run (its budget is spent); the request was not sent")
+            return
+        if meter.paused:
+            self._refuse(503, "wb is waiting out the provider's usage limit; the request was not sent")
+            return
+        headers = {k: v for k, v in self.headers.items() if k.lower() not in _HOP_BY_HOP}
+        headers["Host"] = meter.upstream_host
+        headers["Accept-Encoding"] = "identity"  # the relay reads what passes
+        upstream = meter.connection()
+        try:
+            payload = body if body or self.command == "POST" else None
+            upstream.request(self.command, self.path, body=payload, headers=headers)
+            response = upstream.getresponse()
+        except OSError as exc:
+            upstream.close()
+            self._refuse(502, f"wb's metering relay could not reach the provider: {exc}")
+            return
+        try:
+            self._answer(response)
+        finally:
+            upstream.close()
+
+    def _answer(self, response: http.client.HTTPResponse) -> None:
+        meter = self.owner
+        streaming = "event-stream" in (response.getheader("content-type") or "")
+        if response.status == 429:
+            data = response.read(_BODY_MAX_BYTES)
+            meter.limited(LimitRefusal(429, reset_time(response.headers, time.time()), _limit_message(data)))
+            self._head(response, len(data))
+            self.wfile.write(data)
+            return
+        if not streaming:
+            data = response.read(_BODY_MAX_BYTES)
+            if response.status == 200:
+                try:
+                    usage, _ = meter.usage_of(json.loads(data))
+                except ValueError:
+                    usage = None
+                if usage is not None:
+                    meter.responded(usage)
+            self._head(response, len(data))
+            self.wfile.write(data)
+            return
+        self._head(response, None)
+        self._stream(response)
+
+    def _head(self, response: http.client.HTTPResponse, length: int | None) -> None:
+        self.send_response(response.status, response.reason)
+        for key, value in response.getheaders():
+            if key.lower() not in _HOP_BY_HOP:
+                self.send_header(key, value)
+        if length is not None:
+            self.send_header("content-length", str(length))
+        self.send_header("connection", "close")  # a streamed body ends when the connection does
+        self.end_headers()
+        self.close_connection = True
+
+    def _stream(self, response: http.client.HTTPResponse) -> None:
+        """Forward an SSE body as it comes; a response's usage is taken before the bytes that complete it are sent."""
+        meter = self.owner
+        pending = b""
+        usage: ResponseUsage | None = None
+        counted = False
+        while True:
+            chunk = response.read1(_CHUNK)
+            if not chunk:
+                break
+            pending += chunk
+            *lines, pending = pending.split(b"\n")
+            for line in lines:
+                text = line.strip()
+                if not text.startswith(b"data:"):
+                    continue
+                try:
+                    event = json.loads(text[5:])
+                except ValueError:
+                    continue
+                found, final = meter.usage_of(event)
+                if found is not None:
+                    usage = _merge(usage, found)
+                if final and usage is not None and not counted:
+                    counted = True
+                    meter.responded(usage)
+            try:
+                self.wfile.write(chunk)
+                self.wfile.flush()
+            except OSError:
+                break
+        if usage is not None and not counted:
+            meter.responded(usage)
