@@ -204,8 +204,11 @@ class UsageLimitSetting(_Entry):
     @field_validator("prompt")
     @classmethod
     def _prompt(cls, value: str) -> str:
-        if not value.strip() or "\x00" in value or len(value.encode("utf-8", "replace")) > 64 * 1024:
-            raise ValueError("on_usage_limit.prompt must be non-empty text of at most 64 KiB")
+        too_long = len(value.encode("utf-8", "replace")) > limits.USAGE_WAIT_PROMPT_MAX_BYTES
+        if not value.strip() or "\x00" in value or too_long:
+            raise ValueError(
+                f"on_usage_limit.prompt must be non-empty text of at most {limits.USAGE_WAIT_PROMPT_MAX_TEXT}"
+            )
         return value
 
     @property

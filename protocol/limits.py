@@ -34,6 +34,11 @@ READ_CHUNK_BYTES = 1 * MIB
 SSH_READ_CHUNK_BYTES = 64 * KIB
 # A shorter credential is unusable: masking it would rewrite ordinary text of the transcript.
 CREDENTIAL_MIN_BYTES = 8
+# A profile's on_usage_limit.prompt, the follow-up that resumes a run after a wait.
+USAGE_WAIT_PROMPT_MAX_BYTES = 64 * KIB
+USAGE_WAIT_PROMPT_MAX_TEXT = f"{USAGE_WAIT_PROMPT_MAX_BYTES // KIB} KiB"
+# The metering relay reads a provider's response in steps of this size.
+RELAY_READ_CHUNK_BYTES = 64 * KIB
 
 MS_PER_SECOND = 1000
 MS_PER_MINUTE = 60 * MS_PER_SECOND

@@ -137,7 +137,9 @@ class UsageLimitPolicy(WireModel):
 
     max_waits: int = Field(default=3, ge=1, le=1000)
     max_wait_ms: int = Field(default=6 * 3600 * 1000, ge=1)
-    prompt: Annotated[str, StringConstraints(min_length=1, max_length=64 * 1024)] = "Continue the task."
+    prompt: Annotated[str, StringConstraints(min_length=1, max_length=limits.USAGE_WAIT_PROMPT_MAX_BYTES)] = (
+        "Continue the task."
+    )
 
 
 class Result(WireModel):

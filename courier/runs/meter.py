@@ -28,6 +28,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import urlsplit
 
+from protocol import limits
+
 _HOP_BY_HOP = frozenset(
     {
         "connection",
@@ -46,7 +48,7 @@ _HOP_BY_HOP = frozenset(
 )
 _BODY_MAX_BYTES = 64 * 1024 * 1024
 _UPSTREAM_TIMEOUT_S = 600.0
-_CHUNK = 64 * 1024
+_CHUNK = limits.RELAY_READ_CHUNK_BYTES
 # Response headers that say when a provider's limit resets (RFC 3339 or seconds), first found wins.
 _RESET_HEADERS = (
     "anthropic-ratelimit-unified-reset",
