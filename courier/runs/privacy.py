@@ -8,6 +8,7 @@ import json
 import os
 import secrets
 import stat
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -215,11 +216,16 @@ def _redact_json_file(fd: int, path: Path, secret: bytes) -> None:
 
 def _write_private_copy(path: Path, data: bytes) -> None:
     """Replace path by a 0600 file holding data (a temporary file renamed over it)."""
+    _replace_privately(path, lambda out: _write_all(out, data))
+
+
+def _replace_privately(path: Path, fill: Callable[[int], object]) -> None:
+    """Replace path by a 0600 file that `fill` writes (a temporary file renamed over it)."""
     temp = path.with_name(f".{path.name}.{secrets.token_hex(6)}.redact")
     out = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     try:
         try:
-            _write_all(out, data)
+            fill(out)
             os.fsync(out)
         finally:
             os.close(out)
@@ -242,19 +248,7 @@ def _contains(fd: int, secret: bytes) -> bool:
 
 def _rewrite(fd: int, path: Path, secret: bytes) -> None:
     """Replace path by a 0600 copy of fd (from its current offset) with `secret` masked."""
-    temp = path.with_name(f".{path.name}.{secrets.token_hex(6)}.redact")
-    out = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    try:
-        try:
-            _copy_redacted(fd, out, secret)
-            os.fsync(out)
-        finally:
-            os.close(out)
-        os.replace(temp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(temp)
-        raise
+    _replace_privately(path, lambda out: _copy_redacted(fd, out, secret))
 
 
 def _copy_redacted(source: int, target: int, secret: bytes) -> bool:
