@@ -280,3 +280,28 @@ def test_mcp_dispatch_to_auto(fleet: Any) -> None:
         assert refused["exit_code"] == 1
 
     run_session(caller.env, caller.root, body)
+
+
+OLD_VERSION_REPLY = '{"schema_version":1,"operation":"version","wb_version":"0.9.0","capabilities":["harness:codex"]}'
+OLD_PEER = f"""#!/bin/sh
+# An older wb: answers version without `placement` (and without serve, so one process per call).
+cat >/dev/null
+printf '%s\\n' '{OLD_VERSION_REPLY}'
+"""
+
+
+def test_an_older_peer_is_never_chosen_and_says_upgrade(fleet: Any) -> None:
+    root = fleet.root
+    old_wb = root / "old-wb"
+    old_wb.write_text(OLD_PEER)
+    old_wb.chmod(0o755)
+    caller = fleet(
+        {"old": {"exec": {"argv": ["env"], "wb_path": str(old_wb)}}, "new": _exec(_remote(root / "new"), slots=1)}
+    )
+    assert _machine_of(_auto(caller, "w1")) == "new"
+    done = _auto(caller, "w2")
+    assert done.returncode == 1, done.stderr
+    assert done.stderr == (
+        "error: no machine can take this run now: old: machine old runs wb 0.9.0, which does not support "
+        "--to auto (placement); upgrade wb there; new: 1 of 1 slots busy\n"
+    )
