@@ -319,7 +319,7 @@ AUTO = "auto"  # `--to auto[:LABEL]` (docs/cli.md#placement-across-a-fleet): nev
 
 
 class _Placed(_Entry):
-    """What `--to auto` reads of a machine, under its `ssh:` or `exec:` block (docs/config.md#machines)."""
+    """What `--to auto` reads of a machine, under its `ssh:` or `exec:` block (docs/config.md#targets)."""
 
     slots: int | None = None  # how many runs `--to auto` places there at once; None: unlimited
     labels: list[str] = []
