@@ -13,6 +13,8 @@ SERVE = "serve"  # `wb --wb-internal-agent-serve`: JSON lines, concurrent reques
 PRUNE_WORKTREES = "prune-worktrees"
 BUDGET = "budget"  # dispatch/continue honour max_tokens and max_cost_usd (docs/protocol.md#optional-features)
 USAGE_WAIT = "usage-wait"  # profiles' on_usage_limit is honoured (docs/protocol.md#optional-features)
+# dispatch honours max_running; version answers `placement: true` (docs/cli.md#placement-across-a-fleet)
+PLACEMENT = "placement"
 
 
 def capabilities() -> list[str]:
@@ -24,7 +26,7 @@ def capabilities() -> list[str]:
     found += [entry.capability for entry in TABLE.values() if entry.capability]
     found.append("follow")  # logs --follow (docs/cli.md, wb agent logs): a mode of `logs`, not an operation
     found.append(PRUNE_WORKTREES)
-    found += [BUDGET, USAGE_WAIT]
+    found += [BUDGET, USAGE_WAIT, PLACEMENT]
     found += [f"harness:{name}" for name in runnable_harnesses()]
     return found
 

@@ -19,6 +19,7 @@ from courier.commands import (
     check_tail,
     duration_ms,
     machine_timeout_s,
+    send_dispatch,
     send_starting,
     still_running,
     wait_bound_ms,
@@ -74,6 +75,7 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Same as --format json.")]
 TIMEOUT_DEFAULT = _default(limits.TIMEOUT_DEFAULT_MS)
 AWAIT_DEFAULT = _default(limits.AWAIT_DEFAULT_MS)
 MACHINE_TIMEOUT_DEFAULT = _default(limits.MACHINE_TIMEOUT_DEFAULT_MS)
+PLACEMENT_TIMEOUT_DEFAULT = _default(limits.PLACEMENT_TIMEOUT_DEFAULT_MS)
 ToOpt = Annotated[str | None, typer.Option("--to", metavar="MACHINE", help="Ask this configured machine.")]
 MachineTimeoutOpt = Annotated[
     str, typer.Option("--machine-timeout", metavar="DURATION", help="Give up on a machine not answering by then.")
@@ -161,10 +163,14 @@ def dispatch(
     ] = TIMEOUT_DEFAULT,
     max_tokens: MaxTokensOpt = None,
     max_cost_usd: MaxCostOpt = None,
+    machine_timeout: Annotated[
+        str,
+        typer.Option("--machine-timeout", metavar="DURATION", help="--to auto: bound on asking the candidates."),
+    ] = PLACEMENT_TIMEOUT_DEFAULT,
     fmt: FormatOpt = Format.text,
     json_flag: JsonOpt = False,
 ) -> None:
-    """Start one task in a worktree; prints its reference."""
+    """Start one task in a worktree (--to auto[:LABEL]: where a slot is free); prints its reference."""
     machine, request = build_dispatch(
         new_worktree=new_worktree,
         use_worktree=use_worktree,
@@ -179,7 +185,8 @@ def dispatch(
         max_tokens=max_tokens,
         max_cost_usd=max_cost_usd,
     )
-    result = send_starting(_config(), machine, request, request.agent_id)
+    bound_s = machine_timeout_s(machine_timeout)
+    result = send_dispatch(_config(), to, machine, request, bound_s)
     _out(to_json(result.to_wire()) if _wants_json(fmt, json_flag) else dispatch_line(result))
 
 

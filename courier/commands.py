@@ -15,6 +15,7 @@ from typing import Any, BinaryIO
 from courier.capabilities import BUDGET
 from courier.config import Config
 from courier.errors import Finding, TransportError, UsageError, WbError
+from courier.placement import is_auto, label_of
 from courier.route import ask, upgrade_message
 from protocol import limits
 from protocol.durations import BadDuration, format_duration_ms, parse_duration_ms
@@ -144,7 +145,12 @@ def build_dispatch(
         raise UsageError("--branch applies only to --new-worktree")
     bound = timeout_ms(timeout)
     budget = budget_flags(max_tokens, max_cost_usd)
-    machine, _ = target(None, to)
+    if is_auto(to):
+        assert to is not None
+        label_of(to)  # a malformed label is refused before the task is read
+        machine = ""  # chosen by send_dispatch
+    else:
+        machine, _ = target(None, to)
     text = read_task(task, task_file, stdin)
     mode = "new" if new_worktree is not None else "existing"
     return machine, request(
@@ -216,6 +222,18 @@ def send_starting(config: Config, machine: str, starting: RemoteRequest, run_id:
                 f"\nthe run may have started; ask for it with: wb agent status {format_reference(machine, run_id)}"
             )
         raise
+
+
+def send_dispatch(
+    config: Config, to: str | None, machine: str, starting: RemoteRequest, machine_timeout_s: float
+) -> Result:
+    """Start a dispatch: on `machine`, or where `--to auto[:LABEL]` places it (docs/cli.md#placement-across-a-fleet)."""
+    if is_auto(to):
+        from courier.placement import dispatch_auto
+
+        assert to is not None
+        return dispatch_auto(config, to, starting, machine_timeout_s)
+    return send_starting(config, machine, starting, starting.agent_id)
 
 
 @contextlib.contextmanager

@@ -314,7 +314,36 @@ def _check_wb_path(value: str | None) -> str | None:
     return value
 
 
-class Target(_Entry):
+_LABEL = re.compile(r"[a-z0-9][a-z0-9_-]{0,31}")
+AUTO = "auto"  # `--to auto[:LABEL]` (docs/cli.md#placement-across-a-fleet): never a machine's name
+
+
+class _Placed(_Entry):
+    """What `--to auto` reads of a machine, under its `ssh:` or `exec:` block (docs/config.md#targets)."""
+
+    slots: int | None = None  # how many runs `--to auto` places there at once; None: unlimited
+    labels: list[str] = []
+
+    @field_validator("slots")
+    @classmethod
+    def _slots(cls, value: int | None) -> int | None:
+        if value is not None and not 1 <= value <= limits.SLOTS_MAX:
+            raise ValueError(f"slots must be a whole number from 1 to {limits.SLOTS_MAX} (leave it out for unlimited)")
+        return value
+
+    @field_validator("labels")
+    @classmethod
+    def _labels(cls, value: list[str]) -> list[str]:
+        for label in value:
+            if not _LABEL.fullmatch(label):
+                raise ValueError(
+                    f'label "{label[:40]}" must be 1-32 lowercase letters, digits, "_" or "-", '
+                    "starting with a letter or digit"
+                )
+        return value
+
+
+class Target(_Placed):
     """`session_move.targets.NAME.ssh`: a machine reached over SSH (docs/cli.md, machines)."""
 
     channel: ClassVar[str] = "ssh"
@@ -350,7 +379,7 @@ class Target(_Entry):
         return _check_wb_path(value)
 
 
-class ExecTarget(_Entry):
+class ExecTarget(_Placed):
     """`session_move.targets.NAME.exec`: a machine reached by running a local command (docs/cli.md#exec-targets).
 
     wb runs `argv + [wb_path, "--wb-internal-agent-remote"]` as its own child, no shell:
@@ -656,6 +685,11 @@ def _targets(section: dict[str, Any], path: Path) -> dict[str, AnyTarget | Probl
             check_machine_name(str(name))
         except BadName as exc:
             out[str(name)] = Problem(f"{path}: {key}: {exc}")
+            continue
+        if str(name) == AUTO:
+            out[str(name)] = Problem(
+                f'{path}: {key}: "{AUTO}" is reserved for --to auto (placement across the fleet); rename the machine'
+            )
             continue
         if len(kinds) > 1:
             out[str(name)] = Problem(f"{path}: {key}: has both ssh and exec; a machine is reached one way: keep one")

@@ -90,7 +90,11 @@ class DispatchArgs(Arguments):
     )
     branch: str | None = Field(default=None, description="Branch for a new worktree (default wb/NAME).")
     base: str | None = Field(default=None, description="Commit to start from.")
-    to: str | None = TO
+    to: str | None = Field(
+        default=None,
+        description='Start it on this configured machine (as --to); "auto" or "auto:LABEL": on the configured '
+        "machine (with that label) with the most free slots; default: this machine.",
+    )
     timeout: str = Field(
         default=commands.TIMEOUT_DEFAULT,
         description=f"Bound on the run, a Go duration (30m, 2h); at most {limits.TIMEOUT_MAX_TEXT}.",
@@ -194,7 +198,8 @@ async def _dispatch(call: Call, args: DispatchArgs) -> dict[str, Any]:
         timeout=args.timeout,
     )
     config = await call.config()
-    result: Result = await call.blocking(lambda: commands.send_starting(config, machine, request, request.agent_id))
+    bound_s = limits.PLACEMENT_TIMEOUT_DEFAULT_MS / limits.MS_PER_SECOND  # to: auto asks the candidates this long
+    result: Result = await call.blocking(lambda: commands.send_dispatch(config, args.to, machine, request, bound_s))
     return result.to_wire()
 
 
@@ -355,7 +360,6 @@ TOOLS: list[Tool] = [
         "Start one task in a git worktree (new or existing) with a configured profile, here or on a configured "
         "machine (to). Returns the run's result at once (state running): its agent_id, and machine when it runs "
         'elsewhere; pass "MACHINE:agent_id" (or agent_id alone for this machine) as ref to await, status, diff.',
-
         DispatchArgs,
         "result",
         _dispatch,

@@ -37,6 +37,10 @@ def version_op(request: RemoteRequest, response: RemoteResponse, context: Contex
 
     response.wb_version = __version__
     response.capabilities = capabilities()
+    if request.placement:
+        from courier.runs.dispatch import placement_facts
+
+        response.placement = placement_facts(context.config, request.repository)
 
 
 # One loader per operation: a real reference (mypy checks its signature), imported on first use.

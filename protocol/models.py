@@ -242,7 +242,6 @@ class StopResult(WireModel):
         return check_run_id(value)
 
 
-
 class DiffFile(WireModel):
     """One file of a diff (docs/cli.md, wb agent diff); a path is git's, so output sanitises it."""
 
@@ -304,6 +303,13 @@ class PruneResult(WireModel):
     worktrees: list[PrunedWorktree] | None = None
 
 
+class PlacementFacts(WireModel):
+    """A `version` reply's answer to `placement: true` (docs/cli.md#placement-across-a-fleet)."""
+
+    running: int = Field(ge=0)  # runs not terminal on this machine
+    has_repository: bool | None = None  # the request's `repository` has its canonical clone here (None: not asked)
+
+
 class ListWarning(WireModel):
     agent_id: str
     error: str
@@ -338,6 +344,9 @@ class RemoteRequest(WireModel):
     # Part three (docs/cli.md#budgets): sent only to a peer whose `capabilities` list `budget`.
     max_tokens: int = 0
     max_cost_usd: float = 0.0
+    # docs/cli.md#placement-across-a-fleet: sent only to a peer whose `capabilities` list `placement`.
+    max_running: int = 0  # dispatch: refuse in-band when this machine already runs this many (0: no bound)
+    placement: bool = False  # version: also answer `placement` (running runs; `repository`'s clone present)
 
     def encode(self) -> bytes:
         body = self.model_dump(exclude_defaults=True)
@@ -362,6 +371,7 @@ class RemoteResponse(WireModel):
     home_id: str | None = None
     next_offset: int | None = None
     capabilities: list[Capability] | None = Field(default=None, max_length=limits.CAPABILITIES_MAX)
+    placement: PlacementFacts | None = None  # version with `placement: true` (docs/cli.md#placement-across-a-fleet)
     # Results already validated (made on this machine, or checked once by the caller's decoder),
     # kept typed so nobody validates them again.
     _typed_result: Result | StopResult | None = PrivateAttr(default=None)
@@ -401,6 +411,8 @@ class RemoteResponse(WireModel):
             body["next_offset"] = self.next_offset
         if self.capabilities is not None:
             body["capabilities"] = self.capabilities
+        if self.placement is not None:
+            body["placement"] = self.placement.to_wire()
         # home_id is on every reply, null when the receiver could not use its home.
         body["home_id"] = self.home_id
         try:

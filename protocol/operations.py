@@ -61,6 +61,13 @@ def _check_dispatch(request: RemoteRequest) -> None:
     check_timeout_ms(request.timeout_ms)
     if request.agent_id:
         check_run_id(request.agent_id)
+    if request.max_running < 0:
+        raise RequestRefused("max_running must be >= 0 (0 means no bound)")
+
+
+def _check_version(request: RemoteRequest) -> None:
+    if request.repository:
+        check_repository(request.repository)
 
 
 def _check_await(request: RemoteRequest) -> None:
@@ -102,7 +109,18 @@ TABLE: dict[str, Operation] = {
         Operation(
             "dispatch",
             "result",
-            ("mode", "worktree", "profile", "task", "repository", "branch", "base", "timeout_ms", "agent_id"),
+            (
+                "mode",
+                "worktree",
+                "profile",
+                "task",
+                "repository",
+                "branch",
+                "base",
+                "timeout_ms",
+                "agent_id",
+                "max_running",
+            ),
             check=_check_dispatch,
         ),
         Operation("status", "result", ("agent_id",), needs_agent_id=True),
@@ -122,7 +140,7 @@ TABLE: dict[str, Operation] = {
             check=_check_logs,
         ),
         Operation("stop", "stop", ("agent_id",), needs_agent_id=True),
-        Operation("version", "none"),
+        Operation("version", "none", ("placement", "repository"), check=_check_version),
         # The supervisor's loop (docs/cli.md#the-supervisors-loop).
         Operation("diff", "diff", ("agent_id", "stat"), needs_agent_id=True, capability="diff"),
         Operation(

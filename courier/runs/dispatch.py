@@ -21,7 +21,7 @@ from courier.runs.environment import resolve_credential
 from courier.runs.harness import UnknownHarness, spec_for
 from courier.runs.store import Record, RecordNotCreated, Store, render, rfc3339, utc_now, within_admission_grace
 from protocol.entry import OWNER_ARGUMENT
-from protocol.models import RemoteRequest, Resolved, Result, Routing
+from protocol.models import PlacementFacts, RemoteRequest, Resolved, Result, Routing
 from protocol.refs import format_reference, new_run_id
 
 
@@ -95,8 +95,25 @@ def deferred_signals() -> Iterator[None]:
 
 @contextlib.contextmanager
 def clone_lock(store: Store, repository: str) -> Iterator[None]:
+    with _home_lock(store, repository.replace("/", "__") + ".lock"):
+        yield
+
+
+@contextlib.contextmanager
+def slots_lock(store: Store) -> Iterator[None]:
+    """The machine-wide lock of the `max_running` check (docs/cli.md#placement-across-a-fleet).
+
+    The worktree check's lock is per repository; two placements of different repositories
+    must still not both take the last slot. Always taken inside a clone lock, never around one.
+    """
+    with _home_lock(store, "slots.lock"):
+        yield
+
+
+@contextlib.contextmanager
+def _home_lock(store: Store, name: str) -> Iterator[None]:
     lock_dir = store.home / "locks"
-    path = lock_dir / (repository.replace("/", "__") + ".lock")
+    path = lock_dir / name
     try:
         lock_dir.mkdir(mode=0o700, exist_ok=True)
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
@@ -120,19 +137,58 @@ def provider_options(provider: Provider) -> dict[str, int]:
     return {key: value for key, value in options.items() if value is not None}
 
 
+def is_live(record: Record) -> bool:
+    """Stored running, with an owner, worker or admission grace: the run still holds its worktree and a slot."""
+    return record.state == "running" and (
+        process.same_process(record.owner_pid, record.owner_token)
+        or process.same_process(record.worker_pid, record.worker_token)
+        or within_admission_grace(record)
+    )
+
+
 def busy_run(store: Store, repository: str, worktree: str) -> str | None:
-    """A run that still holds this worktree: stored running, with an owner, worker or grace."""
+    """A run that still holds this worktree."""
     records, _ = store.list()
     for record in records:
-        if record.state != "running" or record.repository != repository or record.worktree != worktree:
-            continue
-        if (
-            process.same_process(record.owner_pid, record.owner_token)
-            or process.same_process(record.worker_pid, record.worker_token)
-            or within_admission_grace(record)
-        ):
+        if record.repository == repository and record.worktree == worktree and is_live(record):
             return record.agent_id
     return None
+
+
+def running_count(store: Store) -> int:
+    """How many of this machine's runs are not terminal (what `max_running` bounds)."""
+    records, _ = store.list()
+    return sum(1 for record in records if is_live(record))
+
+
+def placement_facts(config: Config | None, repository: str) -> PlacementFacts:
+    """What `--to auto` asks of a candidate (a `version` with `placement: true`): its running runs, and
+    whether `repository` (when named) has its canonical clone here. Cheap: a scan of the records and one stat."""
+    if config is None:
+        from courier.config import load_config
+
+        config = load_config()
+    has_repository = None
+    if repository:
+        has_repository = (worktrees.clone_path(config.projects_root, repository) / ".git").exists()
+    return PlacementFacts(running=running_count(Store(config.home).ensure()), has_repository=has_repository)
+
+
+@contextlib.contextmanager
+def slot_held(store: Store, max_running: int) -> Iterator[None]:
+    """With a slot bound (`--to auto`), refuse in-band when this machine already runs that many.
+
+    Checked under the machine-wide slots lock, inside the worktree check's lock, so two
+    concurrent placements never overfill a machine (docs/cli.md#placement-across-a-fleet).
+    """
+    if max_running <= 0:
+        yield
+        return
+    with slots_lock(store):
+        running = running_count(store)
+        if running >= max_running:
+            raise NotStartable(f"{running} of {max_running} slots busy")
+        yield
 
 
 def dispatch(config: Config, request: RemoteRequest) -> Result:
@@ -160,7 +216,7 @@ def dispatch(config: Config, request: RemoteRequest) -> Result:
     if branch and request.mode == "new":
         worktrees.check_branch_name(clone, branch)
 
-    with deferred_signals(), clone_lock(store, repository):
+    with deferred_signals(), clone_lock(store, repository), slot_held(store, request.max_running):
         if store.exists(agent_id):
             return render(store.load(agent_id), store)
         holder = busy_run(store, repository, request.worktree)

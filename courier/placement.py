@@ -1,0 +1,175 @@
+"""`dispatch --to auto[:LABEL]`: choose the machine with the most free slots, then dispatch there
+(docs/cli.md#placement-across-a-fleet).
+
+Every candidate is asked concurrently, once, for its placement facts (a `version` with
+`placement: true`), each bounded by one shared deadline. Those that can take the run are
+ranked (most free slots, then fewest running, then config order) and tried in that order
+with the slot bound in the request (`max_running`): the receiver refuses in-band when it is
+already full, so two concurrent placements never overfill a machine, and the caller tries the
+next. A peer that does not list `placement` cannot enforce the bound, so it is never chosen:
+its reason is the upgrade message. None fits: exit 1 naming every candidate's reason.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+from dataclasses import dataclass
+
+from courier.capabilities import BUDGET, PLACEMENT, harnesses_of
+from courier.config import AUTO, Config, Problem, Profile
+from courier.errors import Finding, TransportError, UsageError, WbError
+from courier.route import ask, raise_failure, upgrade_message
+from courier.text import sanitize
+from courier.transport import connections_shared, transport_for
+from protocol import limits
+from protocol.models import RemoteRequest, RemoteResponse, Result
+from protocol.refs import format_reference
+
+_LABEL = re.compile(r"[a-z0-9][a-z0-9_-]{0,31}")
+_REASON_MAX_CHARS = 200  # one machine's reason in the exit-1 line
+
+
+def is_auto(to: str | None) -> bool:
+    """`--to auto` or `--to auto:LABEL`: a placement, not a machine name (config refuses a machine named auto)."""
+    return to is not None and (to == AUTO or to.startswith(AUTO + ":"))
+
+
+def label_of(to: str) -> str | None:
+    """The LABEL of `auto:LABEL` (None for plain `auto`); a malformed one is a usage error."""
+    if to == AUTO:
+        return None
+    label = to.removeprefix(AUTO + ":")
+    if not _LABEL.fullmatch(label):
+        raise UsageError(
+            f'--to {to[:80]}: expected auto or auto:LABEL, a label of 1-32 lowercase letters, digits, "_" or "-"'
+        )
+    return label
+
+
+@dataclass
+class Candidate:
+    machine: str
+    order: int
+    slots: int | None
+    running: int = 0
+    reason: str | None = None  # why it cannot take the run (None: it can)
+
+    @property
+    def free(self) -> float:
+        return float("inf") if self.slots is None else self.slots - self.running
+
+
+def dispatch_auto(config: Config, to: str, request: RemoteRequest, machine_timeout_s: float) -> Result:
+    """Place the dispatch `request` on the best candidate of `to` and start it there."""
+    label = label_of(to)
+    candidates = _candidates(config, label)
+    harness = _harness(config, request.profile)
+    probe = RemoteRequest(
+        schema_version=limits.SCHEMA_VERSION, operation="version", placement=True, repository=request.repository
+    )
+    open_ones = [c for c in candidates if c.reason is None]
+    answers = asyncio.run(_probe_all(config, [c.machine for c in open_ones], probe, machine_timeout_s))
+    for candidate in open_ones:
+        candidate.reason = _judge(candidate, answers[candidate.machine], harness, request)
+    ranked = sorted((c for c in candidates if c.reason is None), key=lambda c: (-c.free, c.running, c.order))
+    for candidate in ranked:
+        starting = request.model_copy(update={"max_running": candidate.slots or 0})
+        try:
+            return ask(config, candidate.machine, starting).result_of()
+        except TransportError as exc:
+            if exc.request_maybe_sent:  # the run may exist there: trying another machine could start it twice
+                ref = format_reference(candidate.machine, request.agent_id)
+                exc.message += f"\nthe run may have started; ask for it with: wb agent status {ref}"
+                raise
+            candidate.reason = f"unreachable ({_clip(exc.message, candidate.machine)})"
+        except WbError as exc:  # an in-band refusal (full since the probe, no such worktree, …): try the next
+            candidate.reason = _clip(exc.message, candidate.machine)
+    reasons = "; ".join(f"{c.machine}: {c.reason}" for c in candidates)
+    raise Finding(f"no machine can take this run now: {reasons}")
+
+
+def _candidates(config: Config, label: str | None) -> list[Candidate]:
+    """The configured machines `auto[:LABEL]` names, in config order; none is a usage error."""
+    out: list[Candidate] = []
+    for order, (machine, entry) in enumerate(config.targets.items()):
+        if isinstance(entry, Problem):
+            if label is None:  # its labels are unknown, so only plain `auto` names it
+                out.append(Candidate(machine, order, None, reason=f"misconfigured ({_clip(entry.message, '')})"))
+            continue
+        if label is None or label in entry.labels:
+            out.append(Candidate(machine, order, entry.slots))
+    if not out:
+        what = f"has label {label}" if label else "is configured"
+        raise UsageError(
+            f"--to auto{':' + label if label else ''}: no machine {what} "
+            f"(add machines or labels under session_move.targets in {config.path})"
+        )
+    return out
+
+
+def _harness(config: Config, profile: str) -> str | None:
+    """The profile's harness as this machine's wb.yaml says; None when only the peers define the profile."""
+    entry = config.profiles.get(profile)
+    return entry.harness if isinstance(entry, Profile) else None
+
+
+def _judge(
+    candidate: Candidate, answer: RemoteResponse | BaseException, harness: str | None, request: RemoteRequest
+) -> str | None:
+    """Why this candidate cannot take the run, from its probe answer; None when it can."""
+    machine = candidate.machine
+    if isinstance(answer, TransportError):
+        return f"unreachable ({_clip(answer.message, machine)})"
+    if isinstance(answer, BaseException):
+        return _clip(answer.message if isinstance(answer, WbError) else f"internal: {answer}", machine)
+    try:
+        raise_failure(machine, answer, "version")
+    except WbError as exc:
+        return _clip(exc.message, machine)
+    capabilities = answer.capabilities or []
+    if PLACEMENT not in capabilities or answer.placement is None:
+        return _clip(upgrade_message(machine, answer.wb_version, "--to auto (placement)"), machine)
+    if harness and harness not in harnesses_of(capabilities):
+        return f"no harness {harness}"
+    if (request.max_tokens or request.max_cost_usd) and BUDGET not in capabilities:
+        return _clip(upgrade_message(machine, answer.wb_version, "--max-tokens and --max-cost-usd"), machine)
+    if answer.placement.has_repository is False:
+        return f"no clone of {request.repository}"
+    candidate.running = answer.placement.running
+    if candidate.slots is not None and candidate.running >= candidate.slots:
+        return f"{candidate.running} of {candidate.slots} slots busy"
+    return None
+
+
+async def _probe_all(
+    config: Config, machines: list[str], probe: RemoteRequest, bound_s: float
+) -> dict[str, RemoteResponse | BaseException]:
+    """Every candidate's probe answer (or failure), concurrently, within one deadline."""
+    deadline = time.monotonic() + bound_s
+    slots = asyncio.Semaphore(limits.FLEET_MAX_IN_FLIGHT)
+    out: dict[str, RemoteResponse | BaseException] = {}
+
+    async def one(machine: str) -> None:
+        async with slots:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                out[machine] = TransportError("not attempted before the machine timeout", cause="not attempted")
+                return
+            try:
+                out[machine] = await transport_for(config, machine).ask_async(probe, timeout_s=remaining)
+            except Exception as exc:  # each machine's failure is its reason, never the whole answer
+                out[machine] = exc
+
+    async with connections_shared():
+        await asyncio.gather(*(one(machine) for machine in machines))
+    return out
+
+
+def _clip(text: str, machine: str) -> str:
+    """One machine's reason: one line, without its own `machine: ` prefix, bounded."""
+    line = sanitize(text).splitlines()[0] if text.strip() else "no reason given"
+    if machine:
+        line = line.removeprefix(f"{machine}: ")
+    return line[:_REASON_MAX_CHARS]
