@@ -17,6 +17,7 @@ from protocol import limits
 from protocol.documents import (
     ActionsDocument,
     ErrorDocument,
+    EventDocument,
     FleetDocument,
     ListDocument,
     LogsDocument,
@@ -46,6 +47,7 @@ DOCUMENTS: dict[str, tuple[type[BaseModel], str]] = {
     "stopped": (StopDocument, "wb agent stop --json"),
     "prune": (PruneDocument, "wb agent prune --json"),
     "prune-fleet": (PruneFleetDocument, "wb agent prune --all --json"),
+    "event": (EventDocument, "each line of wb agent watch --json"),
 }
 
 

@@ -338,6 +338,8 @@ class RemoteRequest(WireModel):
     # Part three (docs/cli.md#budgets): sent only to a peer whose `capabilities` list `budget`.
     max_tokens: int = 0
     max_cost_usd: float = 0.0
+    # docs/protocol.md, watch: the cursor of the previous watch reply ("" on the first call).
+    watch_cursor: str = ""
 
     def encode(self) -> bytes:
         body = self.model_dump(exclude_defaults=True)
@@ -361,6 +363,7 @@ class RemoteResponse(WireModel):
     warnings: list[ListWarning] | None = None
     home_id: str | None = None
     next_offset: int | None = None
+    watch_cursor: str | None = None  # docs/protocol.md, watch: echo it in the next watch request
     capabilities: list[Capability] | None = Field(default=None, max_length=limits.CAPABILITIES_MAX)
     # Results already validated (made on this machine, or checked once by the caller's decoder),
     # kept typed so nobody validates them again.
@@ -385,13 +388,13 @@ class RemoteResponse(WireModel):
             body["result"] = self._typed_result.to_wire()
         elif self.result is not None:
             body["result"] = self.result
-        if self.operation == "list":
+        if self.operation in ("list", "watch"):
             if self._typed_results is not None:
                 with collector_paused():
                     body["results"] = [result.to_wire() for result in self._typed_results]
             else:
                 body["results"] = self.results or []
-        for key in ("logs", "failure", "failure_kind", "wb_version", "now", "capabilities"):
+        for key in ("logs", "failure", "failure_kind", "wb_version", "now", "watch_cursor", "capabilities"):
             value = getattr(self, key)
             if value:
                 body[key] = value
