@@ -107,35 +107,56 @@ def _events_of(lines: list[dict[str, Any]], ref: str) -> list[str]:
     return [line["event"] for line in lines if line.get("ref") == ref]
 
 
-def test_a_local_watch_prints_each_run_until_idle_and_every_line_follows_the_event_schema(machine: Machine) -> None:
+def _release(machine: Machine, ref: str) -> None:
+    """Let a `scenario:wait-release` run complete (the fake codex waits for this file in its home)."""
+    home = machine.home / "agents" / ref / "harness-home"
+    assert wait_for((home / "ready").exists, 60)
+    (home / "release").write_text("go\n")
+
+
+def test_a_local_watch_prints_each_run_until_idle_and_every_line_follows_the_event_schema(
+    machine: Machine, watcher_cleanup: list[Watcher]
+) -> None:
     machine.clone()
     done_before = machine.dispatch(task="scenario:complete", worktree="w0")
     assert machine.wb("agent", "await", done_before, "--wait-timeout", "60s").returncode == 0
-    first = machine.dispatch(task="scenario:slow sleep:2", worktree="w1")
-    second = machine.dispatch(task="scenario:slow sleep:3", worktree="w2")
-    done = machine.wb("agent", "watch", "--json", "--until-idle", timeout=120)  # check_output: each line's schema
-    assert done.returncode == 0, done.stderr
-    lines = [json.loads(line) for line in done.stdout.splitlines()]
+    first = machine.dispatch(task="scenario:wait-release", worktree="w1")
+    watcher = Watcher(machine, "--json", "--until-idle")
+    watcher_cleanup.append(watcher)
+    assert wait_for(lambda: watcher.saw(ref=first), 60), watcher.lines
+    second = machine.dispatch(task="scenario:wait-release", worktree="w2")  # while watching
+    assert wait_for(lambda: watcher.saw(ref=second, event="started"), 60), watcher.lines
+    _release(machine, first)
+    assert wait_for(lambda: watcher.saw(ref=first, event="finished"), 60), watcher.lines
+    assert watcher.process.poll() is None  # the second run is still live
+    _release(machine, second)
+    code, stderr = watcher.finish(90)  # each line checked against the event schema
+    assert code == 0, stderr
+    lines = watcher.events()
     assert _events_of(lines, done_before) == []  # terminal when watch started: no line
+    assert _events_of(lines, first)[0] in ("running", "queued") and _events_of(lines, first)[-1] == "finished"
+    assert _events_of(lines, second) == ["dispatched", "started", "finished"]
     for ref in (first, second):
-        events = _events_of(lines, ref)
-        assert events[0] in ("running", "queued") and events[-1] == "finished", events
         finished = next(line for line in lines if line.get("ref") == ref and line["event"] == "finished")
         assert finished["state"] == "completed" and finished["result"]["agent_id"] == ref
-    assert "result" not in lines[0]
+    assert all("result" not in line for line in lines if line["event"] != "finished")
 
     text = machine.wb("agent", "watch", "--until-idle")  # nothing live: exits at once
     assert text.returncode == 0 and text.stdout == ""
 
 
-def test_text_lines_name_time_ref_event_and_state(machine: Machine) -> None:
+def test_text_lines_name_time_ref_event_and_state(machine: Machine, watcher_cleanup: list[Watcher]) -> None:
     machine.clone()
-    ref = machine.dispatch(task="scenario:slow sleep:1", worktree="w1")
-    done = machine.wb("agent", "watch", "--until-idle", timeout=120)
-    assert done.returncode == 0, done.stderr
-    rows = [line.split(" ") for line in done.stdout.splitlines()]
+    ref = machine.dispatch(task="scenario:wait-release", worktree="w1")
+    watcher = Watcher(machine, "--until-idle")
+    watcher_cleanup.append(watcher)
+    assert wait_for(lambda: len(watcher.lines) >= 1, 60)
+    _release(machine, ref)
+    code, stderr = watcher.finish(90)
+    assert code == 0, stderr
+    rows = [line.split(" ") for line in watcher.lines]
     assert all(len(row) == 4 and row[0].endswith("Z") and row[1] == ref for row in rows), rows
-    assert rows[-1][2:] == ["finished", "completed"]
+    assert rows[-1][2:] == ["finished", "completed\n"]
 
 
 def test_exec_hook_gets_the_result_and_a_failing_hook_does_not_stop_watching(
@@ -290,8 +311,8 @@ def test_a_machine_that_goes_away_is_a_machine_error_then_watched_again(
     assert wait_for(lambda: watcher.saw(ref=first), 60), watcher.lines
     (boxes["alpha"].root / "down").write_text("")
     _end_receivers(boxes["alpha"])  # the courier's serve process for it too: the machine is gone
-    assert wait_for(lambda: watcher.saw(event="machine_error", machine="alpha"), 60), watcher.lines
-    assert watcher.process.poll() is None  # never an exit
+    assert wait_for(lambda: any("box is down" in e.get("error", "") for e in watcher.events()), 60), watcher.lines
+    assert watcher.process.poll() is None  # never an exit: asked again, with backoff
     # While it is away, its run ends; once it is back, watch reports that.
     box_env = {**boxes["alpha"].env}
     stopped = subprocess.run(
@@ -303,26 +324,32 @@ def test_a_machine_that_goes_away_is_a_machine_error_then_watched_again(
     code, stderr = watcher.finish(90)
     assert code == 0, stderr
     events = watcher.events()
-    error = next(event for event in events if event["event"] == "machine_error")
-    assert "box is down" in error["error"] and set(error) == {"event", "machine", "error", "at"}
+    errors = [event for event in events if event["event"] == "machine_error"]
+    assert all(set(error) == {"event", "machine", "error", "at"} and error["machine"] == "alpha" for error in errors)
     assert _events_of(events, first)[-1] == "finished"
     assert [e["state"] for e in events if e.get("ref") == first and e["event"] == "finished"] == ["failed"]
 
 
 def test_an_older_peer_without_watch_is_polled_with_list(
-    fleet: tuple[Machine, dict[str, Machine]],
+    fleet: tuple[Machine, dict[str, Machine]], watcher_cleanup: list[Watcher]
 ) -> None:
     caller, boxes = fleet
     (boxes["beta"].root / "old").write_text("")
-    version = caller.wb("machines", "--check", "--json")
-    assert version.returncode == 0, version.stderr
-    ref = _dispatch_to(caller, "beta", "scenario:slow sleep:2", "b1")
-    done = caller.wb("agent", "watch", "--to", "beta", "--json", "--until-idle", timeout=120)
-    assert done.returncode == 0, done.stderr
-    assert "machine beta runs wb" in done.stderr and "which does not support watch" in done.stderr
-    assert "polling its list every 1s instead" in done.stderr
-    lines = [json.loads(line) for line in done.stdout.splitlines()]
-    assert _events_of(lines, ref)[-1] == "finished"
+    ref = _dispatch_to(caller, "beta", "scenario:hang", "b1")
+    watcher = Watcher(caller, "--to", "beta", "--json", "--until-idle")
+    watcher_cleanup.append(watcher)
+    assert wait_for(lambda: watcher.saw(ref=ref), 60), watcher.lines
+    later = _dispatch_to(caller, "beta", "scenario:hang", "b2")
+    assert wait_for(lambda: watcher.saw(ref=later, event="dispatched"), 60), watcher.lines
+    for run in (ref, later):
+        assert caller.wb("agent", "stop", run).returncode == 0
+    code, stderr = watcher.finish(90)
+    assert code == 0, stderr
+    assert "machine beta runs wb" in stderr and "which does not support watch" in stderr
+    assert "polling its list every 1s instead" in stderr
+    events = watcher.events()
+    assert _events_of(events, ref) == ["running", "finished"]
+    assert _events_of(events, later)[0] == "dispatched" and _events_of(events, later)[-1] == "finished"
 
 
 def test_with_the_courier_a_machine_costs_one_pending_call(
