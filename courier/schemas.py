@@ -25,6 +25,7 @@ from protocol.documents import (
     PruneDocument,
     PruneFleetDocument,
     StopDocument,
+    WatchDocument,
 )
 from protocol.models import DiffResult, RemoteRequest, RemoteResponse, Result, StopResult
 
@@ -48,6 +49,7 @@ DOCUMENTS: dict[str, tuple[type[BaseModel], str]] = {
     "prune": (PruneDocument, "wb agent prune --json"),
     "prune-fleet": (PruneFleetDocument, "wb agent prune --all --json"),
     "event": (EventDocument, "each line of wb agent watch --json"),
+    "watch": (WatchDocument, "the MCP watch tool"),
 }
 
 

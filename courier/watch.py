@@ -11,6 +11,8 @@ The main thread prints the events in the order they arrive and hands each `finis
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 import os
 import queue
@@ -18,6 +20,7 @@ import shlex
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -28,8 +31,8 @@ from courier.route import ask, upgrade_message
 from courier.runs.watch_op import FINISHED, QUEUED, RUNNING, STALLED, WAITING, phase_of
 from courier.text import sanitize
 from protocol import limits
-from protocol.documents import MachineErrorEvent, RunEvent
-from protocol.models import RemoteRequest, Result
+from protocol.documents import MachineErrorEvent, RunEvent, WatchDocument
+from protocol.models import RemoteRequest, RemoteResponse, Result
 from protocol.timestamps import rfc3339, utc_now
 
 WATCH = "watch"  # the capability a peer lists (courier/capabilities.py reads it from the operation table)
@@ -115,21 +118,62 @@ class Tracker:
 
 @dataclass
 class MachineState:
+    """One machine's watch: what it last said, the receiver's cursor, and how it is asked."""
+
+    tracker: Tracker = field(default_factory=Tracker)
+    cursor: str = ""
+    listed: set[str] = field(default_factory=set)  # the list fallback: every run listed so far
+    mode: str = ""  # "watch", "list", or "" until the peer's capabilities are known
     answered: bool = False
     live: int = 0
     skipped: bool = False
+
+    def export(self) -> dict[str, object]:
+        """The state an MCP watch cursor carries between calls (docs/mcp.md)."""
+        return {
+            "c": self.cursor,
+            "p": self.tracker.phases,
+            "e": sorted(self.tracker.ended)[-limits.WATCH_ENDED_KEPT :],
+            "s": self.tracker.started,
+            "m": self.mode,
+            "l": sorted(self.listed) if self.mode == "list" else [],
+            "a": self.answered,
+            "k": self.skipped,
+        }
+
+    @classmethod
+    def restore(cls, body: object) -> MachineState:
+        if not isinstance(body, dict):
+            raise ValueError("not an object")
+        phases, ended, listed = body.get("p", {}), body.get("e", []), body.get("l", [])
+        if not isinstance(phases, dict) or not isinstance(ended, list) or not isinstance(listed, list):
+            raise ValueError("bad fields")
+        tracker = Tracker({str(k): str(v) for k, v in phases.items()}, {str(e) for e in ended}, bool(body.get("s")))
+        state = cls(tracker, str(body.get("c", "")), {str(item) for item in listed}, str(body.get("m", "")))
+        state.answered, state.skipped, state.live = bool(body.get("a")), bool(body.get("k")), tracker.live()
+        return state
 
 
 class Watch:
     """Every watched machine's thread, and the queue of events they fill."""
 
-    def __init__(self, config: Config, machines: list[str], warn: Callable[[str], None]) -> None:
+    def __init__(
+        self,
+        config: Config,
+        machines: list[str],
+        warn: Callable[[str], None],
+        states: dict[str, MachineState] | None = None,
+        wait_ms: int | None = None,
+    ) -> None:
         self.config = config
         self.machines = machines
         self.warn = warn
-        self.events: queue.Queue[tuple[str, list[Event], MachineState]] = queue.Queue()
-        self.states = {machine: MachineState() for machine in machines}
+        self.events: queue.Queue[tuple[str, list[Event]]] = queue.Queue()
+        self.states = {machine: (states or {}).get(machine) or MachineState() for machine in machines}
         self.stopping = threading.Event()
+        # Held while a reply is turned into events: `stop` then sees every machine between two replies.
+        self.lock = threading.Lock()
+        self.wait_ms = wait_ms
         self._own_home: str | None = None
 
     def start(self) -> None:
@@ -138,11 +182,21 @@ class Watch:
         self._own_home = home_id(Store(self.config.home))
         for machine in self.machines:
             entry = self.config.targets.get(machine) if machine else None
+            state = self.states[machine]
             if isinstance(entry, Problem):
-                self._error(machine, entry.message)
-                self.states[machine].skipped = True
+                if not state.skipped:
+                    self._error(machine, entry.message)
+                state.skipped = True
+                continue
+            if state.skipped:
                 continue
             threading.Thread(target=self._loop, args=(machine,), daemon=True, name=f"watch {machine}").start()
+
+    def stop(self) -> dict[str, MachineState]:
+        """Stop asking; the machines' states as of the last reply turned into events."""
+        with self.lock:
+            self.stopping.set()
+            return dict(self.states)
 
     def idle(self) -> bool:
         states = [state for state in self.states.values() if not state.skipped]
@@ -150,50 +204,59 @@ class Watch:
 
     def _error(self, machine: str, message: str) -> None:
         event = MachineErrorEvent(event="machine_error", machine=machine, error=sanitize(message), at=now())
-        self.events.put((machine, [event], self.states[machine]))
+        self.events.put((machine, [event]))
+
+    def _ask(self, machine: str, state: MachineState) -> tuple[RemoteResponse, list[Result], set[str], str]:
+        """One call: (its reply, the snapshot, the live runs, the cursor after it)."""
+        if not state.mode:
+            state.mode = WATCH if not machine else self._mode_of(machine)
+        if state.mode == WATCH:
+            wait_ms = self.wait_ms or watch_wait_ms()
+            call = request("watch", watch_cursor=state.cursor, wait_timeout_ms=wait_ms)
+            response = ask(self.config, machine, call, timeout_s=wait_ms / 1000 + _CALL_SLACK_S)
+            results = response.results_of()
+            cursor = response.watch_cursor or ""
+        else:
+            response = ask(self.config, machine, request("list"), timeout_s=limits.WATCH_RETRY_MAX_S)
+            results = _list_snapshot(state.tracker, response.results_of(), set(state.listed))
+            cursor = ""
+        return response, results, {result.agent_id for result in results if not result.terminal}, cursor
 
     def _loop(self, machine: str) -> None:
-        tracker = Tracker()
         state = self.states[machine]
-        cursor = ""
-        listed: set[str] = set()  # the list fallback: every run listed so far
-        mode = "" if machine else WATCH  # a remote peer's capabilities are asked first
         pause = limits.WATCH_RETRY_FIRST_S
         while not self.stopping.is_set():
             try:
-                if not mode:
-                    mode = self._mode_of(machine)
-                if mode == WATCH:
-                    wait_ms = watch_wait_ms()
-                    call = request("watch", watch_cursor=cursor, wait_timeout_ms=wait_ms)
-                    response = ask(self.config, machine, call, timeout_s=wait_ms / 1000 + _CALL_SLACK_S)
-                    cursor = response.watch_cursor or ""
-                    results = response.results_of()
-                    live = {result.agent_id for result in results if not result.terminal}
-                else:
-                    response = ask(self.config, machine, request("list"), timeout_s=limits.WATCH_RETRY_MAX_S)
-                    results = _list_snapshot(tracker, response.results_of(), listed)
-                    live = {result.agent_id for result in results if not result.terminal}
+                response, results, live, cursor = self._ask(machine, state)
             except WbError as exc:
-                self._error(machine, exc.message)
-                mode = "" if machine else WATCH  # ask its capabilities again: it may come back upgraded
+                with self.lock:
+                    if self.stopping.is_set():
+                        return
+                    self._error(machine, exc.message)
+                    state.mode = ""  # ask its capabilities again: it may come back upgraded
                 if self.stopping.wait(pause):
                     return
                 pause = min(pause * 2, limits.WATCH_RETRY_MAX_S)
                 continue
             pause = limits.WATCH_RETRY_FIRST_S
-            if machine and not state.answered and self._own_home and response.home_id == self._own_home:
-                state.skipped = True  # the same WB_HOME as this machine: its runs are watched as this machine's
-                self.events.put((machine, [], state))
-                return
-            for result in results:
-                if machine:
-                    result.machine = machine
-            events: list[Event] = list(tracker.apply(results))
-            tracker.forget_missing(live)
-            state.answered, state.live = True, tracker.live()
-            self.events.put((machine, events, state))
-            if mode != WATCH and self.stopping.wait(limits.WATCH_LIST_POLL_S):
+            with self.lock:
+                if self.stopping.is_set():
+                    return  # not turned into events: the next watch asks again from the cursor before it
+                if machine and not state.answered and self._own_home and response.home_id == self._own_home:
+                    state.skipped = True  # the same WB_HOME as this machine: its runs are watched as this machine's
+                    self.events.put((machine, []))
+                    return
+                for result in results:
+                    if machine:
+                        result.machine = machine
+                if state.mode == "list":
+                    state.listed.update(result.agent_id for result in response.results_of())
+                state.cursor = cursor
+                events: list[Event] = list(state.tracker.apply(results))
+                state.tracker.forget_missing(live)
+                state.answered, state.live = True, state.tracker.live()
+                self.events.put((machine, events))
+            if state.mode != WATCH and self.stopping.wait(limits.WATCH_LIST_POLL_S):
                 return
 
     def _mode_of(self, machine: str) -> str:
@@ -210,13 +273,11 @@ class Watch:
 def _list_snapshot(tracker: Tracker, results: list[Result], listed: set[str]) -> list[Result]:
     """The list fallback's snapshot: the live runs, and the ended runs that were live or not yet listed."""
     first = not tracker.started
-    out = [
+    return [
         result
         for result in results
         if not result.terminal or result.agent_id in tracker.phases or (not first and result.agent_id not in listed)
     ]
-    listed.update(result.agent_id for result in results)
-    return out
 
 
 def request(operation: str, **fields: object) -> RemoteRequest:
@@ -307,7 +368,7 @@ def watch(
     try:
         while True:
             try:
-                _, events, _ = fleet.events.get(timeout=0.5)
+                _, events = fleet.events.get(timeout=0.5)
             except queue.Empty:
                 continue
             for event in events:
@@ -317,6 +378,56 @@ def watch(
             if until_idle and fleet.events.empty() and fleet.idle():
                 break
     finally:
-        fleet.stopping.set()
+        fleet.stop()
     if hooks is not None:
         hooks.drain()
+
+
+# -- the MCP watch tool (docs/mcp.md): one bounded call, a cursor to call again with ----------------
+
+# After the first event, how long a watch call goes on collecting before it answers (one batch, not one per line).
+_BATCH_S = 0.2
+
+
+def encode_cursor(machines: list[str], states: dict[str, MachineState]) -> str:
+    body = {"machines": machines, "states": {machine: states[machine].export() for machine in machines}}
+    return base64.urlsafe_b64encode(json.dumps(body, separators=(",", ":")).encode()).decode()
+
+
+def decode_cursor(text: str, machines: list[str]) -> dict[str, MachineState]:
+    refused = UsageError("cursor is not one a watch call returned for these machines; call watch without it")
+    try:
+        body = json.loads(base64.urlsafe_b64decode(text.encode("ascii")))
+        if not isinstance(body, dict) or body.get("machines") != machines:
+            raise refused
+        states = body["states"]
+        return {machine: MachineState.restore(states[machine]) for machine in machines}
+    except (ValueError, KeyError, TypeError, UnicodeError, binascii.Error):
+        raise refused from None
+
+
+def watch_once(
+    config: Config, machines: list[str], cursor: str | None, wait_s: float, warn: Callable[[str], None]
+) -> WatchDocument:
+    """The events seen within `wait_s` (returning soon after the first), and the cursor to go on from."""
+    states = decode_cursor(cursor, machines) if cursor else None
+    wait_ms = max(1, min(int(wait_s * 1000), watch_wait_ms()))
+    fleet = Watch(config, machines, warn, states, wait_ms=wait_ms)
+    fleet.start()
+    deadline = time.monotonic() + wait_s
+    events: list[Event] = []
+    try:
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or (events and fleet.events.empty()) or (not events and fleet.idle()):
+                break
+            try:
+                _, batch = fleet.events.get(timeout=min(remaining, _BATCH_S if events else remaining))
+            except queue.Empty:
+                continue
+            events += batch
+    finally:
+        final = fleet.stop()
+    while not fleet.events.empty():  # turned into events before the stop: they belong to this answer
+        events += fleet.events.get_nowait()[1]
+    return WatchDocument(events=events, cursor=encode_cursor(machines, final), idle=fleet.idle())
