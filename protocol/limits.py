@@ -103,7 +103,7 @@ WATCH_UNSEEN_SLACK_S = 120.0
 WATCH_RETRY_FIRST_S = 1.0
 WATCH_RETRY_MAX_S = 30.0
 # The MCP watch tool's cursor remembers at most this many ended runs per machine (not to report them twice).
-WATCH_ENDED_KEPT = 1000
+WATCH_ENDED_KEPT = 1200
 # An older peer without the `watch` capability: its `list` is polled this often instead.
 WATCH_LIST_POLL_S = 1.0
 # A byte offset on the wire (`follow_from`): what a signed 64-bit file offset can hold.
