@@ -362,14 +362,27 @@ def test_with_the_courier_a_machine_costs_one_pending_call(
     refs = [_dispatch_to(caller, "alpha", "scenario:hang", f"a{i}") for i in range(3)]
     watcher = Watcher(caller, "--to", "alpha", "--json", env={**on, "WB_WATCH_WAIT_MS": "30000"})
     watcher_cleanup.append(watcher)
-    assert wait_for(lambda: all(watcher.saw(ref=ref) for ref in refs), 60), watcher.lines
+
+    def working(ref: str) -> bool:  # its worker started: nothing about it changes until it is stopped
+        events = _events_of(watcher.events(), ref)
+        return bool(events) and events[-1] in ("running", "started")
+
+    assert wait_for(lambda: all(working(ref) for ref in refs), 60), watcher.lines
 
     def calls() -> int:
         done = caller.wb("courier", "status", "--json", env=on)
         rows = [row for row in json.loads(done.stdout).get("machines") or [] if row["machine"] == "alpha"]
         return int(rows[0]["calls"]) if rows else -1
 
-    before = calls()
+    last = [calls()]
+
+    def settled() -> bool:  # the call after the last change has reached the courier
+        now, last[0] = calls(), last[0]
+        steady, last[0] = now == last[0], now
+        return steady
+
+    assert wait_for(settled, 30, interval=0.5)
+    before = last[0]
     deadline = time.monotonic() + 3.0
     while time.monotonic() < deadline:  # three live runs, no change: the one watch call stays pending
         assert calls() == before
