@@ -377,8 +377,9 @@ def test_with_the_courier_a_machine_costs_one_pending_call(
     last = [calls()]
 
     def settled() -> bool:  # the call after the last change has reached the courier
-        now, last[0] = calls(), last[0]
-        steady, last[0] = now == last[0], now
+        now = calls()
+        steady = now == last[0]
+        last[0] = now
         return steady
 
     assert wait_for(settled, 30, interval=0.5)
