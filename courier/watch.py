@@ -83,7 +83,7 @@ class Tracker:
                     events.append(run_event(_FIRST[phase], result))
                     previous = RUNNING if phase == STALLED else phase
                 else:
-                    events.append(run_event("dispatched", result))
+                    events.append(run_event("dispatched", result, "running"))  # also one that ended since
                     previous = QUEUED
             events += self._moves(previous, phase, result)
             if phase == FINISHED:

@@ -22,13 +22,12 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from courier.errors import WbError
+from courier.errors import UsageError, WbError
 from courier.runs.context import Context, store_for
 from courier.runs.store import RECORD, Record, Store, read_record_of, record_dir_problem, render
 from protocol import limits
 from protocol.models import RemoteRequest, RemoteResponse, Result
 from protocol.refs import is_run_id
-from protocol.rules import RequestRefused
 from protocol.timestamps import parse_rfc3339
 
 # A run's phase as watch reports it (docs/cli.md, wb agent watch).
@@ -69,7 +68,7 @@ class Cursor:
 
     @classmethod
     def decode(cls, text: str) -> Cursor:
-        refused = RequestRefused("watch_cursor is not one this wb wrote; start again without it")
+        refused = UsageError("watch_cursor is not one this wb wrote; start again without it")
         try:
             body = json.loads(base64.urlsafe_b64decode(text.encode("ascii")))
         except (ValueError, binascii.Error, UnicodeError):
