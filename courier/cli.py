@@ -472,6 +472,28 @@ def prune(
         raise Finding("not everything could be pruned (named above)")
 
 
+@agent_app.command(name="watch")
+def watch_(
+    to: ToOpt = None,
+    all_machines: Annotated[bool, typer.Option("--all", help="This machine and every configured machine.")] = False,
+    json_flag: JsonOpt = False,
+    exec_cmd: Annotated[
+        str | None,
+        typer.Option("--exec", metavar="CMD", help="Run CMD per finished run (Result JSON on stdin; no shell)."),
+    ] = None,
+    until_idle: Annotated[bool, typer.Option("--until-idle", help="Exit 0 once no watched run is running.")] = False,
+) -> None:
+    """Print run transitions as they happen (dispatched, started, stalled, waiting, finished)."""
+    from courier.watch import hook_argv, watch
+
+    check_list_scope(to, all_machines)
+    hook = hook_argv(exec_cmd) if exec_cmd is not None else None
+    config = _config()
+    machine, _ = _target(None, to)
+    machines = ["", *sorted(config.targets)] if all_machines else [machine]
+    watch(config, machines, as_json=json_flag, hook=hook, until_idle=until_idle, write=_out, warn=_warn)
+
+
 # -- fleet, demo ---------------------------------------------------------------------------
 
 

@@ -141,6 +141,16 @@ class ContinueArgs(RefArgs):
     )
 
 
+class WatchArgs(Arguments):
+    to: str | None = TO
+    all: bool = Field(default=False, description="This machine and every configured machine (not with to).")
+    cursor: str | None = Field(default=None, description="The cursor of the previous watch call; none at first.")
+    wait_timeout: str = Field(
+        default=commands.default_duration(limits.MCP_AWAIT_DEFAULT_MS),
+        description="Bound on the wait for an event, a Go duration (default 45s); it answers soon after the first.",
+    )
+
+
 class MachinesArgs(Arguments):
     check: bool = Field(default=False, description="Probe each machine with the version operation.")
     machine_timeout: str = Field(
@@ -354,6 +364,18 @@ async def _machines(call: Call, args: MachinesArgs) -> dict[str, Any]:
     return {"machines": [row.document().to_json() for row in rows], "config": str(config.path)}
 
 
+async def _watch(call: Call, args: WatchArgs) -> dict[str, Any]:
+    from courier.watch import watch_once
+
+    commands.check_list_scope(args.to, args.all)
+    bound_ms = commands.wait_bound_ms(args.wait_timeout) or limits.MCP_AWAIT_DEFAULT_MS
+    config = await call.config()
+    machine, _ = commands.target(None, args.to)
+    machines = ["", *sorted(config.targets)] if args.all else [machine]
+    document = await call.blocking(lambda: watch_once(config, machines, args.cursor, bound_ms / 1000, lambda _: None))
+    return document.to_json()  # type: ignore[no-any-return]
+
+
 TOOLS: list[Tool] = [
     Tool(
         "dispatch",
@@ -420,6 +442,17 @@ TOOLS: list[Tool] = [
         "result",
         _continue,
         read_only=False,
+    ),
+    Tool(
+        "watch",
+        "The run transitions of this machine (or to, or all machines), as wb agent watch prints them: the first call "
+        "returns one event per run not terminal (running, queued, waiting); pass its cursor to the next call to get "
+        "the changes after it (dispatched, started, stalled, waiting, finished with the result; machine_error for a "
+        "machine that did not answer). Each call waits at most wait_timeout (default 45s) and answers soon after the "
+        "first event; idle true means no watched run is running.",
+        WatchArgs,
+        "watch",
+        _watch,
     ),
     Tool(
         "machines",

@@ -104,6 +104,12 @@ def _prune() -> Handler:
     return prune_op
 
 
+def _watch() -> Handler:
+    from courier.runs.watch_op import watch_op
+
+    return watch_op
+
+
 HANDLERS: dict[str, Callable[[], Handler]] = {
     "dispatch": _dispatch,
     "status": _status,
@@ -115,6 +121,7 @@ HANDLERS: dict[str, Callable[[], Handler]] = {
     "diff": _diff,
     "continue": _continue,
     "prune": _prune,
+    "watch": _watch,
 }
 
 

@@ -17,6 +17,7 @@ from protocol import limits
 from protocol.documents import (
     ActionsDocument,
     ErrorDocument,
+    EventDocument,
     FleetDocument,
     ListDocument,
     LogsDocument,
@@ -24,6 +25,7 @@ from protocol.documents import (
     PruneDocument,
     PruneFleetDocument,
     StopDocument,
+    WatchDocument,
 )
 from protocol.models import DiffResult, RemoteRequest, RemoteResponse, Result, StopResult
 
@@ -46,6 +48,8 @@ DOCUMENTS: dict[str, tuple[type[BaseModel], str]] = {
     "stopped": (StopDocument, "wb agent stop --json"),
     "prune": (PruneDocument, "wb agent prune --json"),
     "prune-fleet": (PruneFleetDocument, "wb agent prune --all --json"),
+    "event": (EventDocument, "each line of wb agent watch --json"),
+    "watch": (WatchDocument, "the MCP watch tool"),
 }
 
 

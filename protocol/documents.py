@@ -174,3 +174,51 @@ def error_class(exit_code: int) -> ErrorClass:
     if exit_code == 255:
         return "transport"
     return "finding"
+
+
+RunEventName = Literal["running", "queued", "waiting", "dispatched", "started", "stalled", "finished"]
+
+
+class RunEvent(Document):
+    """One run's line of `wb agent watch --json` (docs/cli.md, wb agent watch)."""
+
+    event: RunEventName = Field(
+        description="running, queued or waiting (first, per run not terminal); then dispatched, started, stalled, "
+        "running (a stalled run wrote again), waiting, finished."
+    )
+    ref: str = Field(description="The run's reference: its bare ID on this machine, MACHINE:ID elsewhere.")
+    state: str = Field(description="The run's state (running until finished, then its terminal state).")
+    at: str = Field(description="When watch saw the change (RFC 3339, this machine's clock).")
+    result: Result | None = Field(
+        default=None, exclude_if=_absent_when_none, description="The run's Result; only on finished."
+    )
+
+    def to_json(self) -> dict[str, Any]:
+        body = super().to_json()
+        if self.result is not None:
+            body["result"] = self.result.to_wire()
+        return body
+
+
+class MachineErrorEvent(Document):
+    """A machine watch could not ask (it is asked again with backoff; docs/cli.md, wb agent watch)."""
+
+    event: Literal["machine_error"]
+    machine: str = Field(description='The configured machine name; "" for this machine.')
+    error: str = Field(description="Why it did not answer (the message the CLI would print after error:).")
+    at: str = Field(description="When the call failed (RFC 3339, this machine's clock).")
+
+
+class EventDocument(RootModel[RunEvent | MachineErrorEvent]):
+    """One line of `wb agent watch --json`: a run's transition, or a machine that did not answer."""
+
+
+class WatchDocument(Document):
+    """The MCP `watch` tool's answer: the events seen within its wait, and the cursor to call it again with."""
+
+    events: list[RunEvent | MachineErrorEvent]
+    cursor: str = Field(description="Pass it as cursor to the next watch call to get the events after these.")
+    idle: bool = Field(description="No watched run is non-terminal (every machine has answered at least once).")
+
+    def to_json(self) -> dict[str, Any]:
+        return {"events": [event.to_json() for event in self.events], "cursor": self.cursor, "idle": self.idle}

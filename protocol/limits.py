@@ -89,6 +89,23 @@ FOLLOW_WAIT_MAX_MS = AWAIT_CHUNK_MS
 FOLLOW_RETRIES = 5
 # One follow reply carries at most this many actions (each at most LOG_ACTION_MAX_BYTES).
 FOLLOW_ACTIONS_PER_REPLY_MAX = 4096
+# `wb agent watch` (docs/cli.md, wb agent watch; docs/protocol.md, watch): one pending call per machine.
+# The receiver looks at the records this often while it waits (a stat per live run, a stat of the store).
+WATCH_POLL_S = 0.25
+# One watch call waits at most this long for a change (at most FOLLOW_WAIT_MAX_MS).
+WATCH_WAIT_DEFAULT_MS = 30 * MS_PER_SECOND
+# The cursor a watch reply carries and the next request echoes.
+WATCH_CURSOR_MAX_BYTES = 1 * MIB
+# A run dispatched and ended between two watch calls is reported when it started at most this
+# long before the earlier call's scan (its record is written right after its start is stamped).
+WATCH_UNSEEN_SLACK_S = 120.0
+# A machine that does not answer is asked again after 1 s, 2 s, 4 s, … at most 30 s.
+WATCH_RETRY_FIRST_S = 1.0
+WATCH_RETRY_MAX_S = 30.0
+# The MCP watch tool's cursor remembers at most this many ended runs per machine (not to report them twice).
+WATCH_ENDED_KEPT = 1200
+# An older peer without the `watch` capability: its `list` is polled this often instead.
+WATCH_LIST_POLL_S = 1.0
 # A byte offset on the wire (`follow_from`): what a signed 64-bit file offset can hold.
 BYTE_OFFSET_MAX = 2**63 - 1
 

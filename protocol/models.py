@@ -347,6 +347,8 @@ class RemoteRequest(WireModel):
     # docs/cli.md#placement-across-a-fleet: sent only to a peer whose `capabilities` list `placement`.
     max_running: int = 0  # dispatch: refuse in-band when this machine already runs this many (0: no bound)
     placement: bool = False  # version: also answer `placement` (running runs; `repository`'s clone present)
+    # docs/protocol.md, watch: the cursor of the previous watch reply ("" on the first call).
+    watch_cursor: str = ""
 
     def encode(self) -> bytes:
         body = self.model_dump(exclude_defaults=True)
@@ -370,6 +372,7 @@ class RemoteResponse(WireModel):
     warnings: list[ListWarning] | None = None
     home_id: str | None = None
     next_offset: int | None = None
+    watch_cursor: str | None = None  # docs/protocol.md, watch: echo it in the next watch request
     capabilities: list[Capability] | None = Field(default=None, max_length=limits.CAPABILITIES_MAX)
     placement: PlacementFacts | None = None  # version with `placement: true` (docs/cli.md#placement-across-a-fleet)
     # Results already validated (made on this machine, or checked once by the caller's decoder),
@@ -395,13 +398,13 @@ class RemoteResponse(WireModel):
             body["result"] = self._typed_result.to_wire()
         elif self.result is not None:
             body["result"] = self.result
-        if self.operation == "list":
+        if self.operation in ("list", "watch"):
             if self._typed_results is not None:
                 with collector_paused():
                     body["results"] = [result.to_wire() for result in self._typed_results]
             else:
                 body["results"] = self.results or []
-        for key in ("logs", "failure", "failure_kind", "wb_version", "now", "capabilities"):
+        for key in ("logs", "failure", "failure_kind", "wb_version", "now", "watch_cursor", "capabilities"):
             value = getattr(self, key)
             if value:
                 body[key] = value

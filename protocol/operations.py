@@ -103,6 +103,16 @@ def _check_prune(request: RemoteRequest) -> None:
         raise RequestRefused("older_than_ms must be >= 0")
 
 
+def _check_watch(request: RemoteRequest) -> None:
+    if not 0 <= request.wait_timeout_ms <= limits.FOLLOW_WAIT_MAX_MS:
+        raise RequestRefused(
+            f"a watch call waits at most {limits.FOLLOW_WAIT_MAX_MS} ms ({limits.FOLLOW_WAIT_MAX_TEXT}); "
+            "repeat the call with the reply's watch_cursor"
+        )
+    if len(request.watch_cursor) > limits.WATCH_CURSOR_MAX_BYTES:
+        raise RequestRefused(f"watch_cursor is longer than {limits.WATCH_CURSOR_MAX_BYTES} bytes")
+
+
 TABLE: dict[str, Operation] = {
     op.name: op
     for op in (
@@ -152,6 +162,8 @@ TABLE: dict[str, Operation] = {
             capability="continue",
         ),
         Operation("prune", "prune", ("older_than_ms", "dry_run"), check=_check_prune, capability="prune"),
+        # docs/protocol.md, watch: one long-poll per machine for wb agent watch.
+        Operation("watch", "results", ("watch_cursor", "wait_timeout_ms"), check=_check_watch, capability="watch"),
     )
 }
 

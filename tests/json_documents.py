@@ -12,6 +12,8 @@ from typing import Any
 import jsonschema
 
 SCHEMA_DIR = Path(__file__).resolve().parents[1] / "docs" / "schema"
+# Documents printed one per line (wb agent watch --json), each checked on its own.
+LINE_DOCUMENTS = frozenset({"event"})
 # Counted so a test can prove the check ran (tests/unit/test_schemas.py).
 checked: list[str] = []
 
@@ -46,6 +48,8 @@ def schema_for(args: tuple[str, ...] | list[str]) -> str | None:
         return "actions"
     if command == "stop":
         return "stopped"
+    if command == "watch":
+        return "event"  # one document per line (LINE_DOCUMENTS)
     if command == "prune":
         return "prune-fleet" if "--all" in args else "prune"
     return None
@@ -63,5 +67,9 @@ def check_output(args: tuple[str, ...] | list[str], done: subprocess.CompletedPr
     """Validate stdout of a finished `wb` against the schema its arguments select (when it printed any)."""
     name = schema_for(list(args))
     if name is None or not done.stdout.strip():
+        return
+    if name in LINE_DOCUMENTS:
+        for line in done.stdout.splitlines():
+            check(name, json.loads(line))
         return
     check(name, json.loads(done.stdout))

@@ -21,7 +21,7 @@ from typing import Any
 
 import anyio
 import pytest
-from conftest import Machine, make_machine, prepare_remote
+from conftest import Machine, make_machine, prepare_remote, wait_for
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 from tests_support import sample_record
@@ -32,7 +32,7 @@ from courier.runs.store import Store
 from tests import json_documents
 from tests.integration.sshd import SshdFactory, SshdServer, free_port, sshd_unavailable_reason
 
-ALL_TOOLS = {"dispatch", "status", "await", "list", "logs", "diff", "stop", "continue", "machines"}
+ALL_TOOLS = {"dispatch", "status", "await", "list", "logs", "diff", "stop", "continue", "machines", "watch"}
 
 
 @contextlib.asynccontextmanager
@@ -139,6 +139,37 @@ def test_dispatch_await_status_list_logs_and_stop_here(machine: Machine) -> None
     assert all(total == 45 for _, total, _ in progress)  # seconds waited out of the bound (default 45s)
     assert "is running" in (progress[0][2] or "")
     assert [value for value, _, _ in progress] == sorted(value for value, _, _ in progress)
+
+
+def test_watch_returns_the_events_within_its_wait_and_a_cursor_to_go_on_from(machine: Machine) -> None:
+    machine.clone()
+    first = machine.dispatch(task="scenario:wait-release", worktree="w1")
+    second = machine.dispatch(task="scenario:wait-release", worktree="w2")
+
+    def release(ref: str) -> None:
+        home = machine.home / "agents" / ref / "harness-home"
+        assert wait_for((home / "ready").exists, 60)
+        (home / "release").write_text("go\n")
+
+    async def body(session: ClientSession) -> None:
+        opened = await call_ok(session, "watch", {}, "watch")
+        assert {event["ref"] for event in opened["events"]} == {first, second} and opened["idle"] is False
+        assert {event["event"] for event in opened["events"]} <= {"running", "queued"}
+        cursor = opened["cursor"]
+        finished: dict[str, dict[str, Any]] = {}
+        for ref in (first, second):
+            release(ref)
+            while ref not in finished:  # each call answers soon after its first event
+                answer = await call_ok(session, "watch", {"cursor": cursor, "wait_timeout": "20s"}, "watch")
+                cursor = answer["cursor"]
+                finished.update({e["ref"]: e for e in answer["events"] if e["event"] == "finished"})
+        assert finished[first]["result"]["agent_id"] == first and finished[second]["state"] == "completed"
+        last = await call_ok(session, "watch", {"cursor": cursor, "wait_timeout": "20s"}, "watch")
+        assert last["events"] == [] and last["idle"] is True  # nothing live: it answers at once
+        refused = await call_error(session, "watch", {"cursor": "not-a-cursor"})
+        assert refused["class"] == "usage" and "cursor is not one a watch call returned" in refused["message"]
+
+    run_session(machine.env, machine.root, body)
 
 
 def test_diff_and_continue_here(machine: Machine) -> None:

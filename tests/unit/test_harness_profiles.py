@@ -163,7 +163,7 @@ def test_an_optional_operation_lists_itself(monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.setitem(operations.TABLE, "example", entry)
     listed = capabilities()
     harnesses = [f"harness:{name}" for name in runnable_harnesses()]
-    assert listed == ["serve", "diff", "continue", "prune", "example", "follow", "prune-worktrees", "budget",
+    assert listed == ["serve", "diff", "continue", "prune", "watch", "example", "follow", "prune-worktrees", "budget",
     "usage-wait", "placement", *harnesses]
 
 
