@@ -55,7 +55,7 @@ def target(reference: str | None, to: str | None) -> tuple[str, str]:
 
 
 def request(operation: str, **fields: Any) -> RemoteRequest:
-    return RemoteRequest(schema_version=limits.SCHEMA_VERSION, operation=operation, **fields)
+    return RemoteRequest.of(operation, **fields)
 
 
 def read_task(task: str | None, task_file: str | None, stdin: BinaryIO | None = None) -> str:

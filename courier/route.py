@@ -72,9 +72,7 @@ def await_result(config: Config, machine: str, agent_id: str, wait_timeout_ms: i
     with the last observation when there is one, else the call's transport error.
     """
     if not machine:
-        request = RemoteRequest(
-            schema_version=limits.SCHEMA_VERSION, operation="await", agent_id=agent_id, wait_timeout_ms=wait_timeout_ms
-        )
+        request = RemoteRequest.of("await", agent_id=agent_id, wait_timeout_ms=wait_timeout_ms)
         return ask(config, machine, request).result_of()
     deadline = time.monotonic() + wait_timeout_ms / 1000 if wait_timeout_ms > 0 else None
     chunk = await_chunk_ms()
@@ -84,9 +82,7 @@ def await_result(config: Config, machine: str, agent_id: str, wait_timeout_ms: i
         this_chunk = chunk
         if deadline is not None:
             this_chunk = max(1, min(chunk, int((deadline - time.monotonic()) * 1000)))
-        request = RemoteRequest(
-            schema_version=limits.SCHEMA_VERSION, operation="await", agent_id=agent_id, wait_timeout_ms=this_chunk
-        )
+        request = RemoteRequest.of("await", agent_id=agent_id, wait_timeout_ms=this_chunk)
         try:
             result = ask(config, machine, request, timeout_s=this_chunk / limits.MS_PER_SECOND + slack_s).result_of()
         except CallTimedOut:

@@ -29,7 +29,7 @@ from protocol.refs import format_reference
 
 
 def request(operation: str, **fields: object) -> RemoteRequest:
-    return RemoteRequest(schema_version=limits.SCHEMA_VERSION, operation=operation, **fields)  # type: ignore[arg-type]
+    return RemoteRequest.of(operation, **fields)
 
 
 # -- diff ----------------------------------------------------------------------------------

@@ -307,6 +307,11 @@ class RemoteRequest(WireModel):
     # Contract §22: prune also removes worktrees; sent only to a peer listing `prune-worktrees`.
     worktrees: bool = False
 
+    @classmethod
+    def of(cls, operation: str, **fields: Any) -> RemoteRequest:
+        """The one way a request is built: this wb's schema version, the operation, its fields."""
+        return cls(schema_version=limits.SCHEMA_VERSION, operation=operation, **fields)
+
     def encode(self) -> bytes:
         body = self.model_dump(exclude_defaults=True)
         body["schema_version"] = self.schema_version

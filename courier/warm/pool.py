@@ -35,7 +35,7 @@ _REPLY_ID = re.compile(rb'^\{"request_id":"(r[0-9]{1,12})",')
 # 50 ms, 100 ms, … (a session that just ended may not be released by the server yet).
 _REFUSED_ALONE_TRIES = 6
 _REFUSED_PAUSE_S = 0.05
-_VERSION_PAYLOAD = RemoteRequest(schema_version=limits.SCHEMA_VERSION, operation="version").encode()
+_VERSION_PAYLOAD = RemoteRequest.of("version").encode()
 
 
 class ServeEnded(ConnectionLost):
