@@ -39,6 +39,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from courier import __version__, commands
 from courier.config import Config, load_config
 from courier.errors import Finding, UsageError, WbError
+from courier.ops import REGISTRY
+from courier.ops.base import McpTool
 from courier.render import json_text
 from courier.route import ask
 from courier.schemas import DOCUMENTS, schema
@@ -349,83 +351,46 @@ async def _machines(call: Call, args: MachinesArgs) -> dict[str, Any]:
     return {"machines": [row.document().to_json() for row in rows], "config": str(config.path)}
 
 
-TOOLS: list[Tool] = [
-    Tool(
-        "dispatch",
-        "Start one task in a git worktree (new or existing) with a configured profile, here or on a configured "
-        "machine (to). Returns the run's result at once (state running): its agent_id, and machine when it runs "
-        'elsewhere; pass "MACHINE:agent_id" (or agent_id alone for this machine) as ref to await, status, diff.',
+# Each tool's arguments and handler, in the order tools/list names them; an operation's tool
+# takes its description, output document and read-only hint from the operation's module.
+_CODE: dict[str, tuple[type[Arguments], Handler]] = {
+    "dispatch": (DispatchArgs, _dispatch),
+    "status": (RefArgs, _status),
+    "await": (AwaitArgs, _await),
+    "list": (ListArgs, _list),
+    "logs": (LogsArgs, _logs),
+    "diff": (DiffArgs, _diff),
+    "stop": (RefArgs, _stop),
+    "continue": (ContinueArgs, _continue),
+    "machines": (MachinesArgs, _machines),
+}
 
-        DispatchArgs,
-        "result",
-        _dispatch,
-        read_only=False,
-    ),
-    Tool(
-        "status",
-        "The facts of one run now (state, exit code, final message, usage, changes).",
-        RefArgs,
-        "result",
-        _status,
-    ),
-    Tool(
-        "await",
-        "Wait until the run is terminal and return its result (any terminal state is a success). Waits at most "
-        "wait_timeout (default 45s), reporting progress every few seconds; past it, returns the result as observed "
-        "(terminal false, not an error): call await again to keep waiting. Cancelling the call leaves the run going.",
-        AwaitArgs,
-        "result",
-        _await,
-    ),
-    Tool(
-        "list",
-        "The runs of this machine (or `to`), newest first; with all, of every configured machine too. Each row of "
-        "`machines` says whether that machine answered fully (ok) and why not (error).",
-        ListArgs,
-        "fleet",
-        _list,
-    ),
-    Tool(
-        "logs",
-        "The transcript path, then the last worker actions (tail), or with raw the whole transcript.",
-        LogsArgs,
-        "logs",
-        _logs,
-    ),
-    Tool(
-        "diff",
-        "The run's change against its base commit as one unified patch that git apply takes (with stat: only the "
-        "per-file counts). Works while the run is running (a snapshot) and after it ends.",
-        DiffArgs,
-        "diff",
-        _diff,
-    ),
-    Tool(
-        "stop",
-        "Stop a running run: its worker is signalled and the run recorded as failed (stopped on request).",
-        RefArgs,
-        "stop",
-        _stop,
-        read_only=False,
-    ),
-    Tool(
-        "continue",
-        "Start a new run in the same worktree that resumes a finished run's harness session with a follow-up task. "
-        "Returns the new run's result (its parent_id is the run continued).",
-        ContinueArgs,
-        "result",
-        _continue,
-        read_only=False,
-    ),
-    Tool(
-        "machines",
+# Tools that are not one operation: machines asks every configured machine (with check, `version`).
+_NOT_OPERATIONS: dict[str, McpTool] = {
+    "machines": McpTool(
         "The configured machines (host, user, port, wb_path) and, with check, whether each answers (wb and schema "
         "versions, round trip, clock offset); config names the wb.yaml they were read from.",
-        MachinesArgs,
         "machines",
-        _machines,
-    ),
-]
+    )
+}
+
+
+def _described(name: str) -> McpTool:
+    op = REGISTRY.get(name)
+    found = op.mcp if op is not None else _NOT_OPERATIONS.get(name)
+    assert found is not None, f"the MCP tool {name} has no description (courier/ops/{name}.py)"
+    return found
+
+
+def _tools() -> list[Tool]:
+    tools = []
+    for name, (arguments, handler) in _CODE.items():
+        described = _described(name)
+        tools.append(Tool(name, described.description, arguments, described.output, handler, described.read_only))
+    return tools
+
+
+TOOLS: list[Tool] = _tools()
 
 
 def available_tools() -> list[Tool]:

@@ -19,6 +19,7 @@ from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import TYPE_CHECKING
 
+import courier.ops  # noqa: F401  the operation registry installs the wire table `validated` reads
 from courier.errors import UsageError
 from protocol.models import RemoteRequest, RemoteResponse
 from protocol.validate import RequestRefused, validate_request

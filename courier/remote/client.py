@@ -16,6 +16,7 @@ from typing import Any, assert_never
 
 from pydantic import ValidationError
 
+import courier.ops  # noqa: F401  the operation registry installs the wire table the checks below read
 from courier.config import Config, Target
 from courier.errors import (
     CallTimedOut,

@@ -1,0 +1,46 @@
+"""`continue` (contract §15): a new run in the same worktree resuming a finished run's harness session."""
+
+from __future__ import annotations
+
+from courier.ops.base import McpTool, Op
+from courier.runs.context import Handler
+from protocol import limits
+from protocol.models import RemoteRequest
+from protocol.operations import Operation
+from protocol.refs import check_run_id
+from protocol.rules import RequestRefused, check_task, check_timeout_ms
+
+
+def _check(request: RemoteRequest) -> None:
+    check_task(request.task)
+    if request.profile and (not request.profile.isprintable() or len(request.profile) > limits.PROFILE_NAME_MAX_CHARS):
+        raise RequestRefused(f"profile must be a printable name of at most {limits.PROFILE_NAME_MAX_CHARS} characters")
+    check_timeout_ms(request.timeout_ms)
+    if request.new_agent_id:
+        check_run_id(request.new_agent_id)
+
+
+def _handler() -> Handler:
+    from courier.runs.loop_ops import continue_op
+
+    return continue_op
+
+
+OP = Op(
+    wire=Operation(
+        "continue",
+        "result",
+        ("agent_id", "task", "profile", "timeout_ms", "new_agent_id"),
+        needs_agent_id=True,
+        check=_check,
+        capability="continue",
+    ),
+    handler=_handler,
+    printed="result",
+    mcp=McpTool(
+        "Start a new run in the same worktree that resumes a finished run's harness session with a follow-up task. "
+        "Returns the new run's result (its parent_id is the run continued).",
+        "result",
+        read_only=False,
+    ),
+)

@@ -1,0 +1,62 @@
+"""`dispatch`: start one task in a worktree."""
+
+from __future__ import annotations
+
+from courier.ops.base import McpTool, Op
+from courier.runs.context import Handler
+from protocol import limits
+from protocol.models import WORKTREE_MODES, RemoteRequest
+from protocol.operations import Operation
+from protocol.refs import check_repository, check_run_id, check_worktree_name
+from protocol.rules import RequestRefused, check_ref_text, check_task, check_timeout_ms
+
+
+def _check(request: RemoteRequest) -> None:
+    if request.mode not in WORKTREE_MODES:
+        raise RequestRefused(f'dispatch mode must be "new" or "existing", not "{request.mode[:32]}"')
+    if not request.worktree:
+        raise RequestRefused("dispatch needs worktree")
+    check_worktree_name(request.worktree)
+    if not request.profile.strip():
+        raise RequestRefused("dispatch needs profile")
+    if not request.profile.isprintable() or len(request.profile) > limits.PROFILE_NAME_MAX_CHARS:
+        raise RequestRefused(f"profile must be a printable name of at most {limits.PROFILE_NAME_MAX_CHARS} characters")
+    check_task(request.task)
+    if request.mode == "new" and not request.repository:
+        raise RequestRefused("dispatch with mode new needs repository (OWNER/REPO)")
+    if request.repository:
+        check_repository(request.repository)
+    if request.branch:
+        if request.mode != "new":
+            raise RequestRefused("branch applies only to mode new (a new worktree)")
+        check_ref_text(request.branch, "branch")
+    if request.base:
+        check_ref_text(request.base, "base")
+    check_timeout_ms(request.timeout_ms)
+    if request.agent_id:
+        check_run_id(request.agent_id)
+
+
+def _handler() -> Handler:
+    from courier.runs.service import dispatch_op
+
+    return dispatch_op
+
+
+OP = Op(
+    wire=Operation(
+        "dispatch",
+        "result",
+        ("mode", "worktree", "profile", "task", "repository", "branch", "base", "timeout_ms", "agent_id"),
+        check=_check,
+    ),
+    handler=_handler,
+    printed="result",
+    mcp=McpTool(
+        "Start one task in a git worktree (new or existing) with a configured profile, here or on a configured "
+        "machine (to). Returns the run's result at once (state running): its agent_id, and machine when it runs "
+        'elsewhere; pass "MACHINE:agent_id" (or agent_id alone for this machine) as ref to await, status, diff.',
+        "result",
+        read_only=False,
+    ),
+)
