@@ -341,7 +341,8 @@ def diff(
     json_flag: JsonOpt = False,
 ) -> None:
     """Show the run's change against its base: a patch git apply takes (new and binary files included)."""
-    from courier.supervise import diff_json, fetch_diff, patch_bytes, stat_text, write_bytes
+    from courier.ops.diff import diff_json, patch_bytes, stat_text
+    from courier.supervise import fetch_diff, write_bytes
 
     machine, run_id = _target(reference, to)
     result = fetch_diff(_config(), machine, run_id, stat=stat)

@@ -42,15 +42,16 @@ def perform(
     *,
     client_gone: Callable[[], bool] = never_gone,
     config: Config | None = None,
+    in_process: bool = False,
 ) -> RemoteResponse:
     """Run one validated request on this machine; every refusal is in-band, never raised.
 
     `config` is the caller's already-loaded configuration (the CLI); the receiver passes none
-    and only dispatch then reads wb.yaml.
+    and only dispatch then reads wb.yaml. `in_process`: the asker is this process (see `Context`).
     """
     response = RemoteResponse(schema_version=limits.SCHEMA_VERSION, operation=request.operation)
     try:
-        handler_of(request.operation)(request, response, Context(client_gone, config))
+        handler_of(request.operation)(request, response, Context(client_gone, config, in_process))
     except WbError as exc:
         response.clear_results()
         response.failure = exc.message

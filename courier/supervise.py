@@ -20,7 +20,7 @@ from courier.errors import (
     UsageError,
     WbError,
 )
-from courier.render import ref_of, to_json
+from courier.render import ref_of
 from courier.route import ask, await_chunk_ms, upgrade_message
 from courier.text import sanitize
 from protocol import limits
@@ -36,35 +36,10 @@ def request(operation: str, **fields: object) -> RemoteRequest:
 
 
 def fetch_diff(config: Config, machine: str, agent_id: str, *, stat: bool) -> DiffResult:
-    """The run's diff; locally without the 2 MiB wire cap, remotely through the `diff` operation."""
-    if not machine:
-        from courier.runs.loop_ops import diff_result
-        from courier.runs.store import Store
+    """The run's diff through the machine's transport (in-process here: without the 2 MiB wire cap)."""
+    from courier.ops.diff import diff_request
 
-        return diff_result(Store(config.home).ensure(), agent_id, stat=stat, wire_cap=False)
-    return DiffResult.model_validate(ask(config, machine, request("diff", agent_id=agent_id, stat=stat)).result)
-
-
-def patch_bytes(diff: DiffResult) -> bytes:
-    """The patch exactly as git wrote it (a non-UTF-8 byte travels as a lone surrogate)."""
-    return (diff.patch or "").encode("utf-8", "surrogateescape")
-
-
-def stat_text(diff: DiffResult) -> str:
-    lines = []
-    for change in diff.files:
-        note = " (binary)" if change.binary else ""
-        lines.append(f"+{change.insertions} -{change.deletions} {sanitize(change.path)}{note}\n")
-    count = len(diff.files)
-    insertions = sum(change.insertions for change in diff.files)
-    deletions = sum(change.deletions for change in diff.files)
-    lines.append(f"{count} file{'s' if count != 1 else ''} changed, +{insertions} -{deletions}\n")
-    return "".join(lines)
-
-
-def diff_json(diff: DiffResult) -> str:
-    # A non-UTF-8 patch byte (kept as a lone \udcXX surrogate) is printed as that escape.
-    return to_json(diff.to_wire())
+    return DiffResult.model_validate(ask(config, machine, diff_request(agent_id, stat=stat)).result)
 
 
 # -- logs --follow ---------------------------------------------------------------------------

@@ -58,7 +58,7 @@ class LocalTransport(Transport):
     def ask(self, request: RemoteRequest, *, timeout_s: float | None = None) -> RemoteResponse:
         from courier.operations import perform
 
-        return perform(validated(request), config=self.config)
+        return perform(validated(request), config=self.config, in_process=True)
 
     async def ask_async(self, request: RemoteRequest, *, timeout_s: float | None = None) -> RemoteResponse:
         # A fan-out asks this machine beside the others; its own work must not block them.

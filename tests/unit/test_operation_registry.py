@@ -5,18 +5,19 @@ from __future__ import annotations
 
 import dataclasses
 import pkgutil
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 import courier.ops
-from courier import mcp_server, schemas
-from courier.config import load_config
+from courier import cli, mcp_server, schemas
+from courier.config import Config, load_config
 from courier.errors import UsageError
 from courier.ops import REGISTRY
 from courier.ops.base import McpTool, Op
 from courier.runs.context import Context, Handler
-from courier.transport import transport_for
+from courier.transport import MockTransport, Transport, overridden, transport_for
 from protocol import operations
 from protocol.models import RemoteRequest, RemoteResponse
 from protocol.operations import TABLE, Operation
@@ -93,3 +94,40 @@ def test_an_operation_registered_once_is_validated_answered_and_mapped(
 def test_installing_a_second_entry_under_a_taken_name_is_refused() -> None:
     with pytest.raises(ValueError, match="status is installed twice"):
         operations.install([dataclasses.replace(TABLE["status"])])
+
+
+RUN_ID = "agt-" + "0123456789abcdef" * 2
+
+
+@pytest.fixture
+def here_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    config = tmp_path / "wb.yaml"
+    config.write_text("agents: {}\n")
+    config.chmod(0o600)
+    monkeypatch.setenv("WB_CONFIG", str(config))
+    monkeypatch.setenv("WB_HOME", str(tmp_path / "home"))
+    return tmp_path
+
+
+def _this_machine(answer: Callable[[RemoteRequest], dict[str, object]]) -> Callable[[Config, str], Transport]:
+    """Every machine, this one ("") included, answered by `answer` through a MockTransport."""
+
+    def reply(request: RemoteRequest) -> RemoteResponse:
+        return RemoteResponse.model_validate({"schema_version": 1, "operation": request.operation, **answer(request)})
+
+    return lambda config, machine: MockTransport(machine, reply)
+
+
+def test_this_machines_diff_goes_through_its_transport(here_env: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    asked: list[RemoteRequest] = []
+
+    def answer(request: RemoteRequest) -> dict[str, object]:
+        asked.append(request)
+        diff = {"agent_id": request.agent_id, "base_sha": "a" * 40, "head_sha": "b" * 40, "files": []}
+        return {"result": {**diff, "patch": "+from the transport\n"}}
+
+    with overridden(_this_machine(answer)):
+        code = cli.run(["agent", "diff", RUN_ID])
+    out, err = capsys.readouterr()
+    assert (code, out, err) == (0, "+from the transport\n", "")
+    assert [(r.operation, r.agent_id, r.stat) for r in asked] == [("diff", RUN_ID, False)]
