@@ -268,10 +268,11 @@ def logs(
             hint = f"interrupted; the run continues; follow it again with wb agent logs {ref} --follow"
             raise Interrupted(hint) from None
         return
-    if raw and not machine:
-        _local_raw_logs(config, run_id)
-        return
     response = ask(config, machine, _request("logs", agent_id=run_id, tail=tail, raw=raw))
+    transcript = response.take_transcript()  # handed over in-process: printed whole, bytes as written
+    if transcript is not None:
+        _raw_transcript(transcript)
+        return
     text = response.logs
     if as_json:
         from courier.printed import actions_document
@@ -283,16 +284,7 @@ def logs(
         _out(sanitize(text, keep_newlines=True))
 
 
-def _local_raw_logs(config: Config, run_id: str) -> None:
-    from courier.runs.service import NO_TRANSCRIPT
-    from courier.runs.store import Store
-
-    store = Store(config.home).ensure()
-    store.load(run_id)
-    opened = store.open_transcript(run_id)  # no link, FIFO or hard link is followed
-    if opened is None:
-        _out(NO_TRANSCRIPT + "\n")
-        return
+def _raw_transcript(opened: tuple[int, int, str]) -> None:
     fd, _, path = opened
     _out(f"{path}\n")
     terminal = sys.stdout.isatty()

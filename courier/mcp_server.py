@@ -46,7 +46,7 @@ from courier.route import ask
 from courier.schemas import DOCUMENTS, schema
 from protocol import limits
 from protocol.documents import ErrorDocument, FleetDocument, FleetMachine, LogsDocument, error_class
-from protocol.models import DiffResult, RemoteResponse, Result, collector_paused
+from protocol.models import DiffResult, RemoteRequest, RemoteResponse, Result, collector_paused
 from protocol.refs import format_reference
 
 # How often a waiting `await` reports progress (contract §22: at least every 10 s).
@@ -300,8 +300,18 @@ async def _logs(call: Call, args: LogsArgs) -> dict[str, Any]:
     machine, run_id = commands.target(args.ref, args.to)
     config = await call.config()
     request = commands.request("logs", agent_id=run_id, tail=args.tail, raw=args.raw)
-    response = await call.blocking(lambda: ask(config, machine, request))
-    return LogsDocument(agent_id=run_id, machine=machine or None, logs=response.logs).to_json()
+    logs: str = await call.blocking(lambda: _logs_text(config, machine, request))
+    return LogsDocument(agent_id=run_id, machine=machine or None, logs=logs).to_json()
+
+
+def _logs_text(config: Config, machine: str, request: RemoteRequest) -> str:
+    response = ask(config, machine, request)
+    transcript = response.take_transcript()  # this machine's raw transcript, handed over in-process
+    if transcript is None:
+        return response.logs
+    from courier.runs.service import raw_text
+
+    return raw_text(request.agent_id, transcript)  # bounded as a reply's copy is
 
 
 async def _stop(call: Call, args: RefArgs) -> dict[str, Any]:

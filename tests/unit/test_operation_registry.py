@@ -131,3 +131,17 @@ def test_this_machines_diff_goes_through_its_transport(here_env: Path, capsys: p
     out, err = capsys.readouterr()
     assert (code, out, err) == (0, "+from the transport\n", "")
     assert [(r.operation, r.agent_id, r.stat) for r in asked] == [("diff", RUN_ID, False)]
+
+
+def test_this_machines_raw_logs_go_through_its_transport(here_env: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    asked: list[RemoteRequest] = []
+
+    def answer(request: RemoteRequest) -> dict[str, object]:
+        asked.append(request)
+        return {"logs": "/far/events.jsonl\n{\"from\": \"the transport\"}\n"}
+
+    with overridden(_this_machine(answer)):
+        code = cli.run(["agent", "logs", RUN_ID, "--raw"])
+    out, err = capsys.readouterr()
+    assert (code, out, err) == (0, '/far/events.jsonl\n{"from": "the transport"}\n', "")
+    assert [(r.operation, r.agent_id, r.raw) for r in asked] == [("logs", RUN_ID, True)]
