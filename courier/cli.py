@@ -13,13 +13,10 @@ from typer._click import exceptions as click_exceptions  # typer vendors its own
 
 from courier import __version__
 from courier.commands import (
-    build_continue,
-    build_dispatch,
     check_list_scope,
     check_tail,
     duration_ms,
     machine_timeout_s,
-    send_starting,
     still_running,
     wait_bound_ms,
 )
@@ -29,8 +26,11 @@ from courier.commands import request as _request
 from courier.commands import target as _target
 from courier.config import Config, load_config
 from courier.errors import Finding, Interrupted, UsageError, WbError
+from courier.ops.continue_ import build_continue
+from courier.ops.dispatch import build_dispatch
 from courier.render import dispatch_line, is_stalled, list_lines, results_json, sort_results, status_text, to_json
 from courier.route import ask, await_result
+from courier.starting import send_starting
 from courier.text import escape_controls, sanitize
 from protocol import limits
 from protocol.models import collector_paused

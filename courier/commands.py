@@ -1,4 +1,4 @@
-"""Request building and validation shared by the CLI and the MCP server, so both refuse the same way.
+"""Flag checks and request helpers shared by the CLI, the MCP server and the operation modules (one way to refuse).
 
 Nothing here writes to stdout: the MCP server's stdout carries only the protocol.
 """
@@ -12,13 +12,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from courier.config import Config
-from courier.errors import Finding, TransportError, UsageError, WbError
-from courier.route import ask
+from courier.errors import Finding, TransportError, UsageError
 from protocol import limits
 from protocol.durations import BadDuration, format_duration_ms, parse_duration_ms
-from protocol.models import RemoteRequest, Result
-from protocol.refs import BadName, check_machine_name, format_reference, new_run_id, split_reference
+from protocol.models import RemoteRequest
+from protocol.refs import BadName, check_machine_name, split_reference
 
 
 def default_duration(ms: int) -> str:
@@ -102,80 +100,6 @@ def timeout_ms(text: str) -> int:
     if value <= 0 or value > limits.TIMEOUT_MAX_MS:
         raise UsageError(f"--timeout must be more than 0 and at most {limits.TIMEOUT_MAX_TEXT}")
     return value
-
-
-def build_dispatch(
-    *,
-    new_worktree: str | None,
-    use_worktree: str | None,
-    profile: str | None,
-    task: str | None,
-    task_file: str | None,
-    repo: str | None,
-    branch: str | None,
-    base: str | None,
-    to: str | None,
-    timeout: str,
-    stdin: BinaryIO | None = None,
-) -> tuple[str, RemoteRequest]:
-    """(machine, dispatch request with a freshly minted run ID), or the CLI's usage error."""
-    if (new_worktree is None) == (use_worktree is None):
-        raise UsageError("pass exactly one of --new-worktree NAME and --use-worktree NAME")
-    if profile is None:
-        raise UsageError("pass --profile NAME (a profile from agents.profiles in wb.yaml)")
-    if use_worktree is not None and branch is not None:
-        raise UsageError("--branch applies only to --new-worktree")
-    bound = timeout_ms(timeout)
-    machine, _ = target(None, to)
-    text = read_task(task, task_file, stdin)
-    mode = "new" if new_worktree is not None else "existing"
-    return machine, request(
-        "dispatch",
-        mode=mode,
-        worktree=new_worktree or use_worktree or "",
-        profile=profile,
-        task=text,
-        repository=repository(repo) if mode == "new" else (repo or ""),
-        branch=branch or "",
-        base=base or "",
-        timeout_ms=bound,
-        agent_id=new_run_id(),
-    )
-
-
-def build_continue(
-    *,
-    reference: str,
-    task: str | None,
-    task_file: str | None,
-    profile: str | None,
-    timeout: str,
-    to: str | None,
-    stdin: BinaryIO | None = None,
-) -> tuple[str, RemoteRequest, str]:
-    """(machine, continue request, the new run's minted ID), or the CLI's usage error."""
-    bound = timeout_ms(timeout)
-    machine, run_id = target(reference, to)
-    text = read_task(task, task_file, stdin)
-    new_id = new_run_id()
-    return (
-        machine,
-        request("continue", agent_id=run_id, task=text, profile=profile or "", timeout_ms=bound, new_agent_id=new_id),
-        new_id,
-    )
-
-
-def send_starting(config: Config, machine: str, starting: RemoteRequest, run_id: str) -> Result:
-    """Send a request that starts a run; a transport failure after sending names the intended reference."""
-    try:
-        return ask(config, machine, starting).result_of()
-    except WbError as exc:
-        # Before authentication nothing was sent; after it, the run may exist.
-        if machine and exc.request_maybe_sent:
-            exc.message += (
-                f"\nthe run may have started; ask for it with: wb agent status {format_reference(machine, run_id)}"
-            )
-        raise
 
 
 @contextlib.contextmanager

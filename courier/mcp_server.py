@@ -41,9 +41,12 @@ from courier.config import Config, load_config
 from courier.errors import Finding, UsageError, WbError
 from courier.ops import REGISTRY
 from courier.ops.base import McpTool
+from courier.ops.continue_ import build_continue
+from courier.ops.dispatch import build_dispatch
 from courier.render import json_text
 from courier.route import ask
 from courier.schemas import DOCUMENTS, schema
+from courier.starting import send_starting
 from protocol import limits
 from protocol.documents import ErrorDocument, FleetDocument, FleetMachine, LogsDocument, error_class
 from protocol.models import DiffResult, RemoteRequest, RemoteResponse, Result, collector_paused
@@ -183,7 +186,7 @@ class Call:
 
 
 async def _dispatch(call: Call, args: DispatchArgs) -> dict[str, Any]:
-    machine, request = commands.build_dispatch(
+    machine, request = build_dispatch(
         new_worktree=args.new_worktree,
         use_worktree=args.use_worktree,
         profile=args.profile,
@@ -196,7 +199,7 @@ async def _dispatch(call: Call, args: DispatchArgs) -> dict[str, Any]:
         timeout=args.timeout,
     )
     config = await call.config()
-    result: Result = await call.blocking(lambda: commands.send_starting(config, machine, request, request.agent_id))
+    result: Result = await call.blocking(lambda: send_starting(config, machine, request, request.agent_id))
     return result.to_wire()
 
 
@@ -343,11 +346,11 @@ async def _diff(call: Call, args: DiffArgs) -> dict[str, Any]:
 
 
 async def _continue(call: Call, args: ContinueArgs) -> dict[str, Any]:
-    machine, request, new_id = commands.build_continue(
+    machine, request, new_id = build_continue(
         reference=args.ref, task=args.task, task_file=None, profile=args.profile, timeout=args.timeout, to=args.to
     )
     config = await call.config()
-    result: Result = await call.blocking(lambda: commands.send_starting(config, machine, request, new_id))
+    result: Result = await call.blocking(lambda: send_starting(config, machine, request, new_id))
     return result.to_wire()
 
 

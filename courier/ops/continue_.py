@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from typing import BinaryIO
+
 from courier.ops.base import McpTool, Op
 from courier.runs.context import Handler
 from protocol import limits
 from protocol.models import RemoteRequest
 from protocol.operations import Operation
-from protocol.refs import check_run_id
+from protocol.refs import check_run_id, new_run_id
 from protocol.rules import RequestRefused, check_task, check_timeout_ms
 
 
@@ -18,6 +20,30 @@ def _check(request: RemoteRequest) -> None:
     check_timeout_ms(request.timeout_ms)
     if request.new_agent_id:
         check_run_id(request.new_agent_id)
+
+
+def build_continue(
+    *,
+    reference: str,
+    task: str | None,
+    task_file: str | None,
+    profile: str | None,
+    timeout: str,
+    to: str | None,
+    stdin: BinaryIO | None = None,
+) -> tuple[str, RemoteRequest, str]:
+    """(machine, continue request, the new run's minted ID), or the CLI's usage error."""
+    from courier.commands import read_task, request, target, timeout_ms
+
+    bound = timeout_ms(timeout)
+    machine, run_id = target(reference, to)
+    text = read_task(task, task_file, stdin)
+    new_id = new_run_id()
+    return (
+        machine,
+        request("continue", agent_id=run_id, task=text, profile=profile or "", timeout_ms=bound, new_agent_id=new_id),
+        new_id,
+    )
 
 
 def _handler() -> Handler:

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from typing import BinaryIO
+
 from courier.ops.base import McpTool, Op
 from courier.runs.context import Handler
 from protocol import limits
 from protocol.models import WORKTREE_MODES, RemoteRequest
 from protocol.operations import Operation
-from protocol.refs import check_repository, check_run_id, check_worktree_name
+from protocol.refs import check_repository, check_run_id, check_worktree_name, new_run_id
 from protocol.rules import RequestRefused, check_ref_text, check_task, check_timeout_ms
 
 
@@ -35,6 +37,48 @@ def _check(request: RemoteRequest) -> None:
     check_timeout_ms(request.timeout_ms)
     if request.agent_id:
         check_run_id(request.agent_id)
+
+
+def build_dispatch(
+    *,
+    new_worktree: str | None,
+    use_worktree: str | None,
+    profile: str | None,
+    task: str | None,
+    task_file: str | None,
+    repo: str | None,
+    branch: str | None,
+    base: str | None,
+    to: str | None,
+    timeout: str,
+    stdin: BinaryIO | None = None,
+) -> tuple[str, RemoteRequest]:
+    """(machine, dispatch request with a freshly minted run ID), or the CLI's usage error."""
+    from courier.commands import read_task, repository, request, target, timeout_ms
+    from courier.errors import UsageError
+
+    if (new_worktree is None) == (use_worktree is None):
+        raise UsageError("pass exactly one of --new-worktree NAME and --use-worktree NAME")
+    if profile is None:
+        raise UsageError("pass --profile NAME (a profile from agents.profiles in wb.yaml)")
+    if use_worktree is not None and branch is not None:
+        raise UsageError("--branch applies only to --new-worktree")
+    bound = timeout_ms(timeout)
+    machine, _ = target(None, to)
+    text = read_task(task, task_file, stdin)
+    mode = "new" if new_worktree is not None else "existing"
+    return machine, request(
+        "dispatch",
+        mode=mode,
+        worktree=new_worktree or use_worktree or "",
+        profile=profile,
+        task=text,
+        repository=repository(repo) if mode == "new" else (repo or ""),
+        branch=branch or "",
+        base=base or "",
+        timeout_ms=bound,
+        agent_id=new_run_id(),
+    )
 
 
 def _handler() -> Handler:
