@@ -392,8 +392,9 @@ def prune(
     json_flag: JsonOpt = False,
 ) -> None:
     """Remove old run records (with --worktrees their worktrees too; never a live run's)."""
+    from courier.ops.prune import prune_text
     from courier.printed import prune_document, prune_fleet_document
-    from courier.supervise import prune_machines, prune_text
+    from courier.supervise import prune_machines
 
     if older_than is None:
         raise UsageError("pass --older-than DURATION (e.g. 7d is not a Go duration: use 168h)")

@@ -9,7 +9,6 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from courier.config import Config
 from courier.errors import (
@@ -20,12 +19,12 @@ from courier.errors import (
     UsageError,
     WbError,
 )
+from courier.ops.prune import PruneOutcome
 from courier.render import ref_of
 from courier.route import ask, await_chunk_ms, upgrade_message
 from courier.text import sanitize
 from protocol import limits
 from protocol.models import DiffResult, PruneResult, RemoteRequest, Result
-from protocol.refs import format_reference
 
 
 def request(operation: str, **fields: object) -> RemoteRequest:
@@ -101,13 +100,6 @@ def follow(
 # -- prune -------------------------------------------------------------------------------------
 
 
-@dataclass
-class PruneOutcome:
-    machine: str
-    result: PruneResult | None
-    error: WbError | None = None
-
-
 def prune_on(config: Config, machine: str, older_than_ms: int, dry_run: bool, worktrees: bool = False) -> PruneOutcome:
     try:
         if worktrees and machine:
@@ -137,36 +129,6 @@ def prune_machines(
 
     with ThreadPoolExecutor(max_workers=max(1, min(limits.FLEET_MAX_IN_FLIGHT, len(machines)))) as pool:
         return list(pool.map(lambda m: prune_on(config, m, older_than_ms, dry_run, worktrees), machines))
-
-
-def prune_text(outcomes: list[PruneOutcome], dry_run: bool, worktrees: bool = False) -> tuple[str, list[str]]:
-    """(stdout, warnings): one line per removed record (and worktree) and a total."""
-    verb = "would remove" if dry_run else "removed"
-    lines = []
-    total = removed_trees = 0
-    warnings = []
-    for outcome in outcomes:
-        if outcome.result is None:
-            assert outcome.error is not None
-            warnings.append(outcome.error.message)  # a remote error already names its machine
-            continue
-        for entry in outcome.result.removed:
-            ref = format_reference(outcome.machine, entry.agent_id)
-            lines.append(f"{verb} {ref} ({sanitize(entry.state)}, finished {sanitize(entry.finished_at)})\n")
-            total += 1
-        for tree in outcome.result.worktrees or []:
-            where = f"{outcome.machine}:" if outcome.machine else ""
-            if tree.error:
-                warnings.append(f"{where}{sanitize(tree.path)}: {tree.error}")
-                continue
-            branch = f" and branch {sanitize(tree.branch)}" if tree.branch else ""
-            lines.append(f"{verb} worktree {where}{sanitize(tree.path)}{branch}\n")
-            removed_trees += 1
-    summary = f"{verb} {total} record{'s' if total != 1 else ''}"
-    if worktrees:
-        summary += f" and {removed_trees} worktree{'s' if removed_trees != 1 else ''}"
-    lines.append(summary + "\n")
-    return "".join(lines), warnings
 
 
 def write_bytes(data: bytes) -> None:
