@@ -13,14 +13,10 @@ from typer._click import exceptions as click_exceptions  # typer vendors its own
 
 from courier import __version__
 from courier.commands import (
-    build_continue,
-    build_dispatch,
     check_list_scope,
     check_tail,
     duration_ms,
     machine_timeout_s,
-    send_dispatch,
-    send_starting,
     still_running,
     wait_bound_ms,
 )
@@ -30,16 +26,11 @@ from courier.commands import request as _request
 from courier.commands import target as _target
 from courier.config import Config, load_config
 from courier.errors import Finding, Interrupted, UsageError, WbError
-from courier.render import (
-    dispatch_line,
-    is_stalled,
-    list_lines,
-    results_json,
-    sort_results,
-    status_text,
-    to_json,
-)
+from courier.ops.continue_ import build_continue
+from courier.ops.dispatch import build_dispatch
+from courier.render import dispatch_line, is_stalled, list_lines, results_json, sort_results, status_text, to_json
 from courier.route import ask, await_result, command_started_at
+from courier.starting import send_dispatch, send_starting
 from courier.text import escape_controls, sanitize
 from protocol import limits
 from protocol.models import collector_paused
@@ -300,10 +291,11 @@ def logs(
             hint = f"interrupted; the run continues; follow it again with wb agent logs {ref} --follow"
             raise Interrupted(hint) from None
         return
-    if raw and not machine:
-        _local_raw_logs(config, run_id)
-        return
     response = ask(config, machine, _request("logs", agent_id=run_id, tail=tail, raw=raw), timeout_s=bound_s)
+    transcript = response.take_transcript()  # handed over in-process: printed whole, bytes as written
+    if transcript is not None:
+        _raw_transcript(transcript)
+        return
     text = response.logs
     if as_json:
         from courier.printed import actions_document
@@ -315,16 +307,7 @@ def logs(
         _out(sanitize(text, keep_newlines=True))
 
 
-def _local_raw_logs(config: Config, run_id: str) -> None:
-    from courier.runs.service import NO_TRANSCRIPT
-    from courier.runs.store import Store
-
-    store = Store(config.home).ensure()
-    store.load(run_id)
-    opened = store.open_transcript(run_id)  # no link, FIFO or hard link is followed
-    if opened is None:
-        _out(NO_TRANSCRIPT + "\n")
-        return
+def _raw_transcript(opened: tuple[int, int, str]) -> None:
     fd, _, path = opened
     _out(f"{path}\n")
     terminal = sys.stdout.isatty()
@@ -375,7 +358,8 @@ def diff(
     json_flag: JsonOpt = False,
 ) -> None:
     """Show the run's change against its base: a patch git apply takes (new and binary files included)."""
-    from courier.supervise import diff_json, fetch_diff, patch_bytes, stat_text, write_bytes
+    from courier.ops.diff import diff_json, patch_bytes, stat_text
+    from courier.supervise import fetch_diff, write_bytes
 
     machine, run_id = _target(reference, to)
     result = fetch_diff(_config(), machine, run_id, stat=stat)
@@ -443,8 +427,9 @@ def prune(
     machine_timeout: MachineTimeoutOpt = MACHINE_TIMEOUT_DEFAULT,
 ) -> None:
     """Remove old run records (with --worktrees their worktrees too; never a live run's)."""
+    from courier.ops.prune import prune_text
     from courier.printed import prune_document, prune_fleet_document
-    from courier.supervise import prune_machines, prune_text
+    from courier.supervise import prune_machines
 
     if older_than is None:
         raise UsageError("pass --older-than DURATION (e.g. 7d is not a Go duration: use 168h)")

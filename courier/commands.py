@@ -1,4 +1,4 @@
-"""Request building and validation shared by the CLI and the MCP server, so both refuse the same way.
+"""Flag checks and request helpers shared by the CLI, the MCP server and the operation modules (one way to refuse).
 
 Nothing here writes to stdout: the MCP server's stdout carries only the protocol.
 """
@@ -12,15 +12,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from courier.capabilities import BUDGET
-from courier.config import Config
-from courier.errors import Finding, TransportError, UsageError, WbError
-from courier.placement import is_auto, label_of
-from courier.route import ask, upgrade_message
+from courier.config import AUTO
+from courier.errors import Finding, TransportError, UsageError
 from protocol import limits
 from protocol.durations import BadDuration, format_duration_ms, parse_duration_ms
-from protocol.models import RemoteRequest, Result
-from protocol.refs import BadName, check_machine_name, format_reference, new_run_id, split_reference
+from protocol.models import RemoteRequest
+from protocol.refs import BadName, check_machine_name, split_reference
 
 
 def default_duration(ms: int) -> str:
@@ -57,7 +54,7 @@ def target(reference: str | None, to: str | None) -> tuple[str, str]:
 
 
 def request(operation: str, **fields: Any) -> RemoteRequest:
-    return RemoteRequest(schema_version=limits.SCHEMA_VERSION, operation=operation, **fields)
+    return RemoteRequest.of(operation, **fields)
 
 
 def read_task(task: str | None, task_file: str | None, stdin: BinaryIO | None = None) -> str:
@@ -120,120 +117,24 @@ def budget_flags(max_tokens: int | None, max_cost_usd: float | None) -> dict[str
     return fields
 
 
-def build_dispatch(
-    *,
-    new_worktree: str | None,
-    use_worktree: str | None,
-    profile: str | None,
-    task: str | None,
-    task_file: str | None,
-    repo: str | None,
-    branch: str | None,
-    base: str | None,
-    to: str | None,
-    timeout: str,
-    stdin: BinaryIO | None = None,
-    max_tokens: int | None = None,
-    max_cost_usd: float | None = None,
-) -> tuple[str, RemoteRequest]:
-    """(machine, dispatch request with a freshly minted run ID), or the CLI's usage error."""
-    if (new_worktree is None) == (use_worktree is None):
-        raise UsageError("pass exactly one of --new-worktree NAME and --use-worktree NAME")
-    if profile is None:
-        raise UsageError("pass --profile NAME (a profile from agents.profiles in wb.yaml)")
-    if use_worktree is not None and branch is not None:
-        raise UsageError("--branch applies only to --new-worktree")
-    bound = timeout_ms(timeout)
-    budget = budget_flags(max_tokens, max_cost_usd)
-    if is_auto(to):
-        assert to is not None
-        label_of(to)  # a malformed label is refused before the task is read
-        machine = ""  # chosen by send_dispatch
-    else:
-        machine, _ = target(None, to)
-    text = read_task(task, task_file, stdin)
-    mode = "new" if new_worktree is not None else "existing"
-    return machine, request(
-        "dispatch",
-        mode=mode,
-        worktree=new_worktree or use_worktree or "",
-        profile=profile,
-        task=text,
-        repository=repository(repo) if mode == "new" else (repo or ""),
-        branch=branch or "",
-        base=base or "",
-        timeout_ms=bound,
-        agent_id=new_run_id(),
-        **budget,
-    )
+_LABEL = re.compile(r"[a-z0-9][a-z0-9_-]{0,31}")  # a target label (docs/config.md#targets)
 
 
-def build_continue(
-    *,
-    reference: str,
-    task: str | None,
-    task_file: str | None,
-    profile: str | None,
-    timeout: str,
-    to: str | None,
-    stdin: BinaryIO | None = None,
-    max_tokens: int | None = None,
-    max_cost_usd: float | None = None,
-) -> tuple[str, RemoteRequest, str]:
-    """(machine, continue request, the new run's minted ID), or the CLI's usage error."""
-    bound = timeout_ms(timeout)
-    budget = budget_flags(max_tokens, max_cost_usd)
-    machine, run_id = target(reference, to)
-    text = read_task(task, task_file, stdin)
-    new_id = new_run_id()
-    return (
-        machine,
-        request(
-            "continue",
-            agent_id=run_id,
-            task=text,
-            profile=profile or "",
-            timeout_ms=bound,
-            new_agent_id=new_id,
-            **budget,
-        ),
-        new_id,
-    )
+def is_auto(to: str | None) -> bool:
+    """`--to auto` or `--to auto:LABEL`: a placement, not a machine name (config refuses a machine named auto)."""
+    return to is not None and (to == AUTO or to.startswith(AUTO + ":"))
 
 
-def require_budget_support(config: Config, machine: str, starting: RemoteRequest) -> None:
-    """A budget flag goes only to a peer that lists `budget` (an older one would ignore it): else exit 2."""
-    if not machine or not (starting.max_tokens or starting.max_cost_usd):
-        return
-    version = ask(config, machine, request("version"))
-    if BUDGET not in (version.capabilities or []):
-        raise UsageError(upgrade_message(machine, version.wb_version, "--max-tokens and --max-cost-usd"))
-
-
-def send_starting(config: Config, machine: str, starting: RemoteRequest, run_id: str) -> Result:
-    """Send a request that starts a run; a transport failure after sending names the intended reference."""
-    require_budget_support(config, machine, starting)
-    try:
-        return ask(config, machine, starting).result_of()
-    except WbError as exc:
-        # Before authentication nothing was sent; after it, the run may exist.
-        if machine and exc.request_maybe_sent:
-            exc.message += (
-                f"\nthe run may have started; ask for it with: wb agent status {format_reference(machine, run_id)}"
-            )
-        raise
-
-
-def send_dispatch(
-    config: Config, to: str | None, machine: str, starting: RemoteRequest, machine_timeout_s: float
-) -> Result:
-    """Start a dispatch: on `machine`, or where `--to auto[:LABEL]` places it (docs/cli.md#placement-across-a-fleet)."""
-    if is_auto(to):
-        from courier.placement import dispatch_auto
-
-        assert to is not None
-        return dispatch_auto(config, to, starting, machine_timeout_s)
-    return send_starting(config, machine, starting, starting.agent_id)
+def label_of(to: str) -> str | None:
+    """The LABEL of `auto:LABEL` (None for plain `auto`); a malformed one is a usage error."""
+    if to == AUTO:
+        return None
+    label = to.removeprefix(AUTO + ":")
+    if not _LABEL.fullmatch(label):
+        raise UsageError(
+            f'--to {to[:80]}: expected auto or auto:LABEL, a label of 1-32 lowercase letters, digits, "_" or "-"'
+        )
+    return label
 
 
 @contextlib.contextmanager

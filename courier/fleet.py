@@ -70,7 +70,7 @@ class FleetAnswer:
 
 
 def _request(operation: str) -> RemoteRequest:
-    return RemoteRequest(schema_version=limits.SCHEMA_VERSION, operation=operation)
+    return RemoteRequest.of(operation)
 
 
 def _reason(exc: BaseException) -> str:

@@ -39,12 +39,17 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from courier import __version__, commands
 from courier.config import Config, load_config
 from courier.errors import Finding, UsageError, WbError
+from courier.ops import REGISTRY
+from courier.ops.base import McpTool
+from courier.ops.continue_ import build_continue
+from courier.ops.dispatch import build_dispatch
 from courier.render import json_text
 from courier.route import ask
 from courier.schemas import DOCUMENTS, schema
+from courier.starting import send_dispatch, send_starting
 from protocol import limits
 from protocol.documents import ErrorDocument, FleetDocument, FleetMachine, LogsDocument, error_class
-from protocol.models import DiffResult, RemoteResponse, Result, collector_paused
+from protocol.models import DiffResult, RemoteRequest, RemoteResponse, Result, collector_paused
 from protocol.refs import format_reference
 
 # How often a waiting `await` reports progress (docs/mcp.md: at least every 10 s).
@@ -195,7 +200,7 @@ class Call:
 
 
 async def _dispatch(call: Call, args: DispatchArgs) -> dict[str, Any]:
-    machine, request = commands.build_dispatch(
+    machine, request = build_dispatch(
         new_worktree=args.new_worktree,
         use_worktree=args.use_worktree,
         profile=args.profile,
@@ -209,7 +214,7 @@ async def _dispatch(call: Call, args: DispatchArgs) -> dict[str, Any]:
     )
     config = await call.config()
     bound_s = limits.PLACEMENT_TIMEOUT_DEFAULT_MS / limits.MS_PER_SECOND  # to: auto asks the candidates this long
-    result: Result = await call.blocking(lambda: commands.send_dispatch(config, args.to, machine, request, bound_s))
+    result: Result = await call.blocking(lambda: send_dispatch(config, args.to, machine, request, bound_s))
     return result.to_wire()
 
 
@@ -313,8 +318,18 @@ async def _logs(call: Call, args: LogsArgs) -> dict[str, Any]:
     machine, run_id = commands.target(args.ref, args.to)
     config = await call.config()
     request = commands.request("logs", agent_id=run_id, tail=args.tail, raw=args.raw)
-    response = await call.blocking(lambda: ask(config, machine, request))
-    return LogsDocument(agent_id=run_id, machine=machine or None, logs=response.logs).to_json()
+    logs: str = await call.blocking(lambda: _logs_text(config, machine, request))
+    return LogsDocument(agent_id=run_id, machine=machine or None, logs=logs).to_json()
+
+
+def _logs_text(config: Config, machine: str, request: RemoteRequest) -> str:
+    response = ask(config, machine, request)
+    transcript = response.take_transcript()  # this machine's raw transcript, handed over in-process
+    if transcript is None:
+        return response.logs
+    from courier.runs.service import raw_text
+
+    return raw_text(request.agent_id, transcript)  # bounded as a reply's copy is
 
 
 async def _stop(call: Call, args: RefArgs) -> dict[str, Any]:
@@ -346,11 +361,11 @@ async def _diff(call: Call, args: DiffArgs) -> dict[str, Any]:
 
 
 async def _continue(call: Call, args: ContinueArgs) -> dict[str, Any]:
-    machine, request, new_id = commands.build_continue(
+    machine, request, new_id = build_continue(
         reference=args.ref, task=args.task, task_file=None, profile=args.profile, timeout=args.timeout, to=args.to
     )
     config = await call.config()
-    result: Result = await call.blocking(lambda: commands.send_starting(config, machine, request, new_id))
+    result: Result = await call.blocking(lambda: send_starting(config, machine, request, new_id))
     return result.to_wire()
 
 
@@ -376,93 +391,47 @@ async def _watch(call: Call, args: WatchArgs) -> dict[str, Any]:
     return document.to_json()  # type: ignore[no-any-return]
 
 
-TOOLS: list[Tool] = [
-    Tool(
-        "dispatch",
-        "Start one task in a git worktree (new or existing) with a configured profile, here or on a configured "
-        "machine (to). Returns the run's result at once (state running): its agent_id, and machine when it runs "
-        'elsewhere; pass "MACHINE:agent_id" (or agent_id alone for this machine) as ref to await, status, diff.',
-        DispatchArgs,
-        "result",
-        _dispatch,
-        read_only=False,
-    ),
-    Tool(
-        "status",
-        "The facts of one run now (state, exit code, final message, usage, changes).",
-        RefArgs,
-        "result",
-        _status,
-    ),
-    Tool(
-        "await",
-        "Wait until the run is terminal and return its result (any terminal state is a success). Waits at most "
-        "wait_timeout (default 45s), reporting progress every few seconds; past it, returns the result as observed "
-        "(terminal false, not an error): call await again to keep waiting. Cancelling the call leaves the run going.",
-        AwaitArgs,
-        "result",
-        _await,
-    ),
-    Tool(
-        "list",
-        "The runs of this machine (or `to`), newest first; with all, of every configured machine too. Each row of "
-        "`machines` says whether that machine answered fully (ok) and why not (error).",
-        ListArgs,
-        "fleet",
-        _list,
-    ),
-    Tool(
-        "logs",
-        "The transcript path, then the last worker actions (tail), or with raw the whole transcript.",
-        LogsArgs,
-        "logs",
-        _logs,
-    ),
-    Tool(
-        "diff",
-        "The run's change against its base commit as one unified patch that git apply takes (with stat: only the "
-        "per-file counts). Works while the run is running (a snapshot) and after it ends.",
-        DiffArgs,
-        "diff",
-        _diff,
-    ),
-    Tool(
-        "stop",
-        "Stop a running run: its worker is signalled and the run recorded as failed (stopped on request).",
-        RefArgs,
-        "stop",
-        _stop,
-        read_only=False,
-    ),
-    Tool(
-        "continue",
-        "Start a new run in the same worktree that resumes a finished run's harness session with a follow-up task. "
-        "Returns the new run's result (its parent_id is the run continued).",
-        ContinueArgs,
-        "result",
-        _continue,
-        read_only=False,
-    ),
-    Tool(
-        "watch",
-        "The run transitions of this machine (or to, or all machines), as wb agent watch prints them: the first call "
-        "returns one event per run not terminal (running, queued, waiting); pass its cursor to the next call to get "
-        "the changes after it (dispatched, started, stalled, waiting, finished with the result; machine_error for a "
-        "machine that did not answer). Each call waits at most wait_timeout (default 45s) and answers soon after the "
-        "first event; idle true means no watched run is running.",
-        WatchArgs,
-        "watch",
-        _watch,
-    ),
-    Tool(
-        "machines",
+# Each tool's arguments and handler, in the order tools/list names them; an operation's tool
+# takes its description, output document and read-only hint from the operation's module.
+_CODE: dict[str, tuple[type[Arguments], Handler]] = {
+    "dispatch": (DispatchArgs, _dispatch),
+    "status": (RefArgs, _status),
+    "await": (AwaitArgs, _await),
+    "list": (ListArgs, _list),
+    "logs": (LogsArgs, _logs),
+    "diff": (DiffArgs, _diff),
+    "stop": (RefArgs, _stop),
+    "continue": (ContinueArgs, _continue),
+    "watch": (WatchArgs, _watch),
+    "machines": (MachinesArgs, _machines),
+}
+
+# Tools that are not one operation: machines asks every configured machine (with check, `version`).
+_NOT_OPERATIONS: dict[str, McpTool] = {
+    "machines": McpTool(
         "The configured machines (host, user, port, wb_path) and, with check, whether each answers (wb and schema "
         "versions, round trip, clock offset); config names the wb.yaml they were read from.",
-        MachinesArgs,
         "machines",
-        _machines,
-    ),
-]
+    )
+}
+
+
+def _described(name: str) -> McpTool:
+    op = REGISTRY.get(name)
+    found = op.mcp if op is not None else _NOT_OPERATIONS.get(name)
+    assert found is not None, f"the MCP tool {name} has no description (courier/ops/{name}.py)"
+    return found
+
+
+def _tools() -> list[Tool]:
+    tools = []
+    for name, (arguments, handler) in _CODE.items():
+        described = _described(name)
+        tools.append(Tool(name, described.description, arguments, described.output, handler, described.read_only))
+    return tools
+
+
+TOOLS: list[Tool] = _tools()
 
 
 def available_tools() -> list[Tool]:

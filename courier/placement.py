@@ -13,12 +13,12 @@ its reason is the upgrade message. None fits: exit 1 naming every candidate's re
 from __future__ import annotations
 
 import asyncio
-import re
 import time
 from dataclasses import dataclass
 
 from courier.capabilities import BUDGET, PLACEMENT, harnesses_of
-from courier.config import AUTO, Config, Problem, Profile
+from courier.commands import label_of
+from courier.config import Config, Problem, Profile
 from courier.errors import Finding, TransportError, UsageError, WbError
 from courier.route import ask, raise_failure, upgrade_message
 from courier.text import sanitize
@@ -27,25 +27,7 @@ from protocol import limits
 from protocol.models import RemoteRequest, RemoteResponse, Result
 from protocol.refs import format_reference
 
-_LABEL = re.compile(r"[a-z0-9][a-z0-9_-]{0,31}")
 _REASON_MAX_CHARS = 200  # one machine's reason in the exit-1 line
-
-
-def is_auto(to: str | None) -> bool:
-    """`--to auto` or `--to auto:LABEL`: a placement, not a machine name (config refuses a machine named auto)."""
-    return to is not None and (to == AUTO or to.startswith(AUTO + ":"))
-
-
-def label_of(to: str) -> str | None:
-    """The LABEL of `auto:LABEL` (None for plain `auto`); a malformed one is a usage error."""
-    if to == AUTO:
-        return None
-    label = to.removeprefix(AUTO + ":")
-    if not _LABEL.fullmatch(label):
-        raise UsageError(
-            f'--to {to[:80]}: expected auto or auto:LABEL, a label of 1-32 lowercase letters, digits, "_" or "-"'
-        )
-    return label
 
 
 @dataclass

@@ -6,7 +6,7 @@ Text and JSON come from the same reply and the same wording, so the two never di
 
 from __future__ import annotations
 
-from courier.supervise import PruneOutcome
+from courier.ops.prune import PruneOutcome
 from courier.text import sanitize
 from protocol.documents import ActionsDocument, PruneDocument, PruneFleetDocument, PruneFleetMachine, StopDocument
 from protocol.models import StopResult

@@ -84,9 +84,7 @@ def await_result(
     `running` without waiting is asked again after growing pauses, not at once.
     """
     if not machine:
-        request = RemoteRequest(
-            schema_version=limits.SCHEMA_VERSION, operation="await", agent_id=agent_id, wait_timeout_ms=wait_timeout_ms
-        )
+        request = RemoteRequest.of("await", agent_id=agent_id, wait_timeout_ms=wait_timeout_ms)
         return ask(config, machine, request).result_of()
     import courier.remote.client  # noqa: F401 - its import (asyncssh) is paid before a chunk is measured
 
@@ -100,9 +98,7 @@ def await_result(
         this_chunk = chunk
         if deadline is not None:
             this_chunk = max(1, min(chunk, int((deadline - time.monotonic()) * 1000)))
-        request = RemoteRequest(
-            schema_version=limits.SCHEMA_VERSION, operation="await", agent_id=agent_id, wait_timeout_ms=this_chunk
-        )
+        request = RemoteRequest.of("await", agent_id=agent_id, wait_timeout_ms=this_chunk)
         asked_at = time.monotonic()
         try:
             result = ask(config, machine, request, timeout_s=this_chunk / limits.MS_PER_SECOND + slack_s).result_of()

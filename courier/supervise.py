@@ -10,7 +10,6 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from courier.config import Config
 from courier.errors import (
@@ -21,51 +20,26 @@ from courier.errors import (
     UsageError,
     WbError,
 )
-from courier.render import ref_of, to_json
+from courier.ops.prune import PruneOutcome
+from courier.render import ref_of
 from courier.route import ask, await_chunk_ms, upgrade_message
 from courier.text import sanitize
 from protocol import limits
 from protocol.models import DiffResult, PruneResult, RemoteRequest, Result
-from protocol.refs import format_reference
 
 
 def request(operation: str, **fields: object) -> RemoteRequest:
-    return RemoteRequest(schema_version=limits.SCHEMA_VERSION, operation=operation, **fields)  # type: ignore[arg-type]
+    return RemoteRequest.of(operation, **fields)
 
 
 # -- diff ----------------------------------------------------------------------------------
 
 
 def fetch_diff(config: Config, machine: str, agent_id: str, *, stat: bool) -> DiffResult:
-    """The run's diff; locally without the 2 MiB wire cap, remotely through the `diff` operation."""
-    if not machine:
-        from courier.runs.loop_ops import diff_result
-        from courier.runs.store import Store
+    """The run's diff through the machine's transport (in-process here: without the 2 MiB wire cap)."""
+    from courier.ops.diff import diff_request
 
-        return diff_result(Store(config.home).ensure(), agent_id, stat=stat, wire_cap=False)
-    return DiffResult.model_validate(ask(config, machine, request("diff", agent_id=agent_id, stat=stat)).result)
-
-
-def patch_bytes(diff: DiffResult) -> bytes:
-    """The patch exactly as git wrote it (a non-UTF-8 byte travels as a lone surrogate)."""
-    return (diff.patch or "").encode("utf-8", "surrogateescape")
-
-
-def stat_text(diff: DiffResult) -> str:
-    lines = []
-    for change in diff.files:
-        note = " (binary)" if change.binary else ""
-        lines.append(f"+{change.insertions} -{change.deletions} {sanitize(change.path)}{note}\n")
-    count = len(diff.files)
-    insertions = sum(change.insertions for change in diff.files)
-    deletions = sum(change.deletions for change in diff.files)
-    lines.append(f"{count} file{'s' if count != 1 else ''} changed, +{insertions} -{deletions}\n")
-    return "".join(lines)
-
-
-def diff_json(diff: DiffResult) -> str:
-    # A non-UTF-8 patch byte (kept as a lone \udcXX surrogate) is printed as that escape.
-    return to_json(diff.to_wire())
+    return DiffResult.model_validate(ask(config, machine, diff_request(agent_id, stat=stat)).result)
 
 
 # -- logs --follow ---------------------------------------------------------------------------
@@ -127,13 +101,6 @@ def follow(
 # -- prune -------------------------------------------------------------------------------------
 
 
-@dataclass
-class PruneOutcome:
-    machine: str
-    result: PruneResult | None
-    error: WbError | None = None
-
-
 def prune_on(
     config: Config, machine: str, older_than_ms: int, dry_run: bool, timeout_s: float, worktrees: bool = False
 ) -> PruneOutcome:
@@ -168,36 +135,6 @@ def prune_machines(
 
     with ThreadPoolExecutor(max_workers=max(1, min(limits.FLEET_MAX_IN_FLIGHT, len(machines)))) as pool:
         return list(pool.map(lambda m: prune_on(config, m, older_than_ms, dry_run, timeout_s, worktrees), machines))
-
-
-def prune_text(outcomes: list[PruneOutcome], dry_run: bool, worktrees: bool = False) -> tuple[str, list[str]]:
-    """(stdout, warnings): one line per removed record (and worktree) and a total."""
-    verb = "would remove" if dry_run else "removed"
-    lines = []
-    total = removed_trees = 0
-    warnings = []
-    for outcome in outcomes:
-        if outcome.result is None:
-            assert outcome.error is not None
-            warnings.append(outcome.error.message)  # a remote error already names its machine
-            continue
-        for entry in outcome.result.removed:
-            ref = format_reference(outcome.machine, entry.agent_id)
-            lines.append(f"{verb} {ref} ({sanitize(entry.state)}, finished {sanitize(entry.finished_at)})\n")
-            total += 1
-        for tree in outcome.result.worktrees or []:
-            where = f"{outcome.machine}:" if outcome.machine else ""
-            if tree.error:
-                warnings.append(f"{where}{sanitize(tree.path)}: {tree.error}")
-                continue
-            branch = f" and branch {sanitize(tree.branch)}" if tree.branch else ""
-            lines.append(f"{verb} worktree {where}{sanitize(tree.path)}{branch}\n")
-            removed_trees += 1
-    summary = f"{verb} {total} record{'s' if total != 1 else ''}"
-    if worktrees:
-        summary += f" and {removed_trees} worktree{'s' if removed_trees != 1 else ''}"
-    lines.append(summary + "\n")
-    return "".join(lines), warnings
 
 
 def write_bytes(data: bytes) -> None:

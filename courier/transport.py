@@ -19,6 +19,7 @@ from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import TYPE_CHECKING
 
+import courier.ops  # noqa: F401  the operation registry installs the wire table `validated` reads
 from courier.errors import UsageError
 from protocol.models import RemoteRequest, RemoteResponse
 from protocol.validate import RequestRefused, validate_request
@@ -57,7 +58,7 @@ class LocalTransport(Transport):
     def ask(self, request: RemoteRequest, *, timeout_s: float | None = None) -> RemoteResponse:
         from courier.operations import perform
 
-        return perform(validated(request), config=self.config)
+        return perform(validated(request), config=self.config, in_process=True)
 
     async def ask_async(self, request: RemoteRequest, *, timeout_s: float | None = None) -> RemoteResponse:
         # A fan-out asks this machine beside the others; its own work must not block them.

@@ -350,6 +350,11 @@ class RemoteRequest(WireModel):
     # docs/protocol.md, watch: the cursor of the previous watch reply ("" on the first call).
     watch_cursor: str = ""
 
+    @classmethod
+    def of(cls, operation: str, **fields: Any) -> RemoteRequest:
+        """The one way a request is built: this wb's schema version, the operation, its fields."""
+        return cls(schema_version=limits.SCHEMA_VERSION, operation=operation, **fields)
+
     def encode(self) -> bytes:
         body = self.model_dump(exclude_defaults=True)
         body["schema_version"] = self.schema_version
@@ -379,6 +384,17 @@ class RemoteResponse(WireModel):
     # kept typed so nobody validates them again.
     _typed_result: Result | StopResult | None = PrivateAttr(default=None)
     _typed_results: list[Result] | None = PrivateAttr(default=None)
+    # Never on the wire: `logs --raw` asked in-process hands over the open transcript
+    # (descriptor, size, path) instead of a copy of it, so this machine prints it whole.
+    _transcript: tuple[int, int, str] | None = PrivateAttr(default=None)
+
+    def attach_transcript(self, opened: tuple[int, int, str]) -> None:
+        self._transcript = opened
+
+    def take_transcript(self) -> tuple[int, int, str] | None:
+        """The handed-over transcript, once; its descriptor is then the taker's to close."""
+        opened, self._transcript = self._transcript, None
+        return opened
 
     def set_result(self, result: Result | StopResult) -> None:
         self._typed_result = result

@@ -11,6 +11,8 @@ from typing import Any
 
 import jsonschema
 
+from courier.ops import REGISTRY
+
 SCHEMA_DIR = Path(__file__).resolve().parents[1] / "docs" / "schema"
 # Documents printed one per line (wb agent watch --json), each checked on its own.
 LINE_DOCUMENTS = frozenset({"event"})
@@ -37,22 +39,13 @@ def schema_for(args: tuple[str, ...] | list[str]) -> str | None:
         return "machines"
     if words[:1] != ["agent"] or len(words) < 2:
         return None
-    command = words[1]
-    if command in ("dispatch", "status", "await", "continue"):
-        return "result"
-    if command == "list":
-        return "fleet" if "--all" in args else "list"
-    if command == "diff" and (SCHEMA_DIR / "diff.json").exists():
-        return "diff"
-    if command == "logs":
-        return "actions"
-    if command == "stop":
-        return "stopped"
-    if command == "watch":
-        return "event"  # one document per line (LINE_DOCUMENTS)
-    if command == "prune":
-        return "prune-fleet" if "--all" in args else "prune"
-    return None
+    op = REGISTRY.get(words[1])  # `wb agent NAME` is operation NAME: its module names what it prints
+    if op is None:
+        return None
+    name = op.printed_all if "--all" in args and op.printed_all else op.printed
+    if name is None or not (SCHEMA_DIR / f"{name}.json").exists():
+        return None
+    return name
 
 
 def check(name: str, document: Any) -> None:

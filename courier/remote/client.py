@@ -8,10 +8,11 @@ machine that answered. Any doubt is a ReplyUntrusted (exit 255).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, assert_never
 
 from pydantic import ValidationError
 
+import courier.ops  # noqa: F401  the operation registry installs the wire table the checks below read
 from courier.errors import ReplyUntrusted, SchemaSkew
 from courier.text import sanitize
 from protocol import limits
@@ -25,7 +26,7 @@ from protocol.models import (
     StopResult,
     collector_paused,
 )
-from protocol.operations import TABLE
+from protocol.operations import TABLE, Reply
 from protocol.validate import describe_validation_error
 
 _SHORT_TEXT_MAX = 256
@@ -95,40 +96,45 @@ def _check_results(machine: str, operation: str, response: RemoteResponse, asked
     `asked` is the run the request names ("" when it names none): a result about another run
     is as untrusted as a wrong operation echo.
     """
-    reply = TABLE[operation].reply if operation in TABLE else "none"
+    reply: Reply = TABLE[operation].reply if operation in TABLE else "none"
     try:
-        if reply == "result":
-            if response.result is None:
-                raise ReplyUntrusted(f"{machine}: the {operation} reply carries no result")
-            response.set_result(_stamped(response.result, machine, asked, operation))
-        elif reply == "stop":
-            if response.result is None:
-                raise ReplyUntrusted(f"{machine}: the stop reply carries no result")
-            body = dict(response.result)
-            body.pop("machine", None)
-            stopped = StopResult.model_validate(body)
-            _check_subject(machine, operation, asked, stopped.agent_id)
-            stopped.machine = machine
-            response.set_result(stopped)
-        elif reply == "logs" and response.result is not None:
-            response.set_result(_stamped(response.result, machine, asked, operation))  # a follow reply: the run's
-        elif reply == "diff":
-            if response.result is None:
-                raise ReplyUntrusted(f"{machine}: the diff reply carries no result")
-            diff = DiffResult.model_validate(response.result)
-            _check_subject(machine, operation, asked, diff.agent_id)
-            diff.machine = machine
-            response.result = diff.to_wire()
-        elif reply == "prune":
-            response.result = PruneResult.model_validate(response.result or {}).to_wire()
-        elif reply == "results":
-            with collector_paused():
-                results = [_stamped(item, machine) for item in response.results or []]
-            _check_unique(machine, results, response.warnings or [])
-            response.set_results(results)
-            response.result = None
-        else:
-            response.result = None
+        # One case per reply kind of the table: a new kind that is not handled here fails mypy.
+        match reply:
+            case "result":
+                if response.result is None:
+                    raise ReplyUntrusted(f"{machine}: the {operation} reply carries no result")
+                response.set_result(_stamped(response.result, machine, asked, operation))
+            case "stop":
+                if response.result is None:
+                    raise ReplyUntrusted(f"{machine}: the stop reply carries no result")
+                body = dict(response.result)
+                body.pop("machine", None)
+                stopped = StopResult.model_validate(body)
+                _check_subject(machine, operation, asked, stopped.agent_id)
+                stopped.machine = machine
+                response.set_result(stopped)
+            case "logs":
+                if response.result is not None:  # a follow reply: the run's
+                    response.set_result(_stamped(response.result, machine, asked, operation))
+            case "diff":
+                if response.result is None:
+                    raise ReplyUntrusted(f"{machine}: the diff reply carries no result")
+                diff = DiffResult.model_validate(response.result)
+                _check_subject(machine, operation, asked, diff.agent_id)
+                diff.machine = machine
+                response.result = diff.to_wire()
+            case "prune":
+                response.result = PruneResult.model_validate(response.result or {}).to_wire()
+            case "results":
+                with collector_paused():
+                    results = [_stamped(item, machine) for item in response.results or []]
+                _check_unique(machine, results, response.warnings or [])
+                response.set_results(results)
+                response.result = None
+            case "none":
+                response.result = None
+            case _:
+                assert_never(reply)
     except ValidationError as exc:
         raise ReplyUntrusted(
             f"{machine}: the {operation} reply carries a result that fails validation: {describe_validation_error(exc)}"

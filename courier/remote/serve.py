@@ -100,14 +100,13 @@ def answer(data: bytes, oversize: bool, client_gone: Callable[[], bool]) -> Remo
     """The one reply to one request's bytes; every refusal is in-band."""
     if oversize:
         return _refusal(f"request exceeds {limits.REQUEST_MAX_BYTES} bytes")
+    from courier.operations import perform  # its registry installs the wire table decode_request reads
     from protocol.validate import RequestRefused, decode_request
 
     try:
         request = decode_request(data)
     except RequestRefused as exc:
         return _refusal(str(exc), _operation_of(data))
-    from courier.operations import perform
-
     return perform(request, client_gone=client_gone)
 
 

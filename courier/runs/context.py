@@ -24,10 +24,15 @@ def never_gone() -> bool:
 
 @dataclass
 class Context:
-    """The caller's already-loaded configuration (the CLI; None on the receiver) and a gone-check."""
+    """The caller's already-loaded configuration (the CLI; None on the receiver) and a gone-check.
+
+    `in_process` is true when the asker is this very process (the local transport): nothing
+    crosses a wire, so the bounds that exist for the wire (diff's 2 MiB patch) do not apply.
+    """
 
     client_gone: Callable[[], bool] = never_gone
     config: Config | None = None
+    in_process: bool = False
 
 
 Handler = Callable[["RemoteRequest", "RemoteResponse", Context], None]

@@ -42,8 +42,9 @@ def diff_result(store: Store, agent_id: str, *, stat: bool, wire_cap: bool) -> D
 
 
 def diff_op(request: RemoteRequest, response: RemoteResponse, context: Context) -> None:
-    # The 2 MiB cap is for the wire: the CLI on this machine calls diff_result without it.
-    response.result = diff_result(store_for(context), request.agent_id, stat=request.stat, wire_cap=True).to_wire()
+    # The 2 MiB cap is for the wire: asked in-process (the CLI on this machine), there is none.
+    cap = not context.in_process
+    response.result = diff_result(store_for(context), request.agent_id, stat=request.stat, wire_cap=cap).to_wire()
 
 
 def follow_op(request: RemoteRequest, response: RemoteResponse, context: Context) -> None:

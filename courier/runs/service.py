@@ -45,6 +45,15 @@ def logs_op(request: RemoteRequest, response: RemoteResponse, context: Context) 
 
         follow_op(request, response, context)
         return
+    if request.raw and context.in_process:  # the caller is this process: it reads the file itself
+        store = store_for(context)
+        store.load(request.agent_id)  # an unknown run is a finding, not an empty transcript
+        opened = store.open_transcript(request.agent_id)  # no link, FIFO or hard link is followed
+        if opened is None:
+            response.logs = NO_TRANSCRIPT + "\n"
+        else:
+            response.attach_transcript((opened[0], opened[1], str(opened[2])))
+        return
     tail = request.tail or limits.LOGS_TAIL_DEFAULT
     response.logs = logs_text(store_for(context), request.agent_id, tail, raw=request.raw)
 
@@ -86,21 +95,30 @@ def logs_text(store: Store, agent_id: str, tail: int, *, raw: bool) -> str:
     if opened is None:
         return NO_TRANSCRIPT + "\n"
     fd, size, path = opened
+    if raw:
+        return raw_text(agent_id, (fd, size, str(path)))
     try:
-        if raw:
-            data = read_fd(fd, limits.REMOTE_TRANSCRIPT_MAX_BYTES + 1)
-            if max(size, len(data)) > limits.REMOTE_TRANSCRIPT_MAX_BYTES:
-                raise Finding(
-                    f"transcript for {agent_id} is {max(size, len(data))} bytes; "
-                    f"fetch it on that machine with wb agent logs {agent_id} --raw"
-                )
-            return f"{path}\n" + data.decode("utf-8", "replace")
         from courier.runs.harness import harness_for
 
         actions = harness_for(record.resolved.harness).worker_actions(fd, tail)
     finally:
         os.close(fd)
     return f"{path}\n" + "".join(f"  {action}\n" for action in actions)
+
+
+def raw_text(agent_id: str, opened: tuple[int, int, str]) -> str:
+    """The transcript's path and text as a reply carries it (over the bound: a finding, not a cut); closes it."""
+    fd, size, path = opened
+    try:
+        data = read_fd(fd, limits.REMOTE_TRANSCRIPT_MAX_BYTES + 1)
+    finally:
+        os.close(fd)
+    if max(size, len(data)) > limits.REMOTE_TRANSCRIPT_MAX_BYTES:
+        raise Finding(
+            f"transcript for {agent_id} is {max(size, len(data))} bytes; "
+            f"fetch it on that machine with wb agent logs {agent_id} --raw"
+        )
+    return f"{path}\n" + data.decode("utf-8", "replace")
 
 
 def stop(store: Store, agent_id: str, requester: str, survivors: list[int] | None = None) -> StopResult:

@@ -104,6 +104,17 @@ def test_diff_works_while_the_run_is_running(machine: Machine) -> None:
     machine.wb("agent", "stop", ref)
 
 
+def test_diff_on_this_machine_has_no_wire_cap(machine: Machine) -> None:
+    """Asked in-process (through this machine's transport), a patch over 2 MiB prints whole."""
+    machine.clone()
+    ref = machine.dispatch()
+    _await(machine, ref)
+    (_worktree(machine) / "big.txt").write_text(("y" * 99 + "\n") * 30_000)  # 3 MB of added lines
+    done = machine.wb("agent", "diff", ref)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.count("\n+" + "y" * 99) == 30_000
+
+
 def test_diff_of_a_run_whose_worktree_is_gone_is_a_finding_naming_it(machine: Machine) -> None:
     machine.clone()
     ref = machine.dispatch()

@@ -163,7 +163,7 @@ def test_a_lone_surrogate_is_printed_as_its_escape() -> None:
 
 def test_diff_json_and_the_mcp_text_use_the_one_json_printer() -> None:
     from courier.mcp_server import _error
-    from courier.supervise import diff_json
+    from courier.ops.diff import diff_json
     from protocol.models import DiffResult
 
     diff = DiffResult(agent_id="agt-" + "0" * 32, base_sha="a" * 40, head_sha="b" * 40, patch="+x\u202e\udc80\n")

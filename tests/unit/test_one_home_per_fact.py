@@ -139,3 +139,13 @@ def test_no_message_writes_a_bound_out_by_hand() -> None:
                 if (relative, text) not in ALLOWED_TEXT
             ]
     assert not written, "\n".join(written)
+
+
+def test_a_request_is_built_only_by_remote_request_of() -> None:
+    """`RemoteRequest.of` stamps this wb's schema version; no module spells the constructor itself."""
+    builders = []
+    for path in sorted((REPO / "courier").rglob("*.py")) + sorted((REPO / "protocol").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "RemoteRequest":
+                builders.append(f"{path.relative_to(REPO)}:{node.lineno}")
+    assert not builders, f"build requests with RemoteRequest.of: {builders}"

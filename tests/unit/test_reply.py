@@ -277,3 +277,15 @@ def test_a_full_reply_through_interpret() -> None:
     body = json.dumps({"schema_version": 1, "operation": "version", "wb_version": "9.9", "home_id": "abc"})
     response = interpret("m", TARGET, VERSION, ok(b"motd\n" + body.encode() + b"\n"))
     assert (response.wb_version, response.home_id) == ("9.9", "abc")
+
+
+def test_a_reply_kind_the_caller_does_not_know_is_refused_not_dropped(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The reply-kind switch is exhaustive: a kind added to the table without a case stops, loudly."""
+    from protocol import operations
+
+    entry = operations.Operation("example", "result")
+    object.__setattr__(entry, "reply", "novel")  # a kind the Reply literal does not list yet
+    monkeypatch.setitem(operations.TABLE, "example", entry)
+    request = RemoteRequest(schema_version=1, operation="example")
+    with pytest.raises(AssertionError, match="novel"):
+        decode_response("m", request, {"schema_version": 1, "operation": "example", "result": result()})

@@ -13,7 +13,7 @@ import pytest
 from conftest import REPO_ROOT, Machine
 
 from courier import schemas
-from courier.commands import build_dispatch
+from courier.ops.dispatch import build_dispatch
 from tests import json_documents
 
 SCHEMA_DIR = REPO_ROOT / "docs" / "schema"

@@ -1,0 +1,71 @@
+"""`prune` (docs/cli.md, wb agent prune): remove old run records (and with worktrees, their worktrees)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from courier.errors import WbError
+from courier.ops.base import Op
+from courier.runs.context import Handler
+from protocol.models import PruneResult, RemoteRequest
+from protocol.operations import Operation
+from protocol.rules import RequestRefused
+
+
+def _check(request: RemoteRequest) -> None:
+    if request.older_than_ms < 0:
+        raise RequestRefused("older_than_ms must be >= 0")
+
+
+@dataclass
+class PruneOutcome:
+    machine: str
+    result: PruneResult | None
+    error: WbError | None = None
+
+
+def prune_text(outcomes: list[PruneOutcome], dry_run: bool, worktrees: bool = False) -> tuple[str, list[str]]:
+    """(stdout, warnings): one line per removed record (and worktree) and a total."""
+    from courier.text import sanitize
+    from protocol.refs import format_reference
+
+    verb = "would remove" if dry_run else "removed"
+    lines = []
+    total = removed_trees = 0
+    warnings = []
+    for outcome in outcomes:
+        if outcome.result is None:
+            assert outcome.error is not None
+            warnings.append(outcome.error.message)  # a remote error already names its machine
+            continue
+        for entry in outcome.result.removed:
+            ref = format_reference(outcome.machine, entry.agent_id)
+            lines.append(f"{verb} {ref} ({sanitize(entry.state)}, finished {sanitize(entry.finished_at)})\n")
+            total += 1
+        for tree in outcome.result.worktrees or []:
+            where = f"{outcome.machine}:" if outcome.machine else ""
+            if tree.error:
+                warnings.append(f"{where}{sanitize(tree.path)}: {tree.error}")
+                continue
+            branch = f" and branch {sanitize(tree.branch)}" if tree.branch else ""
+            lines.append(f"{verb} worktree {where}{sanitize(tree.path)}{branch}\n")
+            removed_trees += 1
+    summary = f"{verb} {total} record{'s' if total != 1 else ''}"
+    if worktrees:
+        summary += f" and {removed_trees} worktree{'s' if removed_trees != 1 else ''}"
+    lines.append(summary + "\n")
+    return "".join(lines), warnings
+
+
+def _handler() -> Handler:
+    from courier.runs.loop_ops import prune_op
+
+    return prune_op
+
+
+OP = Op(
+    wire=Operation("prune", "prune", ("older_than_ms", "dry_run"), check=_check, capability="prune"),
+    handler=_handler,
+    printed="prune",
+    printed_all="prune-fleet",
+)

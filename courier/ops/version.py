@@ -1,0 +1,33 @@
+"""`version`: this machine's wb and schema versions and its capabilities (`wb machines --check` asks it)."""
+
+from __future__ import annotations
+
+from courier import __version__
+from courier.ops.base import Op
+from courier.runs.context import Context, Handler
+from protocol.models import RemoteRequest, RemoteResponse
+from protocol.operations import Operation
+from protocol.refs import check_repository
+
+
+def version_op(request: RemoteRequest, response: RemoteResponse, context: Context) -> None:
+    from courier.capabilities import capabilities
+
+    response.wb_version = __version__
+    response.capabilities = capabilities()
+    if request.placement:
+        from courier.runs.dispatch import placement_facts
+
+        response.placement = placement_facts(context.config, request.repository)
+
+
+def _handler() -> Handler:
+    return version_op
+
+
+def _check(request: RemoteRequest) -> None:
+    if request.repository:
+        check_repository(request.repository)
+
+
+OP = Op(wire=Operation("version", "none", ("placement", "repository"), check=_check), handler=_handler)

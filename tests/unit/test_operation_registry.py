@@ -1,0 +1,147 @@
+"""One registry of operations (courier/ops/): the wire table, the handlers, the MCP tools, the
+documents the CLI prints and the tests' schema map all read it, so an operation is one module."""
+
+from __future__ import annotations
+
+import dataclasses
+import pkgutil
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+import courier.ops
+from courier import cli, mcp_server, schemas
+from courier.config import Config, load_config
+from courier.errors import UsageError
+from courier.ops import REGISTRY
+from courier.ops.base import McpTool, Op
+from courier.runs.context import Context, Handler
+from courier.transport import MockTransport, Transport, overridden, transport_for
+from protocol import operations
+from protocol.models import RemoteRequest, RemoteResponse
+from protocol.operations import TABLE, Operation
+from tests.json_documents import schema_for
+
+OP_MODULES = sorted(
+    info.name for info in pkgutil.iter_modules(courier.ops.__path__) if info.name != "base"
+)  # one per operation
+
+
+def test_every_operation_of_the_wire_table_has_exactly_one_module() -> None:
+    owners = {name: getattr(courier.ops, name).OP.name for name in OP_MODULES}
+    assert sorted(owners.values()) == sorted(TABLE), owners
+    assert all(REGISTRY[op].wire is TABLE[op] for op in TABLE)  # the table IS the modules' entries
+    assert list(TABLE) == [
+        "dispatch", "status", "await", "list", "logs", "stop", "version", "diff", "continue", "prune"
+    ]  # fmt: skip
+
+
+def test_the_mcp_tools_are_the_operations_with_a_tool_plus_machines() -> None:
+    tools = {tool.name: tool for tool in mcp_server.TOOLS}
+    with_tool = {name for name, op in REGISTRY.items() if op.mcp is not None}
+    assert set(tools) == with_tool | {"machines"}
+    for name in with_tool:
+        described = REGISTRY[name].mcp
+        assert described is not None
+        assert (tools[name].description, tools[name].output, tools[name].read_only) == (
+            described.description,
+            described.output,
+            described.read_only,
+        )
+
+
+def test_every_document_an_operation_names_is_a_published_schema() -> None:
+    for op in REGISTRY.values():
+        for name in (op.printed, op.printed_all, op.mcp.output if op.mcp else None):
+            assert name is None or name in schemas.DOCUMENTS, (op.name, name)
+
+
+def _example_op() -> Op:
+    def handler(request: RemoteRequest, response: RemoteResponse, context: Context) -> None:
+        response.logs = f"example answered {request.agent_id}"
+
+    def loader() -> Handler:
+        return handler
+
+    wire = Operation("example", "none", ("agent_id",), needs_agent_id=True, capability="example")
+    return Op(wire, loader, printed="stopped", printed_all="fleet", mcp=McpTool("An example.", "result"))
+
+
+def test_an_operation_registered_once_is_validated_answered_and_mapped(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """One registry line reaches the validator, `perform` over this machine's transport and the schema map."""
+    op = _example_op()
+    monkeypatch.setitem(REGISTRY, op.name, op)
+    monkeypatch.setitem(TABLE, op.name, op.wire)
+    monkeypatch.setenv("WB_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("WB_CONFIG", str(tmp_path / "wb.yaml"))
+    (tmp_path / "wb.yaml").write_text("agents: {}\n")
+    (tmp_path / "wb.yaml").chmod(0o600)
+    run_id = "agt-" + "0" * 32
+    answer = transport_for(load_config(), "").ask(RemoteRequest.of("example", agent_id=run_id))
+    assert (answer.failure, answer.logs) == ("", f"example answered {run_id}")
+    with pytest.raises(UsageError, match="example needs agent_id"):
+        transport_for(load_config(), "").ask(RemoteRequest.of("example"))
+    assert schema_for(["agent", "example", "REF", "--json"]) == "stopped"
+    assert schema_for(["agent", "example", "--all", "--json"]) == "fleet"
+    from courier.capabilities import capabilities
+
+    assert "example" in capabilities()
+
+
+def test_installing_a_second_entry_under_a_taken_name_is_refused() -> None:
+    with pytest.raises(ValueError, match="status is installed twice"):
+        operations.install([dataclasses.replace(TABLE["status"])])
+
+
+RUN_ID = "agt-" + "0123456789abcdef" * 2
+
+
+@pytest.fixture
+def here_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    config = tmp_path / "wb.yaml"
+    config.write_text("agents: {}\n")
+    config.chmod(0o600)
+    monkeypatch.setenv("WB_CONFIG", str(config))
+    monkeypatch.setenv("WB_HOME", str(tmp_path / "home"))
+    return tmp_path
+
+
+def _this_machine(answer: Callable[[RemoteRequest], dict[str, object]]) -> Callable[[Config, str], Transport]:
+    """Every machine, this one ("") included, answered by `answer` through a MockTransport."""
+
+    def reply(request: RemoteRequest) -> RemoteResponse:
+        return RemoteResponse.model_validate({"schema_version": 1, "operation": request.operation, **answer(request)})
+
+    return lambda config, machine: MockTransport(machine, reply)
+
+
+def test_this_machines_diff_goes_through_its_transport(here_env: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    asked: list[RemoteRequest] = []
+
+    def answer(request: RemoteRequest) -> dict[str, object]:
+        asked.append(request)
+        diff = {"agent_id": request.agent_id, "base_sha": "a" * 40, "head_sha": "b" * 40, "files": []}
+        return {"result": {**diff, "patch": "+from the transport\n"}}
+
+    with overridden(_this_machine(answer)):
+        code = cli.run(["agent", "diff", RUN_ID])
+    out, err = capsys.readouterr()
+    assert (code, out, err) == (0, "+from the transport\n", "")
+    assert [(r.operation, r.agent_id, r.stat) for r in asked] == [("diff", RUN_ID, False)]
+
+
+def test_this_machines_raw_logs_go_through_its_transport(here_env: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    asked: list[RemoteRequest] = []
+
+    def answer(request: RemoteRequest) -> dict[str, object]:
+        asked.append(request)
+        return {"logs": "/far/events.jsonl\n{\"from\": \"the transport\"}\n"}
+
+    with overridden(_this_machine(answer)):
+        code = cli.run(["agent", "logs", RUN_ID, "--raw"])
+    out, err = capsys.readouterr()
+    assert (code, out, err) == (0, '/far/events.jsonl\n{"from": "the transport"}\n', "")
+    assert [(r.operation, r.agent_id, r.raw) for r in asked] == [("logs", RUN_ID, True)]
