@@ -48,9 +48,7 @@ def dispatch_auto(config: Config, to: str, request: RemoteRequest, machine_timeo
     label = label_of(to)
     candidates = _candidates(config, label)
     harness = _harness(config, request.profile)
-    probe = RemoteRequest(
-        schema_version=limits.SCHEMA_VERSION, operation="version", placement=True, repository=request.repository
-    )
+    probe = RemoteRequest.of("version", placement=True, repository=request.repository)
     open_ones = [c for c in candidates if c.reason is None]
     answers = asyncio.run(_probe_all(config, [c.machine for c in open_ones], probe, machine_timeout_s))
     for candidate in open_ones:

@@ -281,7 +281,7 @@ def _list_snapshot(tracker: Tracker, results: list[Result], listed: set[str]) ->
 
 
 def request(operation: str, **fields: object) -> RemoteRequest:
-    return RemoteRequest(schema_version=limits.SCHEMA_VERSION, operation=operation, **fields)  # type: ignore[arg-type]
+    return RemoteRequest.of(operation, **fields)
 
 
 def watch_wait_ms() -> int:

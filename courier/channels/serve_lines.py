@@ -133,7 +133,7 @@ FRESH_ENVIRONMENT_OPERATIONS = frozenset({"dispatch", "continue", "version"})
 def version_payload() -> bytes:
     from protocol.models import RemoteRequest
 
-    return RemoteRequest(schema_version=limits.SCHEMA_VERSION, operation="version").encode()
+    return RemoteRequest.of("version").encode()
 
 
 def capabilities_of(outcome: Outcome) -> list[str]:

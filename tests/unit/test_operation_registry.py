@@ -33,7 +33,7 @@ def test_every_operation_of_the_wire_table_has_exactly_one_module() -> None:
     assert sorted(owners.values()) == sorted(TABLE), owners
     assert all(REGISTRY[op].wire is TABLE[op] for op in TABLE)  # the table IS the modules' entries
     assert list(TABLE) == [
-        "dispatch", "status", "await", "list", "logs", "stop", "version", "diff", "continue", "prune"
+        "dispatch", "status", "await", "list", "logs", "stop", "version", "diff", "continue", "prune", "watch"
     ]  # fmt: skip
 
 

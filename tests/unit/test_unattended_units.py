@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 
 from courier.capabilities import capabilities
-from courier.commands import require_budget_support
 from courier.config import Config, load_config
 from courier.errors import UsageError
 from courier.render import status_text
@@ -23,6 +22,7 @@ from courier.runs.harness.claude import ClaudeEvents
 from courier.runs.harness.codex import EventSummary
 from courier.runs.harness.gemini import GeminiEvents
 from courier.runs.meter import ResponseUsage, reset_time, usage_in
+from courier.starting import require_budget_support
 from protocol.models import Budget, RemoteRequest, RemoteResponse, Result, UsageLimitPolicy
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
@@ -230,13 +230,13 @@ def test_this_machine_lists_budget_and_usage_wait() -> None:
 
 
 def test_a_budget_flag_for_an_older_peer_is_the_upgrade_message(monkeypatch: pytest.MonkeyPatch) -> None:
-    from courier import commands
+    from courier import starting
 
     def older(config: object, machine: str, request: RemoteRequest) -> RemoteResponse:
         assert request.operation == "version"
         return RemoteResponse(schema_version=1, operation="version", wb_version="0.9.0", capabilities=["diff"])
 
-    monkeypatch.setattr(commands, "ask", older)
+    monkeypatch.setattr(starting, "ask", older)
     starting = RemoteRequest(schema_version=1, operation="dispatch", max_tokens=5)
     with pytest.raises(UsageError) as caught:
         require_budget_support(None, "box", starting)  # type: ignore[arg-type]
