@@ -22,7 +22,10 @@ from typing import Any, Protocol
 import psutil
 import pytest
 
-TIERS = ("inprocess", "openssh")
+SSH_TIERS = ("inprocess", "openssh")
+EXEC_TIERS = ("exec-env", "exec-ssh")
+TIERS = SSH_TIERS  # what a module asking for `ssh_machines` runs over by default
+ALL_TIERS = (*SSH_TIERS, *EXEC_TIERS)  # the CLI, fleet and courier suites: `ssh_tier = channel_tiers()`
 TIERS_ENV = "WB_TEST_SSH_TIERS"
 
 
@@ -57,6 +60,10 @@ class SshMachines(Protocol):
     @property
     def base(self) -> Path: ...
     @property
+    def channel(self) -> str: ...
+    @property
+    def host_keys(self) -> bool: ...
+    @property
     def client_key(self) -> Path: ...
     @property
     def known_hosts(self) -> Path: ...
@@ -68,16 +75,17 @@ class SshMachines(Protocol):
     def known_hosts_line(self, server: Any) -> str: ...
     def write_wb_config(self, name: str, targets: dict[str, dict[str, Any]]) -> Path: ...
     def target(self, server: Any, **extra: Any) -> dict[str, Any]: ...
+    def address(self, server: Any) -> dict[str, Any]: ...
     def close(self) -> None: ...
 
 
 def selected_tiers() -> tuple[str, ...]:
     """The tiers WB_TEST_SSH_TIERS names (comma-separated), or all of them."""
     named = [word.strip() for word in os.environ.get(TIERS_ENV, "").split(",") if word.strip()]
-    unknown = sorted(set(named) - set(TIERS))
+    unknown = sorted(set(named) - set(ALL_TIERS))
     if unknown:
-        raise pytest.UsageError(f"{TIERS_ENV}={os.environ[TIERS_ENV]!r}: unknown tier {unknown[0]!r}; use {TIERS}")
-    return tuple(named) or TIERS
+        raise pytest.UsageError(f"{TIERS_ENV}={os.environ[TIERS_ENV]!r}: unknown tier {unknown[0]!r}; use {ALL_TIERS}")
+    return tuple(named) or ALL_TIERS
 
 
 def make_machines(tier: str, base: Path) -> SshMachines:
@@ -86,6 +94,14 @@ def make_machines(tier: str, base: Path) -> SshMachines:
         from tests.integration.inprocess_sshd import InProcessSshdFactory
 
         return InProcessSshdFactory(base)
+    if tier == "exec-env":
+        from tests.integration.exec_machines import ExecEnvFactory
+
+        return ExecEnvFactory(base)
+    if tier == "exec-ssh":
+        from tests.integration.exec_machines import ExecSshFactory
+
+        return ExecSshFactory(base)
     from tests.integration.sshd import SshdFactory
 
     return SshdFactory(base)
@@ -98,11 +114,11 @@ def require_tier(tier: str) -> None:
     from tests.integration.sshd import sshd_unavailable_reason
 
     if tier not in selected_tiers():
-        unavailable(f"the {tier} SSH tier is not selected ({TIERS_ENV}={os.environ.get(TIERS_ENV)})")
-    if tier == "openssh":
+        unavailable(f"the {tier} tier is not selected ({TIERS_ENV}={os.environ.get(TIERS_ENV)})")
+    if tier in ("openssh", "exec-ssh"):
         reason = sshd_unavailable_reason()
         if reason is not None:
-            unavailable(f"the OpenSSH tier cannot run: {reason}")
+            unavailable(f"the {tier} tier cannot run: {reason}")
 
 
 @pytest.fixture(scope="module", params=TIERS)
@@ -110,6 +126,29 @@ def ssh_tier(request: pytest.FixtureRequest) -> str:
     """Which SSH machines this module's tests run over (see the module docstring)."""
     tier = str(request.param)
     require_tier(tier)
+    return tier
+
+
+def channel_tiers(*, warm: tuple[str, ...] = EXEC_TIERS, cold: tuple[str, ...] = EXEC_TIERS) -> Any:
+    """A module's own `ssh_tier` fixture over the SSH tiers and the exec tiers: `ssh_tier = channel_tiers(…)`.
+
+    The SSH tiers run in both courier passes; an exec tier in the pass whose mode is named
+    (`warm`: WB_COURIER=on, `cold`: off), or in both (see "Time" above). A tier named in
+    WB_TEST_SSH_TIERS runs whatever the pass.
+    """
+    from conftest import courier_on
+
+    passes = warm if courier_on() else cold
+    named = os.environ.get(TIERS_ENV, "")
+    params = [tier for tier in ALL_TIERS if tier in SSH_TIERS or tier in passes or tier in named.split(",")]
+
+    @pytest.fixture(scope="module", params=params, name="ssh_tier")
+    def tier(request: pytest.FixtureRequest) -> str:
+        """Which machines this module's tests run over: the SSH tiers, then the exec tiers."""
+        chosen = str(request.param)
+        require_tier(chosen)
+        return chosen
+
     return tier
 
 

@@ -1,8 +1,9 @@
-"""The six commands against another machine: `--to MACHINE` and `machine:agt-…`, over both SSH tiers.
+"""The six commands against another machine: `--to MACHINE` and `machine:agt-…`, over every tier.
 
-The remote machine is this checkout's `wb` run by a loopback SSH server (in-process asyncssh,
-then real OpenSSH sshd: tests/ssh_tiers.py) with its own WB_HOME, projects root, wb.yaml and
-the fake Codex first on its PATH.
+The remote machine is this checkout's `wb` with its own WB_HOME, projects root, wb.yaml and
+the fake Codex first on its PATH, reached over each tier of tests/ssh_tiers.py: a loopback SSH
+server (in-process asyncssh, then real OpenSSH sshd), then an `exec` target (`env -i …` running
+the machine's wb locally, then `ssh -T` through OpenSSH to a loopback sshd).
 """
 
 from __future__ import annotations
@@ -22,12 +23,14 @@ import pytest
 from conftest import courier_on, prepare_remote, wait_for
 
 from tests.json_documents import check_output
-from tests.ssh_tiers import SshMachine, SshMachines
+from tests.ssh_tiers import SSH_TIERS, SshMachine, SshMachines, channel_tiers
+
+ssh_tier = channel_tiers()
 
 
 @pytest.fixture(scope="module")
 def sshd(ssh_machines: SshMachines) -> SshMachines:
-    """This module's machines: each test runs over both SSH tiers."""
+    """This module's machines: each test runs over every tier, SSH and exec."""
     return ssh_machines
 
 
@@ -312,10 +315,20 @@ def test_killing_the_session_sshd_during_await_is_a_transport_error_and_the_run_
     caller: Caller, box: SshMachine
 ) -> None:
     ref = caller.dispatch("scenario:slow sleep:4", "r4")
+    if courier_on():
+        # Warm, the await must ride the session the courier keeps: over exec that is the serve process,
+        # started just after the first call of a fresh environment; a one-process exec call whose
+        # process is killed is never re-sent (its exit cannot tell a lost channel from a crash).
+        assert wait_for(lambda: _courier_mode(caller, "box") == "serve", 30)
     with caller.popen("agent", "await", ref) as waiter:
         _await_killed_session(box, waiter, reconnects=courier_on())
     again = caller.wb("agent", "await", ref, "--json")
     assert again.returncode == 0 and json.loads(again.stdout)["state"] == "completed"
+
+
+def _courier_mode(caller: Caller, machine: str) -> object:
+    rows = json.loads(caller.wb("courier", "status", "--json").stdout).get("machines") or []
+    return next((row.get("mode") for row in rows if row["machine"] == machine), None)
 
 
 def _await_killed_session(box: SshMachine, waiter: subprocess.Popen[str], *, reconnects: bool = False) -> None:
@@ -358,10 +371,13 @@ def test_processes_started_for_a_remote_dispatch_never_hold_the_session_stdio(ca
     caller.wb("agent", "stop", ref)
 
 
+@pytest.mark.parametrize("ssh_tier", SSH_TIERS, indirect=True)
 def test_the_users_ssh_config_supplies_alias_port_key_and_known_hosts(
     caller: Caller, sshd: SshMachines, box: SshMachine, tmp_path: Path
 ) -> None:
-    """Without WB_SSH_CONFIG, ~/.ssh/config is read: an alias resolves through HostName, Port, IdentityFile."""
+    """Without WB_SSH_CONFIG, ~/.ssh/config is read: an alias resolves through HostName, Port, IdentityFile.
+
+    SSH tiers only: wb's own SSH client reads that file; an exec target's command reads its own."""
     home = tmp_path / "home"
     (home / ".ssh").mkdir(parents=True, mode=0o700)
     (home / ".ssh" / "config").write_text(
