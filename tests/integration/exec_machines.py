@@ -43,13 +43,8 @@ def write_targets(config_dir: Path, name: str, targets: dict[str, dict[str, Any]
     A raw dict (`{"host": "bad host"}`) stays an SSH target in every tier: a bad entry is a config
     error whatever the other machines' channel.
     """
-    document = {
-        "session_move": {
-            "targets": {
-                machine: spec if set(spec) in ({"exec"}, {"ssh"}) else {"ssh": spec} for machine, spec in targets.items()
-            }
-        }
-    }
+    entries = {key: spec if set(spec) in ({"exec"}, {"ssh"}) else {"ssh": spec} for key, spec in targets.items()}
+    document = {"session_move": {"targets": entries}}
     path = config_dir / f"{name}.yaml"
     path.write_text(yaml.safe_dump(document))
     path.chmod(0o600)
@@ -110,7 +105,7 @@ class ExecEnvMachine:
         return path
 
     def session_processes(self) -> list[psutil.Process]:
-        """This machine's receivers (`wb --wb-internal-agent-remote` or `-serve` with its WB_HOME) and their children."""
+        """This machine's receivers (`wb --wb-internal-agent-remote` or `-serve`, its WB_HOME) and their children."""
         found = []
         for process in psutil.process_iter(["cmdline"]):
             with contextlib.suppress(psutil.Error):
@@ -210,4 +205,3 @@ class ExecSshFactory(SshdFactory):
 
     def write_wb_config(self, name: str, targets: dict[str, dict[str, Any]]) -> Path:
         return write_targets(self.config_dir, name, targets)
-

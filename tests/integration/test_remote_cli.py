@@ -25,7 +25,9 @@ from conftest import courier_on, prepare_remote, wait_for
 from tests.json_documents import check_output
 from tests.ssh_tiers import SSH_TIERS, SshMachine, SshMachines, channel_tiers
 
-ssh_tier = channel_tiers()
+# Each exec tier in one courier pass (tests/ssh_tiers.py, "Time"): exec-env cold, exec-ssh warm
+# (the courier's serve process per exec machine, over OpenSSH).
+ssh_tier = channel_tiers(warm=("exec-ssh",), cold=("exec-env",))
 
 
 @pytest.fixture(scope="module")
