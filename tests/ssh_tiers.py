@@ -24,8 +24,9 @@ import pytest
 
 SSH_TIERS = ("inprocess", "openssh")
 EXEC_TIERS = ("exec-env", "exec-ssh")
+INPROCESS_CHANNEL = "inprocess-channel"  # the CLI suite only (tests/integration/inprocess_channel_cli.py)
 TIERS = SSH_TIERS  # what a module asking for `ssh_machines` runs over by default
-ALL_TIERS = (*SSH_TIERS, *EXEC_TIERS)  # the CLI, fleet and courier suites: `ssh_tier = channel_tiers()`
+ALL_TIERS = (*SSH_TIERS, *EXEC_TIERS, INPROCESS_CHANNEL)  # the CLI, fleet and courier suites: `channel_tiers()`
 TIERS_ENV = "WB_TEST_SSH_TIERS"
 
 
@@ -94,7 +95,7 @@ def make_machines(tier: str, base: Path) -> SshMachines:
         from tests.integration.inprocess_sshd import InProcessSshdFactory
 
         return InProcessSshdFactory(base)
-    if tier == "exec-env":
+    if tier in ("exec-env", INPROCESS_CHANNEL):  # the same machines; the in-process channel reads their argv
         from tests.integration.exec_machines import ExecEnvFactory
 
         return ExecEnvFactory(base)
@@ -129,18 +130,23 @@ def ssh_tier(request: pytest.FixtureRequest) -> str:
     return tier
 
 
-def channel_tiers(*, warm: tuple[str, ...] = EXEC_TIERS, cold: tuple[str, ...] = EXEC_TIERS) -> Any:
-    """A module's own `ssh_tier` fixture over the SSH tiers and the exec tiers: `ssh_tier = channel_tiers(…)`.
+def active_tiers(*, warm: tuple[str, ...] = EXEC_TIERS, cold: tuple[str, ...] = EXEC_TIERS) -> list[str]:
+    """The tiers a module runs over in this courier pass: the SSH tiers, and those `warm` or `cold` names.
 
-    The SSH tiers run in both courier passes; an exec tier in the pass whose mode is named
+    The SSH tiers run in both courier passes; any other tier in the pass whose mode names it
     (`warm`: WB_COURIER=on, `cold`: off), or in both (see "Time" above). A tier named in
     WB_TEST_SSH_TIERS runs whatever the pass.
     """
     from conftest import courier_on
 
     passes = warm if courier_on() else cold
-    named = os.environ.get(TIERS_ENV, "")
-    params = [tier for tier in ALL_TIERS if tier in SSH_TIERS or tier in passes or tier in named.split(",")]
+    named = os.environ.get(TIERS_ENV, "").split(",")
+    return [tier for tier in ALL_TIERS if tier in SSH_TIERS or tier in passes or tier in named]
+
+
+def channel_tiers(*, warm: tuple[str, ...] = EXEC_TIERS, cold: tuple[str, ...] = EXEC_TIERS) -> Any:
+    """A module's own `ssh_tier` fixture over `active_tiers(warm=…, cold=…)`: `ssh_tier = channel_tiers(…)`."""
+    params = active_tiers(warm=warm, cold=cold)
 
     @pytest.fixture(scope="module", params=params, name="ssh_tier")
     def tier(request: pytest.FixtureRequest) -> str:

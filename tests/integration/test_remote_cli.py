@@ -23,11 +23,17 @@ import pytest
 from conftest import courier_on, prepare_remote, wait_for
 
 from tests.json_documents import check_output
-from tests.ssh_tiers import SSH_TIERS, SshMachine, SshMachines, channel_tiers
+from tests.ssh_tiers import INPROCESS_CHANNEL, SSH_TIERS, SshMachine, SshMachines, active_tiers, channel_tiers
 
 # Each exec tier in one courier pass (tests/ssh_tiers.py, "Time"): exec-env cold, exec-ssh warm
-# (the courier's serve process per exec machine, over OpenSSH).
-ssh_tier = channel_tiers(warm=("exec-ssh",), cold=("exec-env",))
+# (the courier's serve process per exec machine, over OpenSSH); the in-process channel is cold by nature.
+PASSES = {"warm": ("exec-ssh",), "cold": ("exec-env", INPROCESS_CHANNEL)}
+ssh_tier = channel_tiers(**PASSES)
+# The tiers where a command runs on the machine: wb_path scripts, sessions to kill. The in-process
+# channel runs no command (its receiver is a function of this process), so those tests skip that tier.
+COMMAND_TIERS = [tier for tier in active_tiers(**PASSES) if tier != INPROCESS_CHANNEL]
+WB = [sys.executable, "-m", "courier.main"]
+INPROCESS_WB = [sys.executable, "-m", "tests.integration.inprocess_channel_cli"]
 
 
 @pytest.fixture(scope="module")
@@ -41,12 +47,13 @@ class Caller:
     """The machine a supervisor runs on: its own home and config naming the remote machines."""
 
     env: dict[str, str]
+    command: list[str]  # how wb is started: `python -m courier.main`, or the in-process channel's launcher
 
     def wb(
         self, *args: str, timeout: float = 120, env: dict[str, str] | None = None
     ) -> subprocess.CompletedProcess[str]:
         done = subprocess.run(
-            [sys.executable, "-m", "courier.main", *args],
+            [*self.command, *args],
             capture_output=True,
             text=True,
             env={**self.env, **(env or {})},
@@ -60,7 +67,7 @@ class Caller:
     def popen(self, *args: str, env: dict[str, str] | None = None) -> Iterator[subprocess.Popen[str]]:
         """A wb process in the background; killed and reaped however the test ends."""
         process = subprocess.Popen(
-            [sys.executable, "-m", "courier.main", *args],
+            [*self.command, *args],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -105,7 +112,7 @@ def box(sshd: SshMachines) -> SshMachine:
 
 
 @pytest.fixture(scope="module")
-def caller(sshd: SshMachines, box: SshMachine, tmp_path_factory: pytest.TempPathFactory) -> Caller:
+def caller(ssh_tier: str, sshd: SshMachines, box: SshMachine, tmp_path_factory: pytest.TempPathFactory) -> Caller:
     home = tmp_path_factory.mktemp("caller")
     noise = box.script(
         "noisy-wb", f'echo "Welcome to box!"\necho "{{}}not json"\nexec {sys.executable} -m courier.main "$@"\n'
@@ -127,7 +134,11 @@ def caller(sshd: SshMachines, box: SshMachine, tmp_path_factory: pytest.TempPath
         "WB_SSH_CONFIG": str(sshd.client_config),
         "LANG": "C.UTF-8",
     }
-    return Caller(env)
+    if ssh_tier == INPROCESS_CHANNEL:
+        env["WB_COURIER"] = "off"  # the courier cannot carry a receiver that lives in the caller
+        env["PYTHONPATH"] = str(Path(__file__).resolve().parents[2])  # the launcher is a tests module
+        return Caller(env, INPROCESS_WB)
+    return Caller(env, WB)
 
 
 def test_a_remote_run_round_trip_with_qualified_references(caller: Caller, box: SshMachine) -> None:
@@ -243,14 +254,18 @@ def test_remote_refusals_keep_their_exit_codes(caller: Caller, args: tuple[str, 
     assert message in done.stderr and done.stdout == ""
 
 
+@pytest.mark.parametrize("ssh_tier", COMMAND_TIERS, indirect=True)
 def test_login_shell_noise_before_the_reply_is_tolerated(caller: Caller) -> None:
+    """Not over the in-process channel: it needs noise printed by a wb_path script, and that channel runs no command."""
     done = caller.wb("agent", "list", "--to", "noisy")
     assert done.returncode == 0, done.stderr
 
 
+@pytest.mark.parametrize("ssh_tier", COMMAND_TIERS, indirect=True)
 def test_a_transport_failure_after_sending_names_the_intended_reference(
     caller: Caller, sshd: SshMachines, box: SshMachine
 ) -> None:
+    """Not over the in-process channel: it needs a crashing wb_path script, and that channel runs no command."""
     crash = box.script("crash-after-read", "cat >/dev/null\necho 'segfault' >&2\nexit 139\n")
     config = sshd.write_wb_config("crashing", {"box": sshd.target(box, wb_path=str(crash))})
     done = caller.wb(
@@ -272,9 +287,11 @@ def test_a_transport_failure_after_sending_names_the_intended_reference(
     assert "the run may have started; ask for it with: wb agent status box:agt-" in done.stderr
 
 
+@pytest.mark.parametrize("ssh_tier", COMMAND_TIERS, indirect=True)
 def test_a_peer_without_failure_kind_maps_to_a_finding_with_a_note(
     caller: Caller, sshd: SshMachines, box: SshMachine
 ) -> None:
+    """Not over the in-process channel: it needs an older peer played by a wb_path script (it runs none)."""
     go_reply = '{"schema_version":1,"operation":"status","failure":"agent run not found","results":null}'
     old = box.script("go-wb", f"cat >/dev/null\necho '{go_reply}'\n")
     config = sshd.write_wb_config("gopeer", {"box": sshd.target(box, wb_path=str(old))})
@@ -313,9 +330,11 @@ def _cmdline(process: psutil.Process) -> list[str]:
         return []
 
 
+@pytest.mark.parametrize("ssh_tier", COMMAND_TIERS, indirect=True)
 def test_killing_the_session_sshd_during_await_is_a_transport_error_and_the_run_goes_on(
     caller: Caller, box: SshMachine
 ) -> None:
+    """Not over the in-process channel: it needs a session to kill, and that channel runs no command."""
     ref = caller.dispatch("scenario:slow sleep:4", "r4")
     if courier_on():
         # Warm, the await must ride the session the courier keeps: over exec that is the serve process,
@@ -347,7 +366,9 @@ def _await_killed_session(box: SshMachine, waiter: subprocess.Popen[str], *, rec
     assert "box" in err and "Traceback" not in err
 
 
+@pytest.mark.parametrize("ssh_tier", COMMAND_TIERS, indirect=True)
 def test_a_killed_client_leaves_no_remote_poller_beyond_one_chunk(caller: Caller, box: SshMachine) -> None:
+    """Not over the in-process channel: it needs a receiver process left behind, and that channel runs no command."""
     ref = caller.dispatch("scenario:hang", "r5")
     with caller.popen("agent", "await", ref, env={"WB_AWAIT_CHUNK_MS": "3000"}) as waiter:
         assert wait_for(lambda: _remote_pollers(box), 30)
