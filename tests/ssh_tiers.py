@@ -1,17 +1,35 @@
-"""The two tiers of SSH machines the remote suites run over: in-process asyncssh servers and real OpenSSH sshd.
+"""The tiers of machines the remote suites run over: two SSH tiers, two exec tiers, the in-process channel.
 
 `ssh_tier` is a module-scoped fixture parametrized over TIERS; `ssh_machines` is the factory
-of that tier (`InProcessSshdFactory` or `SshdFactory`, one interface: `SshMachines`), shared by
-one test module. A module that asks for `ssh_machines` runs once per tier, the in-process one
-first. The in-process tier needs no root and no sshd; the OpenSSH tier stays for fidelity (a
-real sshd's sessions, SetEnv, key exchange). Without root or sshd the OpenSSH tier skips with
-the reason (a failure under CI, which runs both).
+of that tier (one interface: `SshMachines`), shared by one test module. A module that asks
+for `ssh_machines` runs once per tier, the in-process one first.
 
-WB_TEST_SSH_TIERS=inprocess (or openssh) runs one tier only; unset, both. A test that
-exercises what only OpenSSH shows asks for `sshd` instead, or pins the tier with
-`@pytest.mark.parametrize("ssh_tier", ["openssh"], indirect=True)`.
+- SSH_TIERS, every remote suite: `inprocess` (asyncssh servers in this process,
+  tests/integration/inprocess_sshd.py: no root, no sshd) and `openssh` (real sshd,
+  tests/integration/sshd.py, for fidelity: a real sshd's sessions, SetEnv, key exchange).
+- EXEC_TIERS, the CLI, fleet and courier suites (`ssh_tier = channel_tiers(...)` in the module):
+  `exec-env` (an exec target `env -i -C HOME K=V … wb` per machine, the machine's own home and
+  projects with its sshd session's environment) and `exec-ssh` (an exec target `ssh -T …`
+  through OpenSSH to a loopback sshd); tests/integration/exec_machines.py.
+- INPROCESS_CHANNEL, the CLI suite: wb started by tests/integration/inprocess_channel_cli.py,
+  which reaches each exec-env machine with courier/channels/inprocess.py's receiver inside the
+  CLI's own process (no command, no courier).
+
+A test that exercises what only some tiers have pins them with
+`@pytest.mark.parametrize("ssh_tier", [...], indirect=True)` and says why in its docstring
+(host keys and MaxSessions: SSH_TIERS; restarting sshd: openssh; a wb_path script or a session
+to kill: not the in-process channel). Without root or sshd the OpenSSH-backed tiers skip with
+the reason (a failure under CI, which runs them all).
+
+Time: the suite runs twice in CI (WB_COURIER=on, off) and must stay near 20 minutes a pass on
+2 cores. The SSH tiers run in both passes; each other tier in one (`channel_tiers(warm=…,
+cold=…)`): exec-ssh warm, where the courier adds its serve process per exec machine;
+exec-env and the in-process channel cold (the in-process channel is cold by nature; the
+courier suite's remote tests set WB_COURIER=on themselves, so either pass runs them alike).
+
+WB_TEST_SSH_TIERS=inprocess,exec-env (any of ALL_TIERS, comma-separated) runs those tiers only,
+a named one in either courier pass; unset, all of this pass's.
 """
-
 from __future__ import annotations
 
 import os
