@@ -31,6 +31,7 @@ cold (the courier suite's remote tests set WB_COURIER=on themselves, so either p
 WB_TEST_SSH_TIERS=inprocess,exec-env (any of ALL_TIERS, comma-separated) runs those tiers only,
 a named one in either courier pass; unset, all of this pass's.
 """
+
 from __future__ import annotations
 
 import os
