@@ -1,15 +1,35 @@
-"""The two tiers of SSH machines the remote suites run over: in-process asyncssh servers and real OpenSSH sshd.
+"""The tiers of machines the remote suites run over: two SSH tiers, two exec tiers, the in-process channel.
 
 `ssh_tier` is a module-scoped fixture parametrized over TIERS; `ssh_machines` is the factory
-of that tier (`InProcessSshdFactory` or `SshdFactory`, one interface: `SshMachines`), shared by
-one test module. A module that asks for `ssh_machines` runs once per tier, the in-process one
-first. The in-process tier needs no root and no sshd; the OpenSSH tier stays for fidelity (a
-real sshd's sessions, SetEnv, key exchange). Without root or sshd the OpenSSH tier skips with
-the reason (a failure under CI, which runs both).
+of that tier (one interface: `SshMachines`), shared by one test module. A module that asks
+for `ssh_machines` runs once per tier, the in-process one first.
 
-WB_TEST_SSH_TIERS=inprocess (or openssh) runs one tier only; unset, both. A test that
-exercises what only OpenSSH shows asks for `sshd` instead, or pins the tier with
-`@pytest.mark.parametrize("ssh_tier", ["openssh"], indirect=True)`.
+- SSH_TIERS, every remote suite: `inprocess` (asyncssh servers in this process,
+  tests/integration/inprocess_sshd.py: no root, no sshd) and `openssh` (real sshd,
+  tests/integration/sshd.py, for fidelity: a real sshd's sessions, SetEnv, key exchange).
+- EXEC_TIERS, the CLI, fleet and courier suites (`ssh_tier = channel_tiers(...)` in the module):
+  `exec-env` (an exec target `env -i -C HOME K=V … wb` per machine, the machine's own home and
+  projects with its sshd session's environment) and `exec-ssh` (an exec target `ssh -T …`
+  through OpenSSH to a loopback sshd); tests/integration/exec_machines.py.
+- INPROCESS_CHANNEL, the CLI suite: wb started by tests/integration/inprocess_channel_cli.py,
+  which reaches each exec-env machine with courier/channels/inprocess.py's receiver inside the
+  CLI's own process (no command, no courier).
+
+A test that exercises what only some tiers have pins them with
+`@pytest.mark.parametrize("ssh_tier", [...], indirect=True)` and says why in its docstring
+(host keys and MaxSessions: SSH_TIERS; restarting sshd: openssh; a wb_path script or a session
+to kill: not the in-process channel). Without root or sshd the OpenSSH-backed tiers skip with
+the reason (a failure under CI, which runs them all).
+
+Time: the suite runs twice in CI (WB_COURIER=on, off) and must stay near 20 minutes a pass on
+2 cores. The SSH tiers run in both passes; each other tier in one (`channel_tiers(warm=…,
+cold=…)`), so that each pass gains about the same (~2-3 minutes): the CLI suite runs
+exec-env warm (the courier's serve process per exec machine) and exec-ssh and the in-process
+channel cold (cold by nature); the fleet and courier suites run exec-ssh warm and exec-env
+cold (the courier suite's remote tests set WB_COURIER=on themselves, so either pass runs them alike).
+
+WB_TEST_SSH_TIERS=inprocess,exec-env (any of ALL_TIERS, comma-separated) runs those tiers only,
+a named one in either courier pass; unset, all of this pass's.
 """
 
 from __future__ import annotations
@@ -22,7 +42,11 @@ from typing import Any, Protocol
 import psutil
 import pytest
 
-TIERS = ("inprocess", "openssh")
+SSH_TIERS = ("inprocess", "openssh")
+EXEC_TIERS = ("exec-env", "exec-ssh")
+INPROCESS_CHANNEL = "inprocess-channel"  # the CLI suite only (tests/integration/inprocess_channel_cli.py)
+TIERS = SSH_TIERS  # what a module asking for `ssh_machines` runs over by default
+ALL_TIERS = (*SSH_TIERS, *EXEC_TIERS, INPROCESS_CHANNEL)  # the CLI, fleet and courier suites: `channel_tiers()`
 TIERS_ENV = "WB_TEST_SSH_TIERS"
 
 
@@ -57,6 +81,10 @@ class SshMachines(Protocol):
     @property
     def base(self) -> Path: ...
     @property
+    def channel(self) -> str: ...
+    @property
+    def host_keys(self) -> bool: ...
+    @property
     def client_key(self) -> Path: ...
     @property
     def known_hosts(self) -> Path: ...
@@ -68,16 +96,17 @@ class SshMachines(Protocol):
     def known_hosts_line(self, server: Any) -> str: ...
     def write_wb_config(self, name: str, targets: dict[str, dict[str, Any]]) -> Path: ...
     def target(self, server: Any, **extra: Any) -> dict[str, Any]: ...
+    def address(self, server: Any) -> dict[str, Any]: ...
     def close(self) -> None: ...
 
 
 def selected_tiers() -> tuple[str, ...]:
     """The tiers WB_TEST_SSH_TIERS names (comma-separated), or all of them."""
     named = [word.strip() for word in os.environ.get(TIERS_ENV, "").split(",") if word.strip()]
-    unknown = sorted(set(named) - set(TIERS))
+    unknown = sorted(set(named) - set(ALL_TIERS))
     if unknown:
-        raise pytest.UsageError(f"{TIERS_ENV}={os.environ[TIERS_ENV]!r}: unknown tier {unknown[0]!r}; use {TIERS}")
-    return tuple(named) or TIERS
+        raise pytest.UsageError(f"{TIERS_ENV}={os.environ[TIERS_ENV]!r}: unknown tier {unknown[0]!r}; use {ALL_TIERS}")
+    return tuple(named) or ALL_TIERS
 
 
 def make_machines(tier: str, base: Path) -> SshMachines:
@@ -86,6 +115,14 @@ def make_machines(tier: str, base: Path) -> SshMachines:
         from tests.integration.inprocess_sshd import InProcessSshdFactory
 
         return InProcessSshdFactory(base)
+    if tier in ("exec-env", INPROCESS_CHANNEL):  # the same machines; the in-process channel reads their argv
+        from tests.integration.exec_machines import ExecEnvFactory
+
+        return ExecEnvFactory(base)
+    if tier == "exec-ssh":
+        from tests.integration.exec_machines import ExecSshFactory
+
+        return ExecSshFactory(base)
     from tests.integration.sshd import SshdFactory
 
     return SshdFactory(base)
@@ -98,11 +135,11 @@ def require_tier(tier: str) -> None:
     from tests.integration.sshd import sshd_unavailable_reason
 
     if tier not in selected_tiers():
-        unavailable(f"the {tier} SSH tier is not selected ({TIERS_ENV}={os.environ.get(TIERS_ENV)})")
-    if tier == "openssh":
+        unavailable(f"the {tier} tier is not selected ({TIERS_ENV}={os.environ.get(TIERS_ENV)})")
+    if tier in ("openssh", "exec-ssh"):
         reason = sshd_unavailable_reason()
         if reason is not None:
-            unavailable(f"the OpenSSH tier cannot run: {reason}")
+            unavailable(f"the {tier} tier cannot run: {reason}")
 
 
 @pytest.fixture(scope="module", params=TIERS)
@@ -110,6 +147,34 @@ def ssh_tier(request: pytest.FixtureRequest) -> str:
     """Which SSH machines this module's tests run over (see the module docstring)."""
     tier = str(request.param)
     require_tier(tier)
+    return tier
+
+
+def active_tiers(*, warm: tuple[str, ...] = EXEC_TIERS, cold: tuple[str, ...] = EXEC_TIERS) -> list[str]:
+    """The tiers a module runs over in this courier pass: the SSH tiers, and those `warm` or `cold` names.
+
+    The SSH tiers run in both courier passes; any other tier in the pass whose mode names it
+    (`warm`: WB_COURIER=on, `cold`: off), or in both (see "Time" above). A tier named in
+    WB_TEST_SSH_TIERS runs whatever the pass.
+    """
+    from conftest import courier_on
+
+    passes = warm if courier_on() else cold
+    named = os.environ.get(TIERS_ENV, "").split(",")
+    return [tier for tier in ALL_TIERS if tier in SSH_TIERS or tier in passes or tier in named]
+
+
+def channel_tiers(*, warm: tuple[str, ...] = EXEC_TIERS, cold: tuple[str, ...] = EXEC_TIERS) -> Any:
+    """A module's own `ssh_tier` fixture over `active_tiers(warm=…, cold=…)`: `ssh_tier = channel_tiers(…)`."""
+    params = active_tiers(warm=warm, cold=cold)
+
+    @pytest.fixture(scope="module", params=params, name="ssh_tier")
+    def tier(request: pytest.FixtureRequest) -> str:
+        """Which machines this module's tests run over: the SSH tiers, then the exec tiers."""
+        chosen = str(request.param)
+        require_tier(chosen)
+        return chosen
+
     return tier
 
 

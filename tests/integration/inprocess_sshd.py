@@ -151,6 +151,8 @@ class InProcessSshdFactory:
     """Starts in-process machines sharing one client key and one known_hosts file (as `SshdFactory`)."""
 
     base: Path
+    channel = "ssh"  # the wb.yaml key of this factory's targets
+    host_keys = True  # wb checks each machine's host key
     servers: list[InProcessServer] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -222,6 +224,10 @@ class InProcessSshdFactory:
         path.write_text(yaml.safe_dump(document))
         path.chmod(0o600)
         return path
+
+    def address(self, server: InProcessServer) -> dict[str, Any]:
+        """What `wb machines --json` shows of where this machine is."""
+        return {"host": server.host, "port": server.port, "user": USER}
 
     def target(self, server: InProcessServer, **extra: Any) -> dict[str, Any]:
         return {"host": server.host, "port": server.port, "user": USER, **extra}

@@ -143,6 +143,8 @@ class SshdFactory:
     """Starts sshd instances sharing one client key and one known_hosts file."""
 
     base: Path
+    channel = "ssh"  # the wb.yaml key of this factory's targets
+    host_keys = True  # wb checks each machine's host key
     servers: list[SshdServer] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -255,6 +257,10 @@ class SshdFactory:
         path.write_text(yaml.safe_dump(document))
         path.chmod(0o600)
         return path
+
+    def address(self, server: SshdServer) -> dict[str, Any]:
+        """What `wb machines --json` shows of where this machine is."""
+        return {"host": server.host, "port": server.port, "user": "root"}
 
     def target(self, server: SshdServer, **extra: Any) -> dict[str, Any]:
         return {"host": server.host, "port": server.port, "user": "root", **extra}

@@ -1,8 +1,8 @@
 """The courier (docs/courier.md): warm commands behave as cold ones, and every fault of the brief is handled.
 
-Real processes throughout: the thin client, the courier it starts, a loopback SSH server (both
-tiers of tests/ssh_tiers.py: in-process asyncssh, then OpenSSH sshd), and the remote wb in
-serve mode or as an older one-call-per-session peer.
+Real processes throughout: the thin client, the courier it starts, a remote machine (every tier
+of tests/ssh_tiers.py: in-process asyncssh, OpenSSH sshd, then the exec targets `env -i … wb` and
+`ssh -T` through OpenSSH), and the remote wb in serve mode or as an older one-call-per-session peer.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from conftest import COURIER_MODULE, REPO_ROOT, Machine, command_process, pid_al
 
 from tests.integration.inprocess_sshd import keygen
 from tests.integration.sshd import SshdFactory, SshdServer
-from tests.ssh_tiers import SshMachine, SshMachines
+from tests.ssh_tiers import SSH_TIERS, SshMachine, SshMachines, channel_tiers
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the courier is Linux-only")
 ON = {"WB_COURIER": "on"}
@@ -516,6 +516,11 @@ class Caller(Machine):
     """A caller whose wb.yaml names remote machines; each Caller has its own WB_HOME, so its own courier."""
 
 
+# The remote tests below set WB_COURIER=on themselves, so both courier passes would run the same:
+# each exec tier runs in one of them (tests/ssh_tiers.py, "Time").
+ssh_tier = channel_tiers(warm=("exec-ssh",), cold=("exec-env",))
+
+
 def _caller(root: Path, config: Path, ssh_config: Path) -> Caller:
     root.mkdir(mode=0o700, parents=True)
     caller = Caller(root=root)
@@ -638,7 +643,9 @@ def test_an_older_peer_is_used_one_call_per_session(remote: Remote) -> None:
     assert not remote.marker.exists(), "serve mode was tried with a peer that does not list it"
 
 
+@pytest.mark.parametrize("ssh_tier", SSH_TIERS, indirect=True)
 def test_forty_concurrent_calls_queue_at_max_sessions_per_machine_and_none_fails(remote: Remote) -> None:
+    """SSH tiers only: MaxSessions is a bound on one SSH connection's channels."""
     caller = remote.caller("forty")
     assert caller.wb("agent", "list", "--to", "slowold").returncode == 0
     processes = [
@@ -696,7 +703,9 @@ def test_sshd_restarted_between_two_calls_is_reconnected_transparently(remote: R
     assert float(str(second["connected_at"])) > float(str(first["connected_at"]))  # a new connection
 
 
+@pytest.mark.parametrize("ssh_tier", SSH_TIERS, indirect=True)
 def test_a_host_key_changed_or_removed_in_known_hosts_is_refused_at_once(remote: Remote, tmp_path: Path) -> None:
+    """SSH tiers only: wb checks host keys on its own SSH channel (over exec, the command does)."""
     sshd = remote.factory
     server = sshd.start("127.0.0.4")
     prepare_remote(server)

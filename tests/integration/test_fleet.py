@@ -1,5 +1,11 @@
-"""The fleet view (docs/cli.md, wb agent list) against a loopback fleet of SSH machines, some of them broken,
-over both SSH tiers."""
+"""The fleet view (docs/cli.md, wb agent list) against a loopback fleet of machines, some of them broken,
+over every tier of tests/ssh_tiers.py (two SSH, two exec).
+
+The broken machines are the same in every tier (one down, one that never answers, one with a
+changed host key, one misconfigured); what each failure says comes from the channel (`CAUSES`):
+over exec, wb checks no host key and relays the exec command's own complaint. A machine with
+a host key exists only where the channel has host keys (not `exec-env`).
+"""
 
 from __future__ import annotations
 
@@ -16,10 +22,40 @@ from tests_support import sample_record
 from courier.runs.store import Store
 from tests.integration.inprocess_sshd import keygen
 from tests.json_documents import check_output
-from tests.ssh_tiers import SshMachine, SshMachines, make_machines
+from tests.ssh_tiers import SshMachine, SshMachines, channel_tiers, make_machines
 
 HEALTHY = 8
 MACHINE_TIMEOUT_S = 6
+# Over exec each of the fleet's receivers is a process started at the same moment on this machine
+# (no SSH handshake spreads them out): on a loaded 2-core runner 8 of them need longer than 6 s.
+EXEC_MACHINE_TIMEOUT_S = 12
+
+# The fan-out is the caller's own, the same code warm and cold: each exec tier runs in one
+# courier pass only (tests/ssh_tiers.py, "Time"), exec-env cold and exec-ssh warm.
+ssh_tier = channel_tiers(warm=("exec-ssh",), cold=("exec-env",))
+
+# What each broken machine's row says, per tier: (`list --all` error contains, `machines --check` error starts with).
+_SSH_CAUSES = {
+    "down": ("connection refused", ("refused", "unreachable")),
+    "slow": ("did not answer", ("timeout",)),
+    "rekeyed": ("host key", ("changed host key",)),
+    "typo": ("session_move.targets.typo.ssh.host", ("",)),
+}
+CAUSES = {
+    "inprocess": _SSH_CAUSES,
+    "openssh": _SSH_CAUSES,
+    "exec-env": {  # a machine that is gone: `env -C` cannot enter its home, as docker cannot enter a stopped container
+        "down": ('"env" exited with status 125 without a reply: env: cannot change directory', ("remote crashed",)),
+        "slow": _SSH_CAUSES["slow"],
+        "typo": _SSH_CAUSES["typo"],
+    },
+    "exec-ssh": {  # OpenSSH's own refusals, relayed: the first line ssh wrote on stderr
+        "down": ('"ssh" exited with status 255 without a reply: ssh: connect to host', ("remote crashed",)),
+        "slow": _SSH_CAUSES["slow"],
+        "rekeyed": ('"ssh" exited with status 255 without a reply', ("remote crashed",)),
+        "typo": _SSH_CAUSES["typo"],
+    },
+}
 
 
 def record_runs(home: Path, count: int, started: str) -> list[str]:
@@ -33,8 +69,10 @@ def record_runs(home: Path, count: int, started: str) -> list[str]:
 
 
 class Fleet:
-    def __init__(self, factory: SshMachines, base: Path) -> None:
+    def __init__(self, factory: SshMachines, base: Path, tier: str) -> None:
         self.factory = factory
+        self.causes = CAUSES[tier]
+        self.timeout_s = MACHINE_TIMEOUT_S if factory.channel == "ssh" else EXEC_MACHINE_TIMEOUT_S
         self.healthy: dict[str, SshMachine] = {}
         self.runs: dict[str, list[str]] = {}
         for index in range(HEALTHY):
@@ -46,17 +84,18 @@ class Fleet:
         self.down.stop()
         self.slow = factory.start("127.0.0.21")
         sleeper = self.slow.script("slow-wb", "cat >/dev/null\nexec sleep 60\n")
-        self.changed = factory.start("127.0.0.22")
-        keygen(self.changed.root / "other_key")
-        # The known_hosts entry now names a key the server does not have: a changed host key.
-        lines = factory.known_hosts.read_text().replace(
-            self.changed.host_public_key, " ".join((self.changed.root / "other_key.pub").read_text().split()[:2])
-        )
-        factory.known_hosts.write_text(lines)
         targets = {name: factory.target(server) for name, server in self.healthy.items()}
+        if factory.host_keys:
+            self.changed = factory.start("127.0.0.22")
+            keygen(self.changed.root / "other_key")
+            # The known_hosts entry now names a key the server does not have: a changed host key.
+            lines = factory.known_hosts.read_text().replace(
+                self.changed.host_public_key, " ".join((self.changed.root / "other_key.pub").read_text().split()[:2])
+            )
+            factory.known_hosts.write_text(lines)
+            targets["rekeyed"] = factory.target(self.changed)
         targets["down"] = factory.target(self.down)
         targets["slow"] = factory.target(self.slow, wb_path=str(sleeper))
-        targets["rekeyed"] = factory.target(self.changed)
         targets["typo"] = {"host": "-oProxyCommand=x"}
         self.config = factory.write_wb_config("fleet", targets)
         self.home = base / "caller-home"
@@ -87,17 +126,17 @@ class Fleet:
 def fleet(ssh_tier: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
     factory = make_machines(ssh_tier, tmp_path_factory.mktemp("fleet-sshd"))
     try:
-        yield Fleet(factory, tmp_path_factory.mktemp("fleet"))
+        yield Fleet(factory, tmp_path_factory.mktemp("fleet"), ssh_tier)
     finally:
         factory.close()
 
 
 def test_list_all_answers_with_the_healthy_machines_and_names_each_failure(fleet: Fleet) -> None:
     started = time.monotonic()
-    done = fleet.wb("agent", "list", "--all", "--machine-timeout", f"{MACHINE_TIMEOUT_S}s", "--json")
+    done = fleet.wb("agent", "list", "--all", "--machine-timeout", f"{fleet.timeout_s}s", "--json")
     elapsed = time.monotonic() - started
     assert done.returncode == 1, done.stderr
-    assert elapsed < MACHINE_TIMEOUT_S + 5
+    assert elapsed < fleet.timeout_s + 5
     document = json.loads(done.stdout)
     refs = [(r.get("machine", ""), r["agent_id"]) for r in document["results"]]
     expected = {("", run) for run in fleet.local_runs} | {
@@ -111,26 +150,21 @@ def test_list_all_answers_with_the_healthy_machines_and_names_each_failure(fleet
     assert order == ["", *sorted(rows.keys() - {""})]
     for name in fleet.healthy:
         assert rows[name]["ok"] is True and rows[name]["runs"] == 2 and rows[name]["error"] is None
-    for name, cause in (
-        ("down", "connection refused"),
-        ("slow", "did not answer"),
-        ("rekeyed", "host key"),
-        ("typo", "session_move.targets.typo.ssh.host"),
-    ):
+    for name, (cause, _) in fleet.causes.items():
         assert rows[name]["ok"] is False and rows[name]["runs"] == 0, name
         assert cause in rows[name]["error"], (name, rows[name]["error"])
-    for name in ("down", "slow", "rekeyed", "typo"):
+    for name in fleet.causes:
         assert f"warning: {name}: " in done.stderr
 
 
 def test_list_all_text_is_the_combined_list_then_one_warning_per_failed_machine(fleet: Fleet) -> None:
-    done = fleet.wb("agent", "list", "--all", "--machine-timeout", "8s")
+    done = fleet.wb("agent", "list", "--all", "--machine-timeout", f"{fleet.timeout_s + 2}s")
     assert done.returncode == 1
     lines = done.stdout.splitlines()
     assert len(lines) == 1 + 2 * HEALTHY, done.stdout + done.stderr
     assert lines[0].startswith(fleet.local_runs[0] + "\t") and lines[1].startswith("node7:agt-")
     warned = sorted(line.split(": ")[1] for line in done.stderr.splitlines() if line.startswith("warning: "))
-    assert warned == ["down", "rekeyed", "slow", "typo"]
+    assert warned == sorted(fleet.causes)
 
 
 def test_a_machine_sharing_this_wb_home_is_skipped_as_a_duplicate(fleet: Fleet, tmp_path: Path) -> None:
@@ -160,20 +194,20 @@ def test_a_machine_sharing_this_wb_home_is_skipped_as_a_duplicate(fleet: Fleet, 
 
 
 def test_machines_check_reports_each_cause_distinctly(fleet: Fleet) -> None:
-    done = fleet.wb("machines", "--check", "--json", "--machine-timeout", f"{MACHINE_TIMEOUT_S}s")
+    done = fleet.wb("machines", "--check", "--json", "--machine-timeout", f"{fleet.timeout_s}s")
     assert done.returncode == 1
     rows = {row["machine"]: row for row in json.loads(done.stdout)}
     for name, server in fleet.healthy.items():
         row = rows[name]
         assert row["ok"] is True and row["wb_version"] and row["schema_version"] == 1, row
-        assert row["host"] == server.host and row["port"] == server.port and row["user"] == "root"
+        address = fleet.factory.address(server)  # host, port and user; an exec row's argv instead
+        assert {key: row.get(key) for key in address} == address, row
         assert row["rtt_ms"] >= 0 and abs(row["clock_offset_ms"]) < 5000
-    causes = {name: rows[name]["error"] for name in ("down", "slow", "rekeyed", "typo")}
-    assert causes["down"].startswith("refused") or causes["down"].startswith("unreachable"), causes["down"]
-    assert causes["rekeyed"].startswith("changed host key"), causes["rekeyed"]
-    assert causes["slow"].startswith("timeout"), causes["slow"]
+    causes = {name: rows[name]["error"] for name in fleet.causes}
+    for name, (_, prefixes) in fleet.causes.items():
+        assert causes[name].startswith(prefixes), (name, causes[name])
     assert "session_move.targets.typo.ssh.host" in causes["typo"] and rows["typo"]["host"] is None
-    assert len(set(causes.values())) == 4
+    assert len(set(causes.values())) == len(fleet.causes)
 
 
 def test_machines_without_check_lists_the_configuration(fleet: Fleet) -> None:

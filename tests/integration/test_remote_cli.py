@@ -1,8 +1,9 @@
-"""The six commands against another machine: `--to MACHINE` and `machine:agt-…`, over both SSH tiers.
+"""The six commands against another machine: `--to MACHINE` and `machine:agt-…`, over every tier.
 
-The remote machine is this checkout's `wb` run by a loopback SSH server (in-process asyncssh,
-then real OpenSSH sshd: tests/ssh_tiers.py) with its own WB_HOME, projects root, wb.yaml and
-the fake Codex first on its PATH.
+The remote machine is this checkout's `wb` with its own WB_HOME, projects root, wb.yaml and
+the fake Codex first on its PATH, reached over each tier of tests/ssh_tiers.py: a loopback SSH
+server (in-process asyncssh, then real OpenSSH sshd), then an `exec` target (`env -i …` running
+the machine's wb locally, then `ssh -T` through OpenSSH to a loopback sshd).
 """
 
 from __future__ import annotations
@@ -22,12 +23,22 @@ import pytest
 from conftest import courier_on, prepare_remote, wait_for
 
 from tests.json_documents import check_output
-from tests.ssh_tiers import SshMachine, SshMachines
+from tests.ssh_tiers import INPROCESS_CHANNEL, SSH_TIERS, SshMachine, SshMachines, active_tiers, channel_tiers
+
+# Each exec tier in one courier pass (tests/ssh_tiers.py, "Time"): exec-env warm (the courier's
+# serve process per exec machine), exec-ssh cold; the in-process channel is cold by nature.
+PASSES = {"warm": ("exec-env",), "cold": ("exec-ssh", INPROCESS_CHANNEL)}
+ssh_tier = channel_tiers(**PASSES)
+# The tiers where a command runs on the machine: wb_path scripts, sessions to kill. The in-process
+# channel runs no command (its receiver is a function of this process), so those tests skip that tier.
+COMMAND_TIERS = [tier for tier in active_tiers(**PASSES) if tier != INPROCESS_CHANNEL]
+WB = [sys.executable, "-m", "courier.main"]
+INPROCESS_WB = [sys.executable, "-m", "tests.integration.inprocess_channel_cli"]
 
 
 @pytest.fixture(scope="module")
 def sshd(ssh_machines: SshMachines) -> SshMachines:
-    """This module's machines: each test runs over both SSH tiers."""
+    """This module's machines: each test runs over every tier, SSH and exec."""
     return ssh_machines
 
 
@@ -36,12 +47,13 @@ class Caller:
     """The machine a supervisor runs on: its own home and config naming the remote machines."""
 
     env: dict[str, str]
+    command: list[str]  # how wb is started: `python -m courier.main`, or the in-process channel's launcher
 
     def wb(
         self, *args: str, timeout: float = 120, env: dict[str, str] | None = None
     ) -> subprocess.CompletedProcess[str]:
         done = subprocess.run(
-            [sys.executable, "-m", "courier.main", *args],
+            [*self.command, *args],
             capture_output=True,
             text=True,
             env={**self.env, **(env or {})},
@@ -55,7 +67,7 @@ class Caller:
     def popen(self, *args: str, env: dict[str, str] | None = None) -> Iterator[subprocess.Popen[str]]:
         """A wb process in the background; killed and reaped however the test ends."""
         process = subprocess.Popen(
-            [sys.executable, "-m", "courier.main", *args],
+            [*self.command, *args],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -100,7 +112,7 @@ def box(sshd: SshMachines) -> SshMachine:
 
 
 @pytest.fixture(scope="module")
-def caller(sshd: SshMachines, box: SshMachine, tmp_path_factory: pytest.TempPathFactory) -> Caller:
+def caller(ssh_tier: str, sshd: SshMachines, box: SshMachine, tmp_path_factory: pytest.TempPathFactory) -> Caller:
     home = tmp_path_factory.mktemp("caller")
     noise = box.script(
         "noisy-wb", f'echo "Welcome to box!"\necho "{{}}not json"\nexec {sys.executable} -m courier.main "$@"\n'
@@ -122,7 +134,11 @@ def caller(sshd: SshMachines, box: SshMachine, tmp_path_factory: pytest.TempPath
         "WB_SSH_CONFIG": str(sshd.client_config),
         "LANG": "C.UTF-8",
     }
-    return Caller(env)
+    if ssh_tier == INPROCESS_CHANNEL:
+        env["WB_COURIER"] = "off"  # the courier cannot carry a receiver that lives in the caller
+        env["PYTHONPATH"] = str(Path(__file__).resolve().parents[2])  # the launcher is a tests module
+        return Caller(env, INPROCESS_WB)
+    return Caller(env, WB)
 
 
 def test_a_remote_run_round_trip_with_qualified_references(caller: Caller, box: SshMachine) -> None:
@@ -238,14 +254,18 @@ def test_remote_refusals_keep_their_exit_codes(caller: Caller, args: tuple[str, 
     assert message in done.stderr and done.stdout == ""
 
 
+@pytest.mark.parametrize("ssh_tier", COMMAND_TIERS, indirect=True)
 def test_login_shell_noise_before_the_reply_is_tolerated(caller: Caller) -> None:
+    """Not over the in-process channel: it needs noise printed by a wb_path script, and that channel runs no command."""
     done = caller.wb("agent", "list", "--to", "noisy")
     assert done.returncode == 0, done.stderr
 
 
+@pytest.mark.parametrize("ssh_tier", COMMAND_TIERS, indirect=True)
 def test_a_transport_failure_after_sending_names_the_intended_reference(
     caller: Caller, sshd: SshMachines, box: SshMachine
 ) -> None:
+    """Not over the in-process channel: it needs a crashing wb_path script, and that channel runs no command."""
     crash = box.script("crash-after-read", "cat >/dev/null\necho 'segfault' >&2\nexit 139\n")
     config = sshd.write_wb_config("crashing", {"box": sshd.target(box, wb_path=str(crash))})
     done = caller.wb(
@@ -267,9 +287,11 @@ def test_a_transport_failure_after_sending_names_the_intended_reference(
     assert "the run may have started; ask for it with: wb agent status box:agt-" in done.stderr
 
 
+@pytest.mark.parametrize("ssh_tier", COMMAND_TIERS, indirect=True)
 def test_a_peer_without_failure_kind_maps_to_a_finding_with_a_note(
     caller: Caller, sshd: SshMachines, box: SshMachine
 ) -> None:
+    """Not over the in-process channel: it needs an older peer played by a wb_path script (it runs none)."""
     go_reply = '{"schema_version":1,"operation":"status","failure":"agent run not found","results":null}'
     old = box.script("go-wb", f"cat >/dev/null\necho '{go_reply}'\n")
     config = sshd.write_wb_config("gopeer", {"box": sshd.target(box, wb_path=str(old))})
@@ -308,14 +330,26 @@ def _cmdline(process: psutil.Process) -> list[str]:
         return []
 
 
+@pytest.mark.parametrize("ssh_tier", COMMAND_TIERS, indirect=True)
 def test_killing_the_session_sshd_during_await_is_a_transport_error_and_the_run_goes_on(
     caller: Caller, box: SshMachine
 ) -> None:
+    """Not over the in-process channel: it needs a session to kill, and that channel runs no command."""
     ref = caller.dispatch("scenario:slow sleep:4", "r4")
+    if courier_on():
+        # Warm, the await must ride the session the courier keeps: over exec that is the serve process,
+        # started just after the first call of a fresh environment; a one-process exec call whose
+        # process is killed is never re-sent (its exit cannot tell a lost channel from a crash).
+        assert wait_for(lambda: _courier_mode(caller, "box") == "serve", 30)
     with caller.popen("agent", "await", ref) as waiter:
         _await_killed_session(box, waiter, reconnects=courier_on())
     again = caller.wb("agent", "await", ref, "--json")
     assert again.returncode == 0 and json.loads(again.stdout)["state"] == "completed"
+
+
+def _courier_mode(caller: Caller, machine: str) -> object:
+    rows = json.loads(caller.wb("courier", "status", "--json").stdout).get("machines") or []
+    return next((row.get("mode") for row in rows if row["machine"] == machine), None)
 
 
 def _await_killed_session(box: SshMachine, waiter: subprocess.Popen[str], *, reconnects: bool = False) -> None:
@@ -332,7 +366,9 @@ def _await_killed_session(box: SshMachine, waiter: subprocess.Popen[str], *, rec
     assert "box" in err and "Traceback" not in err
 
 
+@pytest.mark.parametrize("ssh_tier", COMMAND_TIERS, indirect=True)
 def test_a_killed_client_leaves_no_remote_poller_beyond_one_chunk(caller: Caller, box: SshMachine) -> None:
+    """Not over the in-process channel: it needs a receiver process left behind, and that channel runs no command."""
     ref = caller.dispatch("scenario:hang", "r5")
     with caller.popen("agent", "await", ref, env={"WB_AWAIT_CHUNK_MS": "3000"}) as waiter:
         assert wait_for(lambda: _remote_pollers(box), 30)
@@ -358,10 +394,13 @@ def test_processes_started_for_a_remote_dispatch_never_hold_the_session_stdio(ca
     caller.wb("agent", "stop", ref)
 
 
+@pytest.mark.parametrize("ssh_tier", SSH_TIERS, indirect=True)
 def test_the_users_ssh_config_supplies_alias_port_key_and_known_hosts(
     caller: Caller, sshd: SshMachines, box: SshMachine, tmp_path: Path
 ) -> None:
-    """Without WB_SSH_CONFIG, ~/.ssh/config is read: an alias resolves through HostName, Port, IdentityFile."""
+    """Without WB_SSH_CONFIG, ~/.ssh/config is read: an alias resolves through HostName, Port, IdentityFile.
+
+    SSH tiers only: wb's own SSH client reads that file; an exec target's command reads its own."""
     home = tmp_path / "home"
     (home / ".ssh").mkdir(parents=True, mode=0o700)
     (home / ".ssh" / "config").write_text(
