@@ -105,5 +105,5 @@ def test_an_escaped_credential_in_a_line_that_is_not_json_is_masked(spelling: st
 
 
 def test_a_line_that_is_not_json_keeps_its_other_escapes_and_bytes() -> None:
-    line = b'not json \\u0041 \xff ' + _escaped(SECRET).encode() + b" \\n\n"
+    line = b"not json \\u0041 \xff " + _escaped(SECRET).encode() + b" \\n\n"
     assert redact_line(line, SECRET.encode()) == b"not json \\u0041 \xff [redacted] \\n\n"
