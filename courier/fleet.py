@@ -151,8 +151,9 @@ def _list_row(machine: str, answer: Answer, own_home: str | None, warnings: list
 
 
 def _named(machine: str, error: str) -> str:
-    """`error` naming `machine` once: a transport error names it already (`m1: …`, `m1 (host) …`)."""
-    if error.startswith((f"{machine}: ", f"{machine} (")):
+    """`warning: <machine>: …` (the form scripts split on), the machine not named twice when the
+    error already begins with `<machine>: `."""
+    if error.startswith(f"{machine}: "):
         return error
     return f"{machine}: {error}"
 
