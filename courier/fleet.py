@@ -150,6 +150,14 @@ def _list_row(machine: str, answer: Answer, own_home: str | None, warnings: list
     return row
 
 
+def _named(machine: str, error: str) -> str:
+    """`warning: <machine>: …` (the form scripts split on), the machine not named twice when the
+    error already begins with `<machine>: `."""
+    if error.startswith(f"{machine}: "):
+        return error
+    return f"{machine}: {error}"
+
+
 def list_all(config: Config, machine_timeout_s: float, *, as_json: bool, stalled_only: bool = False) -> None:
     """This machine's runs and every configured machine's; partial answers exit 1 with reasons."""
     answer = gather_all(config, machine_timeout_s, stalled_only=stalled_only)
@@ -186,7 +194,7 @@ def gather_all(config: Config, machine_timeout_s: float, *, stalled_only: bool =
         from courier.render import is_stalled
 
         results = [result for result in results if is_stalled(result)]
-    warnings.extend(f"{row.machine}: {row.error}" for row in rows if not row.ok and row.machine)
+    warnings.extend(_named(row.machine, row.error or "") for row in rows if not row.ok and row.machine)
     return FleetAnswer(rows, results, warnings)
 
 

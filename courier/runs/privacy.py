@@ -4,8 +4,10 @@ left (docs/runs.md#environment-and-credentials)."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
+import re
 import secrets
 import stat
 from collections.abc import Callable
@@ -69,7 +71,9 @@ def redact_line(line: bytes, secret: bytes) -> bytes:
     try:
         value = json.loads(text)
     except (ValueError, RecursionError):
-        return body.replace(secret, REDACTED.encode()) + ending
+        # Kept as written (a cut JSON line, a log line quoting one): its JSON-escaped spellings of
+        # the credential read as plainly as the credential itself, so they are masked too.
+        return _escaped_spellings(secret).sub(REDACTED.encode(), body) + ending
     plain = secret.decode("utf-8", "replace")
     value, masked = _mask_strings(value, plain)
     if not masked and secret not in body:
@@ -84,6 +88,30 @@ def redact_line(line: bytes, secret: bytes) -> bytes:
         encoded = json.dumps(_mask(text, plain), ensure_ascii=False)
     # A lone surrogate (decoded from a `\\udXXX` escape) goes back to that escape.
     return encoded.encode("utf-8", "backslashreplace") + ending
+
+
+_SHORT_ESCAPES = {
+    '"': b'\\"', "\\": b"\\\\", "/": b"\\/", "\b": b"\\b", "\f": b"\\f", "\n": b"\\n", "\r": b"\\r", "\t": b"\\t",
+}  # fmt: skip
+
+
+@functools.lru_cache(maxsize=4)  # one credential per run: compiled once, not per line
+def _escaped_spellings(secret: bytes) -> re.Pattern[bytes]:
+    """Every spelling of `secret` a JSON string could hold: each character as itself, as `\\uXXXX`
+    (hex digits in either case; a surrogate pair beyond the BMP) or as its short escape."""
+    parts = []
+    for char in secret.decode("utf-8", "replace"):
+        units = char.encode("utf-16-be").hex()
+        escape = b"".join(
+            b"\\\\u"
+            + b"".join(b"[" + re.escape(d.encode()) + re.escape(d.upper().encode()) + b"]" for d in units[i : i + 4])
+            for i in range(0, len(units), 4)
+        )
+        choices = [re.escape(char.encode()), escape]
+        if char in _SHORT_ESCAPES:
+            choices.append(re.escape(_SHORT_ESCAPES[char]))
+        parts.append(b"(?:" + b"|".join(choices) + b")")
+    return re.compile(b"".join(parts))
 
 
 def _mask(text: str, secret: str) -> str:

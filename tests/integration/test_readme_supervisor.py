@@ -32,7 +32,7 @@ def run_supervisor_script(
 ) -> tuple[Path, dict[str, str], list[str]]:
     """Run the README's script as written over `targets`; (its directory, its environment, its stdout lines)."""
     workdir = tmp_path / "supervisor"
-    workdir.mkdir()
+    workdir.mkdir(exist_ok=True)
     (workdir / "task.md").write_text("scenario:complete\n")
     (workdir / "supervise.sh").write_text(supervisor_script())
     env = {
@@ -56,12 +56,14 @@ def test_the_readme_supervisor_script_runs_as_written(sshd: SshdFactory, tmp_pat
         with open(server.root / "remote-wb.yaml", "a") as config:  # the README's profile name
             config.write("    fast: {harness: codex, provider: mock, model: gpt-5.5}\n")
         targets[name] = sshd.target(server)
-    workdir, _, lines = run_supervisor_script(sshd, tmp_path, targets, "supervisor")
-    assert "(here) ok" in lines
-    for name in README_MACHINES:
-        assert f"{name} ok" in lines
-        assert any(re.fullmatch(rf"{name} agt-[0-9a-f]{{32}} completed 1", line) for line in lines), lines
-    assert len(list(workdir.glob("result-*.json"))) == 3
+    for attempt in (1, 2):  # as written, twice in a row: the second run's worktrees are its own
+        workdir, _, lines = run_supervisor_script(sshd, tmp_path, targets, "supervisor")
+        assert "(here) ok" in lines
+        for name in README_MACHINES:
+            assert f"{name} ok" in lines
+            completed = [line for line in lines if re.fullmatch(rf"{name} agt-[0-9a-f]{{32}} completed 1", line)]
+            assert len(completed) == attempt, lines
+        assert len(list(workdir.glob("result-*.json"))) == 3 * attempt
 
 
 def test_the_same_script_runs_a_codex_a_claude_and_a_gemini_profile(sshd: SshdFactory, tmp_path: Path) -> None:

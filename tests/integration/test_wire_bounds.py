@@ -207,9 +207,7 @@ def test_a_list_reply_of_a_million_tiny_objects_is_refused_in_little_memory(call
     assert peak < 150, f"peak RSS {peak:.0f} MiB"  # 407 MiB before the bound
 
 
-@pytest.mark.parametrize(
-    ("junk", "count"), [("1", 2_000_000), ('""', 1_000_000)], ids=["integers", "strings"]
-)
+@pytest.mark.parametrize(("junk", "count"), [("1", 2_000_000), ('""', 1_000_000)], ids=["integers", "strings"])
 def test_a_reply_of_too_many_scalars_is_refused_before_decoding_in_little_memory(
     caller: Caller, junk: str, count: int
 ) -> None:
@@ -225,6 +223,20 @@ def test_a_reply_of_too_many_scalars_is_refused_before_decoding_in_little_memory
     code, peak = peak_rss_mib([sys.executable, "-m", "courier.main", "agent", "list", "--to", "m1"], caller.env(config))
     assert code == 255
     assert peak < 120, f"peak RSS {peak:.0f} MiB"  # 150-230 MiB before the bound
+
+
+def test_list_all_names_a_refused_machine_once_in_its_warning(caller: Caller) -> None:
+    """The fresh red-team pass (docs/red-team.md, item 7): `list --all` over a peer whose reply is
+    refused warned `m1: m1: the reply cannot be trusted …`, the machine named twice."""
+    document = caller.server.root / f"scalars{next(_names)}.json"
+    document.write_text(
+        '{"schema_version":1,"operation":"list","results":[],"junk":[' + ",".join(["0"] * 300_000) + "]}\n"
+    )
+    config = caller.peer(f"cat >/dev/null\ncat {document}\n")
+    done, _ = caller.wb(config, "agent", "list", "--all")
+    assert done.returncode == 1, done.stderr
+    assert "warning: m1: the reply cannot be trusted: it holds more than 200000 JSON values\n" in done.stderr
+    assert "m1: m1:" not in done.stderr, done.stderr
 
 
 def test_a_list_reply_that_repeats_one_id_is_refused_naming_it(caller: Caller) -> None:

@@ -85,3 +85,25 @@ def test_deep_nesting_costs_no_recursion() -> None:
 
 def test_no_credential_changes_nothing() -> None:
     assert redact_line(b"anything", b"") == b"anything"
+
+
+@pytest.mark.parametrize(
+    "spelling",
+    [
+        _escaped(SECRET),
+        _escaped(SECRET).upper().replace("\\U", "\\u"),  # upper-case hex digits
+        SECRET.replace("/", "\\/").replace("-", "\\u002D"),  # partly escaped
+    ],
+)
+def test_an_escaped_credential_in_a_line_that_is_not_json_is_masked(spelling: str) -> None:
+    """The fresh red-team pass (docs/red-team.md, item 1): a harness line that does not parse (a cut
+    JSON line, a log line quoting one) keeps its text as it was written, so `logs` prints it as a
+    diagnostic; the credential's JSON-escaped spelling there is as readable as the plain one."""
+    line = f'{{"type":"item.completed","item":{{"command":"curl -H x-api-key:{spelling} http://x'.encode()
+    out = redact_line(line + b"\n", SECRET.encode())
+    assert out == b'{"type":"item.completed","item":{"command":"curl -H x-api-key:[redacted] http://x\n'
+
+
+def test_a_line_that_is_not_json_keeps_its_other_escapes_and_bytes() -> None:
+    line = b"not json \\u0041 \xff " + _escaped(SECRET).encode() + b" \\n\n"
+    assert redact_line(line, SECRET.encode()) == b"not json \\u0041 \xff [redacted] \\n\n"

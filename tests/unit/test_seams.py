@@ -129,7 +129,7 @@ def test_the_fleet_fans_out_over_transports_with_one_row_logic(
     rows = {row["machine"]: row for row in fleet["machines"]}
     assert [rows[m]["ok"] for m in ("", "m1", "m2")] == [True, True, False]
     assert rows["m2"]["runs"] == 0 and "connection lost" in rows["m2"]["error"]
-    assert "warning: m2: m2: connection lost during the handshake" in err
+    assert "warning: m2: connection lost during the handshake" in err
 
 
 def test_every_operation_in_the_table_has_a_handler_and_the_validator_reads_the_table() -> None:
