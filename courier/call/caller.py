@@ -94,10 +94,14 @@ def stderr_excerpt(stderr: bytes) -> str:
 
 
 def first_stderr_line(stderr: bytes) -> str:
-    """The first non-empty line of stderr, sanitised, at most 1024 bytes (an exec command's own complaint)."""
+    """The first line of stderr with a letter in it, sanitised, at most 1024 bytes (an exec command's own complaint).
+
+    Lines without letters are decoration, not the complaint: ssh's changed-host-key warning
+    starts with a row of `@`, and quoting that row alone tells the user nothing.
+    """
     for line in stderr.decode("utf-8", "replace").splitlines():
         text = " ".join(sanitize(line).split())
-        if text:
+        if any(character.isalpha() for character in text):
             return clip_bytes(text, limits.REMOTE_STDERR_EXCERPT_MAX_BYTES)
     return "(nothing on stderr)"
 

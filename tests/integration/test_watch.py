@@ -37,9 +37,9 @@ OLD_WB = """#!{python}
 import sys
 if sys.argv[-1] == "--wb-old":
     del sys.argv[-1]
+    import courier.ops  # installs the wire table, which an older wb had without watch
     from protocol import operations
     del operations.TABLE["watch"]
-    operations.OPERATIONS = tuple(operations.TABLE)
 from courier.main import main
 main()
 """

@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from courier.call.caller import interpret, stderr_excerpt
+from courier.call.caller import first_stderr_line, interpret, stderr_excerpt
 from courier.channels.base import Outcome
-from courier.config import Target
+from courier.config import ExecTarget, Target
 from courier.errors import RemoteWbMissing, ReplyUntrusted, SchemaSkew, TransportError
 from courier.remote.client import decode_response
 from courier.remote.reply import BadReply, find_reply
@@ -170,6 +170,28 @@ def test_stderr_excerpt_is_bounded() -> None:
     excerpt = stderr_excerpt(b"\xf0\x9f\x92\xa5" * 2000)
     assert len(excerpt.encode()) <= limits.REMOTE_STDERR_EXCERPT_MAX_BYTES
     assert stderr_excerpt(b"") == "(nothing on stderr)"
+
+
+def test_the_first_stderr_line_skips_banner_rows_without_letters() -> None:
+    """ssh's changed-host-key warning starts with a row of `@`: the line worth quoting is the next one with words."""
+    banner = b"@" * 59
+    stderr = (
+        banner + b"\n@    WARNING: REMOTE HOST IDENTIFICATION HAS CHANGED!     @\n" + banner + b"\n"
+        b"IT IS POSSIBLE THAT SOMEONE IS DOING SOMETHING NASTY!\nHost key verification failed.\n"
+    )
+    assert first_stderr_line(stderr) == "@ WARNING: REMOTE HOST IDENTIFICATION HAS CHANGED! @"
+    assert first_stderr_line(b"  \n----\n== 42 ==\nssh: connect to host x port 22: Connection refused\n") == (
+        "ssh: connect to host x port 22: Connection refused"
+    )
+    assert first_stderr_line(b"@@@@\n") == "(nothing on stderr)"
+
+
+def test_an_exec_exit_quotes_the_first_stderr_line_with_words() -> None:
+    target = ExecTarget(argv=["ssh", "-T", "box"])
+    stderr = b"@" * 59 + b"\n@    WARNING: REMOTE HOST IDENTIFICATION HAS CHANGED!     @\n"
+    with pytest.raises(TransportError) as caught:
+        interpret("box", target, VERSION, Outcome(b"", stderr, 255, None))
+    assert caught.value.message.endswith("without a reply: @ WARNING: REMOTE HOST IDENTIFICATION HAS CHANGED! @")
 
 
 def test_overflow_is_untrusted() -> None:
