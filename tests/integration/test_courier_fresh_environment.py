@@ -16,13 +16,12 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import FAKES, courier_on, prepare_remote, wait_for
+from conftest import FAKES, prepare_remote, wait_for
 
 from tests.integration.sshd import SshdFactory, sshd_unavailable_reason
 
 pytestmark = [
     pytest.mark.skipif(sshd_unavailable_reason() is not None, reason=str(sshd_unavailable_reason())),
-    pytest.mark.skipif(not courier_on(), reason="the courier's serve session (WB_COURIER=on)"),
 ]
 
 
@@ -37,7 +36,7 @@ def test_a_cli_installed_after_the_serve_session_started_is_found_by_the_next_di
     # sshd keeps the first SetEnv line: this one is the template's plus BASH_ENV.
     set_env = (
         f"SetEnv BASH_ENV={profile} WB_HOME={root / 'wbhome'} WB_PROJECTS_ROOT={root / 'projects'} "
-        f"WB_CONFIG={root / 'remote-wb.yaml'} PATH={root / 'bin'}:{python_bin}:/usr/bin:/bin\n"
+        f"WB_CONFIG={root / 'remote-wb.yaml'} PATH={root / 'bin'}:{python_bin}:/usr/bin:/bin PYENV_REHASH_TIMEOUT=0\n"
     )
     box = sshd.start(host, sshd_options=set_env)
     assert box.root == root

@@ -20,7 +20,7 @@ from typing import Any
 import psutil
 import pytest
 import yaml
-from conftest import courier_on, prepare_remote, wait_for
+from conftest import prepare_remote, wait_for
 
 from tests.integration.sshd import SshdFactory, SshdServer, sshd_unavailable_reason
 from tests.json_documents import check_output
@@ -244,8 +244,8 @@ def _serve_processes(marker: str) -> list[psutil.Process]:
     return found
 
 
-@pytest.mark.skipif(not courier_on(), reason="the courier's serve process per exec machine (WB_COURIER=on)")
 def test_the_courier_keeps_one_serve_process_per_exec_machine(caller: Caller) -> None:
+    """The courier (started here whichever pass runs the suite) keeps one serve process per exec machine."""
     marker = str(caller.local_home)
     env = {**caller.env, "WB_COURIER": "on"}
     courier = Caller(env, caller.root, caller.box, caller.local_home)
