@@ -10,11 +10,11 @@ from dataclasses import dataclass, field
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
-from typing import Any, ClassVar, Final, Generic, Self, TypeVar
+from typing import Any, ClassVar, Generic, Self, TypeVar
+
+from courier.http_body import MAX_BODY_BYTES, read_body
 
 __all__ = ["MAX_BODY_BYTES", "FieldSum", "RecordedRequest", "ScriptedHandler", "ScriptedServer", "sse", "sum_usage"]
-
-MAX_BODY_BYTES: Final = 64 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -100,22 +100,7 @@ class ScriptedHandler(BaseHTTPRequestHandler):
         owner.handle(self, body)
 
     def _read_body(self) -> bytes:
-        if self.headers.get("transfer-encoding", "").lower() == "chunked":
-            data = b""
-            while True:
-                size = int(self.rfile.readline().split(b";", 1)[0].strip() or b"0", 16)
-                if size == 0:
-                    while self.rfile.readline() not in (b"\r\n", b"\n", b""):
-                        pass
-                    return data
-                data += self.rfile.read(size)
-                self.rfile.readline()
-                if len(data) > MAX_BODY_BYTES:
-                    raise ValueError("request body too large")
-        length = int(self.headers.get("content-length") or 0)
-        if length > MAX_BODY_BYTES:
-            raise ValueError("request body too large")
-        return self.rfile.read(length) if length > 0 else b""
+        return read_body(self.rfile, self.headers)
 
     # -- for the servers' hooks
 

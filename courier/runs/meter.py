@@ -28,6 +28,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import urlsplit
 
+from courier.http_body import MAX_BODY_BYTES, read_body
 from protocol import limits
 
 _HOP_BY_HOP = frozenset(
@@ -46,7 +47,6 @@ _HOP_BY_HOP = frozenset(
         "content-encoding",
     }
 )
-_BODY_MAX_BYTES = 64 * 1024 * 1024
 _UPSTREAM_TIMEOUT_S = 600.0
 _CHUNK = limits.RELAY_READ_CHUNK_BYTES
 # Response headers that say when a provider's limit resets (RFC 3339 or seconds), first found wins.
@@ -288,22 +288,7 @@ class _RelayHandler(BaseHTTPRequestHandler):
         self.close_connection = True
 
     def _body(self) -> bytes:
-        length = int(self.headers.get("content-length") or 0)
-        if length > _BODY_MAX_BYTES:
-            raise ValueError("request body too large")
-        if self.headers.get("transfer-encoding", "").lower() != "chunked":
-            return self.rfile.read(length) if length > 0 else b""
-        data = b""
-        while True:
-            size = int(self.rfile.readline().split(b";", 1)[0].strip() or b"0", 16)
-            if size == 0:
-                while self.rfile.readline() not in (b"\r\n", b"\n", b""):
-                    pass
-                return data
-            data += self.rfile.read(size)
-            self.rfile.readline()
-            if len(data) > _BODY_MAX_BYTES:
-                raise ValueError("request body too large")
+        return read_body(self.rfile, self.headers)
 
     def _relay(self) -> None:
         meter = self.owner
@@ -339,13 +324,13 @@ class _RelayHandler(BaseHTTPRequestHandler):
         meter = self.owner
         streaming = "event-stream" in (response.getheader("content-type") or "")
         if response.status == 429:
-            data = response.read(_BODY_MAX_BYTES)
+            data = response.read(MAX_BODY_BYTES)
             meter.limited(LimitRefusal(429, reset_time(response.headers, time.time()), _limit_message(data)))
             self._head(response, len(data))
             self.wfile.write(data)
             return
         if not streaming:
-            data = response.read(_BODY_MAX_BYTES)
+            data = response.read(MAX_BODY_BYTES)
             if response.status == 200:
                 try:
                     usage, _ = meter.usage_of(json.loads(data))
