@@ -34,7 +34,7 @@ from pathlib import Path
 
 import psutil
 
-from tests.conftest import FAKES, git, make_clone
+from tests.conftest import CREDENTIAL_ENV, CREDENTIAL_VALUE, FAKES, git, make_clone
 
 PYTHON_BIN = Path(sys.executable).parent
 RAY = PYTHON_BIN / "ray"
@@ -42,12 +42,13 @@ HEAD_PORT = 6380
 OBJECT_STORE_BYTES = 80 * 1024 * 1024  # Ray's minimum is about 75 MiB; runs pass no objects
 START_TIMEOUT_S = 180  # a `ray start` takes 15-20 s on a loaded 2-core machine
 
-# The task-script every node's `command` profiles run: `sleep:N` sleeps N seconds, `fail` exits 3,
-# anything else finishes at once. The task arrives on stdin, never on a command line.
+# The task-script every node's `command` profiles run: `sleep:N` sleeps N seconds, `wait:PATH`
+# until PATH exists (the test releases its runs), `fail` exits 3, anything else finishes at once. The task arrives on stdin, never on a command line.
 TASK_SCRIPT = """#!/bin/sh
 task=$(cat)
 case "$task" in
   sleep:*) sleep "${task#sleep:}" ;;
+  wait:*) while [ ! -e "${task#wait:}" ]; do sleep 0.2; done ;;
   fail) echo "failing on purpose"; exit 3 ;;
 esac
 echo "{\\"type\\":\\"wb.result\\",\\"message\\":\\"done: $task\\"}"
@@ -58,7 +59,14 @@ agents:
   executor:
     ray:
       address: 127.0.0.1:{port}
+  providers:
+    mock:
+      base_url: http://127.0.0.1:9/v1
+      credential_env: {credential_env}
+      request_max_retries: 0
+      stream_max_retries: 0
   profiles:
+    fake: {{harness: codex, provider: mock, model: gpt-5.5}}
     task: {{harness: command, command: ["{script}"]}}
     two: {{harness: command, command: ["{script}"], resources: {{cpus: 2}}}}
     tagged: {{harness: command, command: ["{script}"], resources: {{cpus: 1, custom: {{fast: 1}}}}}}
@@ -103,6 +111,10 @@ class RayNode:
             "PATH": f"{FAKES}:{PYTHON_BIN}:/usr/local/bin:/usr/bin:/bin",
             "GIT_CONFIG_GLOBAL": "/dev/null",
             "RAY_USAGE_STATS_ENABLED": "0",
+            # A killed node is declared dead after about 3 s, not Ray's default 15 s or more.
+            "RAY_health_check_period_ms": "1000",
+            "RAY_health_check_failure_threshold": "3",
+            CREDENTIAL_ENV: CREDENTIAL_VALUE,
         }
 
     def resources(self) -> dict[str, float]:
@@ -115,7 +127,7 @@ class RayNode:
         script = self.root / "task.sh"
         script.write_text(TASK_SCRIPT)
         script.chmod(0o755)
-        self.config_path.write_text(NODE_CONFIG.format(port=port, script=script))
+        self.config_path.write_text(NODE_CONFIG.format(port=port, script=script, credential_env=CREDENTIAL_ENV))
         self.config_path.chmod(0o600)
         for repo in self.repositories:
             clone = make_clone(self.projects_root / repo)
@@ -158,7 +170,8 @@ class RayCluster:
         self._wait_for_namespace()
         subprocess.run([*self.enter(), "ip", "link", "set", "lo", "up"], check=True)
         try:
-            self._ray_start(self.head, ["--head", f"--port={HEAD_PORT}", f"--temp-dir={self.temp_dir}"])
+            head = ["--head", f"--port={HEAD_PORT}", f"--temp-dir={self.temp_dir}", "--include-dashboard=false"]
+            self._ray_start(self.head, head)
             # The workers join in parallel: each `ray start` is mostly waiting on its processes.
             with ThreadPoolExecutor(len(self.nodes) - 1) as pool:
                 list(pool.map(lambda n: self._ray_start(n, [f"--address=127.0.0.1:{HEAD_PORT}"]), self.nodes[1:]))
@@ -183,7 +196,7 @@ class RayCluster:
             *self.enter(), "env", "-i", *(f"{k}={v}" for k, v in node.environment().items()),
             str(RAY), "start", *extra, f"--num-cpus={node.cpus}", "--num-gpus=0",
             f"--resources={json.dumps(node.resources())}", f"--labels=wb-node={node.name}",
-            "--include-dashboard=false", f"--object-store-memory={OBJECT_STORE_BYTES}", "--disable-usage-stats",
+            f"--object-store-memory={OBJECT_STORE_BYTES}", "--disable-usage-stats",
         ]  # fmt: skip
         done = subprocess.run(argv, capture_output=True, text=True, timeout=START_TIMEOUT_S, cwd=node.home)
         if done.returncode != 0:
