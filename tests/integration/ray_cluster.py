@@ -42,7 +42,8 @@ OBJECT_STORE_BYTES = 80 * 1024 * 1024  # Ray's minimum is about 75 MiB; runs pas
 START_TIMEOUT_S = 180  # a `ray start` takes 15-20 s on a loaded 2-core machine
 
 # The task-script every node's `command` profiles run: `sleep:N` sleeps N seconds, `wait:PATH`
-# until PATH exists (the test releases its runs), `fail` exits 3, anything else finishes at once. The task arrives on stdin, never on a command line.
+# until PATH exists (the test releases its runs), `fail` exits 3, anything else finishes at once.
+# The task arrives on stdin, never on a command line.
 TASK_SCRIPT = """#!/bin/sh
 task=$(cat)
 case "$task" in
@@ -245,7 +246,11 @@ class RayCluster:
 
     def kill_node(self, node: RayNode) -> None:
         """The node dies: SIGKILL to its raylet, its Ray workers and every process of its runs."""
-        _kill(self.node_processes(node), signal.SIGKILL)
+        doomed = self.node_processes(node)
+        for process in list(doomed):
+            with contextlib.suppress(psutil.Error):
+                doomed += process.children(recursive=True)  # owners and workers (their env is an allowlist)
+        _kill(doomed, signal.SIGKILL)
 
     def stop(self) -> None:
         _kill(self.namespace_processes(), signal.SIGTERM)
