@@ -6,6 +6,7 @@ It kills node w2 of the session's one cluster for good, so it runs after every o
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from tests.conftest import Machine
@@ -33,4 +34,6 @@ def test_a_killed_node_abandons_its_run_and_no_other(lab: Machine, ray_cluster: 
     assert wait_for(lab, spared, {"completed"})["node"] == "w1"
     done = lab.wb("agent", "list", "--to", "lab", "--json", timeout=WAIT_S)
     assert done.returncode == 0, done.stderr
-    assert '"failure":"node w2 lost"' in done.stdout.replace(" ", ""), done.stdout
+    listed = {f"lab:{r['agent_id']}": r for r in json.loads(done.stdout)}
+    assert (listed[doomed]["state"], listed[doomed]["failure"]) == ("abandoned", "node w2 lost")
+    assert listed[spared]["state"] == "completed"

@@ -39,7 +39,7 @@ def test_a_bad_executor_block_is_refused_naming_the_key(machine: Machine) -> Non
     cases = {
         "  executor:\n    ray:\n      adress: auto\n": "agents.executor.ray.adress: unknown key",
         "  executor:\n    slurm: {}\n": "agents.executor.slurm: unknown executor",
-        "  executor:\n    ray:\n      address: 'http://x'\n": 'agents.executor.ray.address: must be "auto" or HOST:PORT',
+        "  executor:\n    ray:\n      address: 'http://x'\n": 'ray.address: must be "auto" or HOST:PORT',
     }
     for block, message in cases.items():
         head_config(machine, block)
