@@ -219,8 +219,11 @@ class UsageLimitSetting(_Entry):
 
 
 _RESOURCE_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.:/-]{0,63}$"
-_MEMORY_UNITS = {"": 1, "KiB": 1024, "MiB": 1024**2, "GiB": 1024**3, "TiB": 1024**4}
-_MEMORY_UNITS.update({"KB": 1000, "MB": 1000**2, "GB": 1000**3, "TB": 1000**4})
+# "KiB" … "TiB" are powers of 2**10, "KB" … "TB" powers of 10**3 (built so, not written out).
+_MEMORY_UNITS = {"": 1}
+for _power, _prefix in enumerate("KMGT", start=1):
+    _MEMORY_UNITS[f"{_prefix}iB"] = 1 << (10 * _power)
+    _MEMORY_UNITS[f"{_prefix}B"] = int(f"1{'000' * _power}")
 
 
 class Resources(_Entry):

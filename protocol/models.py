@@ -396,7 +396,7 @@ class RemoteResponse(WireModel):
     capabilities: list[Capability] | None = Field(default=None, max_length=limits.CAPABILITIES_MAX)
     placement: PlacementFacts | None = None  # version with `placement: true` (docs/cli.md#placement-across-a-fleet)
     executor: Literal["ray"] | None = None  # version on a Ray head (docs/ray.md#machines---check)
-    nodes: list[NodeFacts] | None = Field(default=None, max_length=10000)
+    nodes: list[NodeFacts] | None = None  # bounded with the whole reply (docs/protocol.md#bounds)
     # Results already validated (made on this machine, or checked once by the caller's decoder),
     # kept typed so nobody validates them again.
     _typed_result: Result | StopResult | None = PrivateAttr(default=None)
@@ -449,6 +449,10 @@ class RemoteResponse(WireModel):
             body["capabilities"] = self.capabilities
         if self.placement is not None:
             body["placement"] = self.placement.to_wire()
+        if self.executor is not None:
+            body["executor"] = self.executor
+        if self.nodes is not None:
+            body["nodes"] = [node.to_wire() for node in self.nodes]
         # home_id is on every reply, null when the receiver could not use its home.
         body["home_id"] = self.home_id
         try:
