@@ -8,6 +8,8 @@ head as the exec machine `lab`, as a supervisor would. The slow scenarios run on
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -76,6 +78,11 @@ def test_more_runs_than_cpus_queue_then_complete_across_the_nodes(lab: Machine, 
     result = status(lab, stopped)
     assert (result["state"], result["failure"]) == ("failed", "stopped on request before it started")
 
+    # logs --follow of a queued run waits through `queued` and ends when the run does.
+    follower = subprocess.Popen(
+        [sys.executable, "-m", "courier.main", "agent", "logs", "--follow", queued[-1]],
+        env=lab.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
     # await waits through `queued`; every other run completes on a node of the cluster.
     release.touch()
     nodes = set()
@@ -89,6 +96,8 @@ def test_more_runs_than_cpus_queue_then_complete_across_the_nodes(lab: Machine, 
         assert result["node"] in {"head", "w1", "w2"}
         nodes.add(result["node"])
     assert len(nodes) >= 2, nodes
+    _out, err = follower.communicate(timeout=WAIT_S)
+    assert follower.returncode == 0, err
 
     # list (the head, for every node) shows them all, with their nodes; the stopped one too.
     done = lab.wb("agent", "list", "--to", "lab", "--json", timeout=WAIT_S)
@@ -112,6 +121,12 @@ def test_placement_by_custom_resource_and_by_repository(lab: Machine, ray_cluste
     agent_id = other.split(":", 1)[1]
     assert (ray_cluster.node("w2").wb_home / "agents" / agent_id / "run.json").is_file()
     assert not (ray_cluster.head.wb_home / "agents" / agent_id).exists()
+
+    # prune is every node's: a dry run lists the finished runs of w1 and of w2.
+    done = lab.wb("agent", "prune", "--older-than", "0s", "--dry-run", "--to", "lab", "--json", timeout=WAIT_S)
+    assert done.returncode == 0, done.stderr
+    candidates = json.dumps(json.loads(done.stdout))
+    assert tagged.split(":", 1)[1] in candidates and agent_id in candidates, candidates
 
 
 def test_a_run_no_node_could_ever_take_is_refused_at_dispatch(lab: Machine) -> None:
