@@ -227,7 +227,7 @@ for _power, _prefix in enumerate("KMGT", start=1):
 
 
 class Resources(_Entry):
-    """What a run needs of a Ray node (docs/ray.md#placement): read only where agents.executor.ray is set."""
+    """What a run needs of a Ray node (docs/ray.md#how-a-run-reaches-a-node): read only where agents.executor.ray is set."""
 
     cpus: float | int = 1
     gpus: float | int = 0
@@ -293,7 +293,7 @@ class Profile(_Entry):
     stop_when_stalled: str | int | None = None
     budget: BudgetSetting | None = None  # docs/cli.md#budgets
     on_usage_limit: UsageLimitSetting | None = None  # docs/cli.md#waiting-out-a-usage-limit
-    resources: Resources | None = None  # docs/ray.md#placement: read only on a Ray head
+    resources: Resources | None = None  # docs/ray.md#how-a-run-reaches-a-node: read only on a Ray head
 
     @field_validator("model", "reasoning")
     @classmethod
