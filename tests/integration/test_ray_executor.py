@@ -173,3 +173,27 @@ def test_machines_check_shows_the_executor_and_each_node(lab: Machine) -> None:
     assert row["executor"] == "ray"
     assert sorted(node["node"] for node in row["nodes"]) == ["head", "w1", "w2"]
     assert {node["node"]: node["cpus_total"] for node in row["nodes"]} == {"head": 1, "w1": 2, "w2": 1}
+
+
+def test_the_same_operations_on_the_head_itself(ray_cluster: RayCluster) -> None:
+    """wb run on the head (no channel): its runs go to the cluster, its list covers every node."""
+
+    def on_head(*args: str) -> subprocess.CompletedProcess[str]:
+        argv = [*ray_cluster.head_argv(), sys.executable, "-m", "courier.main", *args]
+        return subprocess.run(argv, capture_output=True, text=True, timeout=WAIT_S, check=False)
+
+    done = on_head(
+        "agent", "dispatch", "--new-worktree", "h-local", "--profile", "tagged", "--repo", "acme/widget",
+        "--task", "quick",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    ref = done.stdout.split()[0]
+    assert ref.startswith("agt-") and " queued " in done.stdout, done.stdout
+    done = on_head("agent", "await", ref, "--json")
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert (result["state"], result["node"]) == ("completed", "w1")  # `fast` is w1's only
+    done = on_head("agent", "list", "--json")
+    assert done.returncode == 0, done.stderr
+    assert ref in {r["agent_id"] for r in json.loads(done.stdout)}
+    assert done.stderr == ""  # Ray's start-up notices stay out of a local command's output
