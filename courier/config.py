@@ -227,7 +227,7 @@ for _power, _prefix in enumerate("KMGT", start=1):
 
 
 class Resources(_Entry):
-    """What a run needs of a Ray node (docs/ray.md#how-a-run-reaches-a-node): read only where agents.executor.ray is set."""
+    """What a run needs of a Ray node (docs/ray.md#how-a-run-reaches-a-node); read only with agents.executor.ray."""
 
     cpus: float | int = 1
     gpus: float | int = 0
