@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from courier.errors import UsageError
 from courier.paths import HOME_ENV, config_path
@@ -218,6 +218,66 @@ class UsageLimitSetting(_Entry):
         return milliseconds
 
 
+_RESOURCE_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.:/-]{0,63}$"
+# "KiB" … "TiB" are powers of 2**10, "KB" … "TB" powers of 10**3 (built so, not written out).
+_MEMORY_UNITS = {"": 1}
+for _power, _prefix in enumerate("KMGT", start=1):
+    _MEMORY_UNITS[f"{_prefix}iB"] = 1 << (10 * _power)
+    _MEMORY_UNITS[f"{_prefix}B"] = int(f"1{'000' * _power}")
+
+
+class Resources(_Entry):
+    """What a run needs of a Ray node (docs/ray.md#how-a-run-reaches-a-node); read only with agents.executor.ray."""
+
+    cpus: float | int = 1
+    gpus: float | int = 0
+    memory: str | int | None = None  # bytes, or "4GiB", "512MiB", "2GB"
+    custom: dict[str, float | int] = Field(default_factory=dict)
+
+    @field_validator("cpus", "gpus")
+    @classmethod
+    def _amount(cls, value: float | int) -> float | int:
+        if isinstance(value, bool) or value < 0 or value > 1_000_000:
+            raise ValueError("must be a number from 0 to 1000000")
+        return value
+
+    @field_validator("memory")
+    @classmethod
+    def _memory(cls, value: str | int | None) -> str | int | None:
+        memory_bytes(value)
+        return value
+
+    @field_validator("custom")
+    @classmethod
+    def _custom(cls, value: dict[str, float | int]) -> dict[str, float | int]:
+        for name, amount in value.items():
+            if not re.match(_RESOURCE_NAME, name) or name.startswith("wb-repo:"):
+                raise ValueError(f"custom resource names are 1-64 of [A-Za-z0-9_.:/-] (not wb-repo:…): {name[:70]!r}")
+            if isinstance(amount, bool) or not 0 < amount <= 1_000_000:
+                raise ValueError(f"custom.{name} must be a number above 0, at most 1000000")
+        return value
+
+    @property
+    def memory_bytes(self) -> int:
+        return memory_bytes(self.memory)
+
+
+def memory_bytes(value: str | int | None) -> int:
+    """`4GiB` → 4294967296; a bare integer is bytes; None is 0 (no memory asked for)."""
+    if value is None:
+        return 0
+    if isinstance(value, bool):
+        raise ValueError('memory must be bytes or a size such as "4GiB"')
+    if isinstance(value, int):
+        if value < 0:
+            raise ValueError("memory must not be negative")
+        return value
+    match = re.fullmatch(r"(\d{1,15})\s*([KMGT]i?B)?", value.strip())
+    if not match or (match.group(2) or "") not in _MEMORY_UNITS:
+        raise ValueError(f'memory must be bytes or a size such as "4GiB" or "512MiB", not {value[:40]!r}')
+    return int(match.group(1)) * _MEMORY_UNITS[match.group(2) or ""]
+
+
 class Profile(_Entry):
     """One profile. `harness: command` names its own `command` and has no provider or model (docs/harnesses.md)."""
 
@@ -233,6 +293,7 @@ class Profile(_Entry):
     stop_when_stalled: str | int | None = None
     budget: BudgetSetting | None = None  # docs/cli.md#budgets
     on_usage_limit: UsageLimitSetting | None = None  # docs/cli.md#waiting-out-a-usage-limit
+    resources: Resources | None = None  # docs/ray.md#how-a-run-reaches-a-node: read only on a Ray head
 
     @field_validator("model", "reasoning")
     @classmethod
@@ -448,6 +509,7 @@ class Config:
     targets: dict[str, AnyTarget | Problem] = field(default_factory=dict)
     courier_idle_ms: int = limits.COURIER_IDLE_DEFAULT_MS
     courier_max_sessions: int = limits.COURIER_MAX_SESSIONS_DEFAULT
+    ray_address: str | None = None  # agents.executor.ray.address: runs go to that Ray cluster (docs/ray.md)
 
     def target(self, machine: str) -> AnyTarget:
         entry = self.targets.get(machine)
@@ -554,7 +616,27 @@ def load_config(path: Path | None = None) -> Config:
     config.profiles = _entries(_section(agents, "profiles", path, "agents."), path, "agents.profiles", Profile)
     config.targets = _targets(_section(session_move, "targets", path, "session_move."), path)
     _courier_settings(config, _section(document, "courier", path), path)
+    config.ray_address = _executor(_section(agents, "executor", path, "agents."), path)
     return config
+
+
+def _executor(section: dict[str, Any], path: Path) -> str | None:
+    """`agents.executor.ray.address` (default `auto`), or None when runs start on this machine (docs/ray.md)."""
+    unknown = sorted(set(section) - {"ray"})
+    if unknown:
+        raise UsageError(f"{path}: agents.executor.{unknown[0]}: unknown executor (the one executor is ray)")
+    if "ray" not in section:
+        return None
+    ray = section["ray"] if section["ray"] is not None else {}
+    if not isinstance(ray, dict):
+        raise UsageError(f"{path}: agents.executor.ray: must be a mapping (address: auto or HOST:PORT)")
+    extra = sorted(set(ray) - {"address"})
+    if extra:
+        raise UsageError(f"{path}: agents.executor.ray.{extra[0]}: unknown key (the one key is address)")
+    address = ray.get("address", "auto")
+    if not isinstance(address, str) or not re.fullmatch(r"auto|[A-Za-z0-9][A-Za-z0-9.-]{0,252}:[0-9]{1,5}", address):
+        raise UsageError(f'{path}: agents.executor.ray.address: must be "auto" or HOST:PORT')
+    return address
 
 
 def _yaml_problem(exc: yaml.YAMLError) -> str:

@@ -22,7 +22,7 @@ from courier.text import clip_bytes, sanitize
 from courier.transport import connections_shared, transport_for
 from protocol import limits
 from protocol.documents import FleetDocument, FleetMachine, MachineProbe
-from protocol.models import RemoteRequest, RemoteResponse, Result
+from protocol.models import NodeFacts, RemoteRequest, RemoteResponse, Result
 from protocol.refs import format_reference
 from protocol.timestamps import parse_rfc3339
 
@@ -214,6 +214,8 @@ class ProbeRow:
     rtt_ms: int | None = None
     clock_offset_ms: int | None = None
     harnesses: list[str] | None = None  # from the peer's capabilities; [] when it lists none
+    executor: str | None = None  # "ray" on a Ray head (docs/ray.md#machines---check)
+    nodes: list[NodeFacts] | None = None
 
     def document(self) -> MachineProbe:
         return MachineProbe(**self.__dict__)
@@ -295,6 +297,7 @@ def _apply_probe(row: ProbeRow, answer: Answer) -> None:
     row.wb_version = response.wb_version
     row.schema_version = response.schema_version
     row.harnesses = harnesses_of(response.capabilities)
+    row.executor, row.nodes = response.executor, response.nodes
     row.clock_offset_ms = _offset_ms(response.now, answer.sent_at, answer.received_at)
     if row.clock_offset_ms is not None and abs(row.clock_offset_ms) > limits.CLOCK_OFFSET_WARN_MS:
         sys.stderr.write(
@@ -328,4 +331,19 @@ def _machines_table(rows: list[ProbeRow], check: bool) -> str:
         + ("  " + row[-1] if row[-1] else "")
         + "\n"
         for row in table
-    )
+    ) + "".join(executor_lines(r) for r in rows)
+
+
+def executor_lines(row: ProbeRow) -> str:
+    """Below the table, for a machine that heads a Ray cluster: its executor and nodes (docs/ray.md)."""
+    if row.executor is None:
+        return ""
+    nodes = row.nodes or []
+    lines = [f"{row.machine}: executor: {row.executor}, {len(nodes)} node{'' if len(nodes) == 1 else 's'}\n"]
+    for n in nodes:
+        state = "" if n.alive else " (lost)"
+        lines.append(
+            f"  {sanitize(n.node)}{state}: cpus {n.cpus_free:g}/{n.cpus_total:g} free, "
+            f"gpus {n.gpus_free:g}/{n.gpus_total:g} free\n"
+        )
+    return "".join(lines)

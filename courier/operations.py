@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from courier import __version__
 from courier.errors import WbError
+from courier.executor import cluster_handler
 from courier.ops import REGISTRY
 from courier.runs.context import Context, Handler, never_gone
 from protocol import limits
@@ -51,7 +52,10 @@ def perform(
     """
     response = RemoteResponse(schema_version=limits.SCHEMA_VERSION, operation=request.operation)
     try:
-        handler_of(request.operation)(request, response, Context(client_gone, config, in_process))
+        context = Context(client_gone, config, in_process)
+        # On a Ray head (agents.executor.ray) the cluster answers for all its nodes (docs/ray.md).
+        handler = cluster_handler(request.operation, context) or handler_of(request.operation)
+        handler(request, response, context)
     except WbError as exc:
         response.clear_results()
         response.failure = exc.message

@@ -95,6 +95,8 @@ def silence(seconds: float) -> str:
 
 def state_text(result: Result) -> str:
     """The state as text: `running (stalled 14m)` for a stalled run (time since its last output)."""
+    if result.state == "queued" and result.queued_for:  # docs/ray.md: what it waits for
+        return f"queued (waiting for {result.queued_for})"
     if not is_stalled(result) or not result.last_output_at:
         return result.state
     try:
@@ -165,6 +167,8 @@ def status_text(result: Result, *, details: bool = False) -> str:
         processes.append(f"worker {r.worker_pid} ({'alive' if r.worker_alive else 'gone'})")
     if processes:
         out.append(_line("process", ", ".join(processes)))
+    if r.node:
+        out.append(_line("node", _s(r.node)))
     if r.exit_code is not None:
         out.append(_line("exit", r.exit_code))
     if r.failure:

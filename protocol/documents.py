@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, RootModel
 
-from protocol.models import PrunedRun, PrunedWorktree, Result
+from protocol.models import NodeFacts, PrunedRun, PrunedWorktree, Result
 
 ErrorClass = Literal["usage", "finding", "transport"]
 
@@ -65,6 +65,12 @@ class MachineProbe(Document):
     clock_offset_ms: int | None = Field(description="The peer's clock minus this machine's.")
     harnesses: list[str] | None = Field(
         description="With --check: the harnesses the peer can run ([] when it lists none)."
+    )
+    executor: Literal["ray"] | None = Field(
+        default=None, description="With --check: ray when the machine heads a Ray cluster (docs/ray.md)."
+    )
+    nodes: list[NodeFacts] | None = Field(
+        default=None, description="With --check on a Ray head: each node's free/total cpus and gpus."
     )
 
     def to_json(self) -> dict[str, Any]:

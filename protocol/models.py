@@ -19,6 +19,8 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, StringConstraint
 from protocol import limits
 
 TERMINAL_STATES = frozenset({"completed", "failed", "timeout", "abandoned"})
+# The closed vocabulary (docs/runs.md#states-and-liveness): `queued` only on a Ray cluster (docs/ray.md).
+STATES = ("queued", "running", "completed", "failed", "timeout", "abandoned")
 WORKTREE_MODES = ("new", "existing")
 
 _RFC3339 = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{1,9})?(Z|[+-]\d\d:\d\d)"
@@ -142,6 +144,17 @@ class UsageLimitPolicy(WireModel):
     )
 
 
+class NodeFacts(WireModel):
+    """One node of a Ray cluster, as `version` on its head reports it (docs/ray.md#machines---check)."""
+
+    node: Identifier
+    alive: bool = True
+    cpus_free: float = 0
+    cpus_total: float = 0
+    gpus_free: float = 0
+    gpus_total: float = 0
+
+
 class Result(WireModel):
     """What status, await, list and dispatch report about one run. Never the task."""
 
@@ -180,6 +193,8 @@ class Result(WireModel):
     stalled_since: Timestamp | None = None
     harness_diagnostics: list[str] | None = Field(default=None, max_length=1000)
     log_path: PathText | None = None
+    node: Identifier | None = None  # docs/ray.md: the Ray node that runs it
+    queued_for: Identifier | None = None  # docs/ray.md: while queued, what it waits for ("cpus=2, gpus=1")
 
     @field_validator("agent_id")
     @classmethod
@@ -380,6 +395,8 @@ class RemoteResponse(WireModel):
     watch_cursor: str | None = None  # docs/protocol.md, watch: echo it in the next watch request
     capabilities: list[Capability] | None = Field(default=None, max_length=limits.CAPABILITIES_MAX)
     placement: PlacementFacts | None = None  # version with `placement: true` (docs/cli.md#placement-across-a-fleet)
+    executor: Literal["ray"] | None = None  # version on a Ray head (docs/ray.md#machines---check)
+    nodes: list[NodeFacts] | None = None  # bounded with the whole reply (docs/protocol.md#bounds)
     # Results already validated (made on this machine, or checked once by the caller's decoder),
     # kept typed so nobody validates them again.
     _typed_result: Result | StopResult | None = PrivateAttr(default=None)
@@ -432,6 +449,10 @@ class RemoteResponse(WireModel):
             body["capabilities"] = self.capabilities
         if self.placement is not None:
             body["placement"] = self.placement.to_wire()
+        if self.executor is not None:
+            body["executor"] = self.executor
+        if self.nodes is not None:
+            body["nodes"] = [node.to_wire() for node in self.nodes]
         # home_id is on every reply, null when the receiver could not use its home.
         body["home_id"] = self.home_id
         try:

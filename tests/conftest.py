@@ -386,3 +386,26 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
         report.outcome = "failed"
         report.longrepr = f"skipped under CI, which must run every tier: {reason}"
+
+
+@pytest.fixture(scope="session")
+def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
+    """The suite's one real Ray cluster (tests/integration/ray_cluster.py), started once, stopped at the end."""
+    import importlib.util
+
+    if importlib.util.find_spec("ray") is None:
+        pytest.skip("Ray is not installed: pip install -e '.[ray]' (CI installs it)")
+    if shutil.which("unshare") is None or shutil.which("nsenter") is None:
+        pytest.skip("the Ray tier needs unshare and nsenter (util-linux)")
+    from tests.integration.ray_cluster import default_cluster
+
+    cluster = default_cluster(tmp_path_factory.mktemp("ray"))
+    try:
+        cluster.start()
+    except RuntimeError as exc:
+        cluster.stop()
+        pytest.skip(f"cannot start the Ray cluster here: {exc}")
+    try:
+        yield cluster
+    finally:
+        cluster.stop()

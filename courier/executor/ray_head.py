@@ -1,0 +1,552 @@
+"""The Ray head: every run operation of a machine whose wb.yaml says agents.executor.ray (docs/ray.md).
+
+Dispatch checks the request as this machine would (the profile, its resources), refuses a
+run no live node could ever take, records the placement (courier/executor/placements.py) and
+creates the run's detached `RunHolder` actor with the run's resources; Ray starts it on a
+node when one has them free, and the actor admits the run there. Every other operation is
+answered from the nodes' own stores through each node's `NodeService`, merged for `list` and
+`prune`, with `node` set on each Result; the head adds what only it knows: runs still queued,
+runs that ended before they started, and runs whose node is gone.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+import ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+from courier.config import Config, Resources, load_config
+from courier.errors import Finding, NotStartable, WbError, error_for_failure_kind
+from courier.executor.placements import ENDED, PLACED, QUEUED, Placement, Placements, now, wants_text
+from courier.executor.ray_node import NAMESPACE, NodeService, RunHolder
+from courier.runs.context import Context, Handler
+from protocol.models import NodeFacts, RemoteRequest, RemoteResponse, Result, StopResult, collector_paused, is_terminal
+from protocol.refs import check_run_id
+
+NODE_LABEL = "wb-node"  # a node's name for wb: `ray start --labels wb-node=NAME` (docs/ray.md#set-up)
+REPO_RESOURCE = "wb-repo:"  # a node holding the canonical clone OWNER/REPO advertises `wb-repo:OWNER/REPO`
+REPO_SHARE = 0.001  # what one run takes of it: a node advertising 1 takes up to 1000 runs of that repository
+NODE_CALL_S = 60.0  # the bound of one call to a node's service
+AWAIT_POLL_S = 0.5
+
+_STAMPED = ("status", "await", "logs", "continue", "dispatch")  # replies whose `result` is a Result
+_connect_lock = threading.Lock()
+
+
+def connect(address: str) -> None:
+    """Join the cluster once per process (a serve-mode receiver keeps the connection warm)."""
+    with _connect_lock:
+        if ray.is_initialized():
+            return
+        os.environ.setdefault("RAY_BACKEND_LOG_LEVEL", "error")
+        # Ray's core writes start-up notices straight to fd 2 (before its log level applies):
+        # they are kept aside and shown only when joining fails.
+        with tempfile.TemporaryFile() as aside:
+            saved = os.dup(2)
+            os.dup2(aside.fileno(), 2)
+            try:
+                ray.init(
+                    address=address,
+                    namespace=NAMESPACE,
+                    log_to_driver=False,
+                    logging_level=logging.ERROR,
+                    include_dashboard=False,
+                )
+                failure = None
+            except (ConnectionError, RuntimeError, ValueError) as exc:
+                failure = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            finally:
+                os.dup2(saved, 2)
+                os.close(saved)
+        if failure is not None:
+            raise Finding(f"cannot reach the Ray cluster at {address} (agents.executor.ray.address): {failure}")
+
+
+@dataclass(frozen=True)
+class Node:
+    name: str
+    node_id: str
+    total: dict[str, float]
+
+
+def cluster_nodes() -> list[dict[str, Any]]:
+    """Ray's node table (GCS): alive or not, labels, total resources."""
+    return list(ray.nodes())  # type: ignore[no-untyped-call]
+
+
+def live_nodes() -> list[Node]:
+    nodes = []
+    for entry in cluster_nodes():
+        if entry.get("Alive"):
+            labels = entry.get("Labels") or {}
+            node_id = str(entry["NodeID"])
+            nodes.append(Node(str(labels.get(NODE_LABEL) or node_id[:12]), node_id, dict(entry["Resources"])))
+    return sorted(nodes, key=lambda n: n.name)
+
+
+def service(node: Node) -> Any:
+    """The node's NodeService, created on first use and pinned to that node."""
+    return NodeService.options(  # type: ignore[attr-defined]
+        name=f"node-{node.node_id}",
+        namespace=NAMESPACE,
+        lifetime="detached",
+        get_if_exists=True,
+        scheduling_strategy=NodeAffinitySchedulingStrategy(node.node_id, soft=False),
+    ).remote()
+
+
+def ask(node: Node, request: RemoteRequest) -> RemoteResponse:
+    """One request answered by `node` from its own store, `node` set on every Result in it."""
+    try:
+        encoded = ray.get(service(node).answer.remote(request), timeout=NODE_CALL_S)
+    except ray.exceptions.GetTimeoutError:
+        raise Finding(f"node {node.name} of the Ray cluster did not answer within {NODE_CALL_S:g}s") from None
+    except ray.exceptions.RayError as exc:
+        raise Finding(f"node {node.name} of the Ray cluster failed to answer: {type(exc).__name__}") from None
+    response = RemoteResponse.model_validate_json(encoded)
+    if response.operation in ("list",):
+        results = response.results_of()
+        for result in results:
+            result.node = node.name
+        response.set_results(results)
+    elif response.result is not None and response.operation in _STAMPED:
+        response.result = {**response.result, "node": node.name}
+    return response
+
+
+def ask_all(nodes: list[Node], request: RemoteRequest) -> list[tuple[Node, RemoteResponse | WbError]]:
+    def one(node: Node) -> RemoteResponse | WbError:
+        try:
+            return ask(node, request)
+        except WbError as exc:
+            return exc
+
+    if not nodes:
+        return []
+    with ThreadPoolExecutor(len(nodes)) as pool:
+        return list(zip(nodes, pool.map(one, nodes), strict=True))
+
+
+def raise_in_band(response: RemoteResponse) -> None:
+    if response.failure:
+        raise error_for_failure_kind(response.failure_kind)(response.failure)
+
+
+# ----- placement
+
+
+def ray_options(resources: Resources, repository: str) -> dict[str, Any]:
+    custom = {name: float(amount) for name, amount in resources.custom.items()}
+    if repository:
+        custom[REPO_RESOURCE + repository] = REPO_SHARE
+    options: dict[str, Any] = {"num_cpus": resources.cpus, "num_gpus": resources.gpus, "resources": custom}
+    if resources.memory_bytes:
+        options["memory"] = resources.memory_bytes
+    return options
+
+
+def _needs(options: dict[str, Any]) -> dict[str, float]:
+    needs = {"CPU": float(options["num_cpus"]), "GPU": float(options["num_gpus"]), **options["resources"]}
+    if options.get("memory"):
+        needs["memory"] = float(options["memory"])
+    return {name: amount for name, amount in needs.items() if amount > 0}
+
+
+def check_feasible(nodes: list[Node], options: dict[str, Any], repository: str, wants: str) -> None:
+    """Refuse (exit 1) a run that no live node could take even when idle, naming the shortfall."""
+    needs = _needs(options)
+    if any(all(node.total.get(name, 0.0) >= amount for name, amount in needs.items()) for node in nodes):
+        return
+    if not nodes:
+        raise NotStartable("the Ray cluster has no live node")
+    if repository and not any(REPO_RESOURCE + repository in node.total for node in nodes):
+        raise NotStartable(
+            f"no node of the Ray cluster has a canonical clone of {repository} "
+            f"(a node that has one advertises the resource {REPO_RESOURCE}{repository}; see docs/ray.md)"
+        )
+    best = ", ".join(f"{n.name}: cpus={n.total.get('CPU', 0):g}, gpus={n.total.get('GPU', 0):g}" for n in nodes[:8])
+    raise NotStartable(f"no node of the Ray cluster could ever take this run: it needs {wants}; the nodes have {best}")
+
+
+def resources_of(config: Config, profile: str) -> Resources:
+    return config.profile(profile).resources or Resources()
+
+
+def holder_name(agent_id: str) -> str:
+    return f"run-{agent_id}"
+
+
+def place(config: Config, request: RemoteRequest, placement: Placement, options: dict[str, Any]) -> None:
+    """Record the placement, then create its detached RunHolder (pending until a node has room)."""
+    placements = Placements(config.home)
+    placements.save(placement)
+    if placement.pinned_node_id:
+        options = {**options, "scheduling_strategy": NodeAffinitySchedulingStrategy(placement.pinned_node_id, False)}
+    try:
+        RunHolder.options(  # type: ignore[attr-defined]
+            name=holder_name(placement.agent_id), namespace=NAMESPACE, lifetime="detached", **options
+        ).remote(request)
+    except (ValueError, ray.exceptions.RayError) as exc:
+        placements.remove(placement.agent_id)
+        raise NotStartable(f"the Ray cluster refused the run: {exc}") from None
+
+
+def dispatch(request: RemoteRequest, response: RemoteResponse, context: Context) -> None:
+    from courier.runs.dispatch import resolve_profile
+
+    config = _config(context)
+    agent_id = check_run_id(request.agent_id) if request.agent_id else ""
+    placements = Placements(config.home)
+    if agent_id and placements.exists(agent_id):  # a repeated dispatch returns that run
+        response.set_result(current(config, placements.load(agent_id)))
+        return
+    resolved, _network = resolve_profile(config, request.profile)  # refusals name the file and key
+    resources = resources_of(config, request.profile)
+    options = ray_options(resources, request.repository)
+    wants = wants_text(resources.cpus, resources.gpus, resources.memory, dict(resources.custom))
+    connect(_address(config))
+    check_feasible(live_nodes(), options, request.repository, wants)
+    if not agent_id:
+        from protocol.refs import new_run_id
+
+        agent_id = new_run_id()
+        request = request.model_copy(update={"agent_id": agent_id})
+    placement = Placement(
+        agent_id=agent_id,
+        created_at=now(),
+        profile=request.profile,
+        resolved=resolved.to_wire(),
+        repository=request.repository,
+        worktree_mode=request.mode,
+        worktree=request.worktree,
+        wants=wants,
+        branch=request.branch,
+        base=request.base,
+    )
+    place(config, request, placement, options)
+    response.set_result(placement.queued_result())
+
+
+def continue_(request: RemoteRequest, response: RemoteResponse, context: Context) -> None:
+    """A continuation runs on its parent's node, in the same worktree (a RunHolder pinned to that node)."""
+    config = _config(context)
+    connect(_address(config))
+    placements = Placements(config.home)
+    parent = current(config, placements.load(request.agent_id))
+    if not parent.terminal:
+        raise Finding(f"agent run {request.agent_id} is still {parent.state}; await it before continuing it")
+    parent_placement = placements.load(request.agent_id)
+    node = _node_by_id(parent_placement.node_id)
+    if node is None:
+        raise NotStartable(f"agent run {request.agent_id} ran on node {parent_placement.node}, which is gone")
+    new_id = check_run_id(request.new_agent_id) if request.new_agent_id else ""
+    if not new_id:
+        from protocol.refs import new_run_id
+
+        new_id = new_run_id()
+        request = request.model_copy(update={"new_agent_id": new_id})
+    if placements.exists(new_id):
+        response.result = current(config, placements.load(new_id)).to_wire()
+        return
+    profile = request.profile or parent.profile
+    resources = resources_of(config, profile)
+    options = ray_options(resources, parent.repository)
+    wants = wants_text(resources.cpus, resources.gpus, resources.memory, dict(resources.custom))
+    check_feasible([node], options, parent.repository, wants)
+    placement = Placement(
+        agent_id=new_id,
+        created_at=now(),
+        profile=profile,
+        resolved=parent.resolved.to_wire(),
+        repository=parent.repository,
+        worktree_mode="existing",
+        worktree=parent.worktree,
+        wants=wants,
+        parent_id=parent.agent_id,
+        pinned_node_id=node.node_id,
+    )
+    place(config, request, placement, options)
+    response.result = placement.queued_result().to_wire()
+
+
+# ----- where a run is, and its Result
+
+
+def _node_by_id(node_id: str) -> Node | None:
+    return next((node for node in live_nodes() if node.node_id == node_id), None)
+
+
+def locate(config: Config, placement: Placement, nodes: list[Node]) -> Placement:
+    """Find a queued run on the nodes: its record (it was placed), or its node's refusal (it ended)."""
+    if placement.phase != QUEUED:
+        return placement
+    status = RemoteRequest.of("status", agent_id=placement.agent_id)
+    for node, reply in ask_all(nodes, status):
+        if isinstance(reply, RemoteResponse) and not reply.failure:
+            placement.phase, placement.node, placement.node_id = PLACED, node.name, node.node_id
+            placement.last = reply.result_of().to_wire()
+            Placements(config.home).save(placement)
+            return placement
+    for node in nodes:
+        refused = _refusal(node, placement.agent_id)
+        if refused:
+            placement.phase, placement.failure, placement.finished_at = ENDED, refused, now()
+            placement.node, placement.node_id = node.name, node.node_id
+            Placements(config.home).save(placement)
+            return placement
+    return placement
+
+
+def _refusal(node: Node, agent_id: str) -> str:
+    try:
+        text = ray.get(service(node).refusal.remote(agent_id), timeout=NODE_CALL_S)
+    except ray.exceptions.RayError:
+        return ""
+    if not text:
+        return ""
+    reply = RemoteResponse.model_validate_json(text)
+    return f"node {node.name} did not start it: {reply.failure}"
+
+
+def current(config: Config, placement: Placement, nodes: list[Node] | None = None) -> Result:
+    """The run's Result now: from its node, or what the head knows (queued, ended, its node lost)."""
+    nodes = live_nodes() if nodes is None else nodes
+    placement = locate(config, placement, nodes)
+    if placement.phase == ENDED:
+        return placement.ended_result()
+    if placement.phase == QUEUED:
+        return placement.queued_result()
+    node = next((n for n in nodes if n.node_id == placement.node_id), None)
+    if node is None:
+        return placement.lost_result()
+    reply = ask(node, RemoteRequest.of("status", agent_id=placement.agent_id))
+    raise_in_band(reply)
+    result = reply.result_of()
+    if placement.last is None or not is_terminal(str(placement.last.get("state"))):
+        placement.last = result.to_wire()
+        Placements(config.home).save(placement)
+    return result
+
+
+def _placed_node(config: Config, agent_id: str) -> tuple[Placement, Node | None]:
+    placements = Placements(config.home)
+    placement = locate(config, placements.load(agent_id), live_nodes())
+    node = _node_by_id(placement.node_id) if placement.phase == PLACED else None
+    return placement, node
+
+
+# ----- the operations
+
+
+def status(request: RemoteRequest, response: RemoteResponse, context: Context) -> None:
+    config = _connected(context)
+    response.set_result(current(config, Placements(config.home).load(request.agent_id)))
+
+
+def await_(request: RemoteRequest, response: RemoteResponse, context: Context) -> None:
+    """Poll the head's view until terminal: through `queued`, then the node's own states."""
+    config = _connected(context)
+    placements = Placements(config.home)
+    deadline = time.monotonic() + request.wait_timeout_ms / 1000 if request.wait_timeout_ms > 0 else None
+    while True:
+        result = current(config, placements.load(request.agent_id))
+        remaining = None if deadline is None else deadline - time.monotonic()
+        if result.terminal or (remaining is not None and remaining <= 0) or context.client_gone():
+            response.set_result(result)
+            return
+        time.sleep(AWAIT_POLL_S if remaining is None else max(min(AWAIT_POLL_S, remaining), 0.001))
+
+
+def list_(request: RemoteRequest, response: RemoteResponse, context: Context) -> None:
+    """Every run of every live node, then the head's own: queued, ended before start, node lost."""
+    config = _connected(context)
+    nodes = live_nodes()
+    results: list[Result] = []
+    warnings = []
+    with collector_paused():
+        for _node, reply in ask_all(nodes, RemoteRequest.of("list")):
+            if isinstance(reply, WbError):
+                raise reply
+            raise_in_band(reply)
+            results += reply.results_of()
+            warnings += reply.warnings or []
+        seen = {result.agent_id for result in results}
+        placements = Placements(config.home)
+        for placement in placements.all():
+            if placement.agent_id in seen:
+                continue
+            if placement.phase == QUEUED:
+                results.append(placement.queued_result())
+            elif placement.phase == ENDED:
+                results.append(placement.ended_result())
+            elif not any(n.node_id == placement.node_id for n in nodes):
+                results.append(placement.lost_result())
+    results.sort(key=lambda r: r.started_at, reverse=True)
+    response.set_results(results)
+    response.warnings = warnings or None
+
+
+def _forward(request: RemoteRequest, response: RemoteResponse, context: Context, queued: Callable[..., None]) -> None:
+    """Ask the run's node; a run not on a node yet is answered by `queued(placement)`."""
+    config = _connected(context)
+    placement, node = _placed_node(config, request.agent_id)
+    if placement.phase == PLACED and node is None:
+        raise Finding(f"agent run {request.agent_id}: node {placement.node} lost; its records are on that node")
+    if node is None:
+        queued(placement)
+        return
+    reply = ask(node, request)
+    for key in ("logs", "failure", "failure_kind", "next_offset", "warnings"):
+        setattr(response, key, getattr(reply, key))
+    response.result = reply.result
+
+
+def logs(request: RemoteRequest, response: RemoteResponse, context: Context) -> None:
+    def queued(placement: Placement) -> None:
+        if placement.phase == ENDED:
+            response.logs = f"(it never started: {placement.failure})\n"
+        else:
+            response.logs = "" if request.follow else f"(queued: waiting for {placement.wants})\n"
+        if request.follow:
+            time.sleep(min(request.wait_timeout_ms or 1000, 1000) / 1000)  # a follower polls; not a busy loop
+            response.next_offset = request.follow_from
+            result = placement.ended_result() if placement.phase == ENDED else placement.queued_result()
+            response.result = result.to_wire()
+
+    _forward(request, response, context, queued)
+
+
+def diff(request: RemoteRequest, response: RemoteResponse, context: Context) -> None:
+    def queued(placement: Placement) -> None:
+        raise Finding(f"agent run {request.agent_id} has not started on a node yet ({placement.phase}): no diff")
+
+    _forward(request, response, context, queued)
+
+
+def stop(request: RemoteRequest, response: RemoteResponse, context: Context) -> None:
+    config = _connected(context)
+    placements = Placements(config.home)
+    placement, node = _placed_node(config, request.agent_id)
+    if placement.phase == QUEUED:
+        with contextlib.suppress(ValueError):  # it was just placed, or is gone: look again below
+            ray.kill(ray.get_actor(holder_name(request.agent_id), namespace=NAMESPACE))
+        placement, node = _placed_node(config, request.agent_id)
+        if placement.phase == QUEUED:
+            placement.phase, placement.finished_at = ENDED, now()
+            placement.failure = "stopped on request before it started"
+            placements.save(placement)
+            response.set_result(StopResult(agent_id=request.agent_id, worker_pid=0, state="failed"))
+            return
+    if placement.phase == ENDED:
+        raise Finding(f"agent run {request.agent_id} is already failed ({placement.failure})")
+    if node is None:
+        raise Finding(f"agent run {request.agent_id}: node {placement.node} lost; nothing to stop")
+    reply = ask(node, request)
+    raise_in_band(reply)
+    response.result, response.warnings = reply.result, reply.warnings
+
+
+def prune(request: RemoteRequest, response: RemoteResponse, context: Context) -> None:
+    """Every node prunes its own store; the head forgets the placements of runs pruned there."""
+    config = _connected(context)
+    removed: list[Any] = []
+    kept = 0
+    worktrees: list[Any] = []
+    for _node, reply in ask_all(live_nodes(), request):
+        if isinstance(reply, WbError):
+            raise reply
+        raise_in_band(reply)
+        body = reply.result or {}
+        removed += body.get("removed", [])
+        kept += int(body.get("kept_live", 0))
+        worktrees += body.get("worktrees", [])
+    if not request.dry_run:
+        placements = Placements(config.home)
+        for entry in removed:
+            placements.remove(str(entry.get("agent_id", "")))
+    response.result = {"dry_run": request.dry_run, "removed": removed, "kept_live": kept}
+    if request.worktrees:
+        response.result["worktrees"] = worktrees
+
+
+def version(request: RemoteRequest, response: RemoteResponse, context: Context) -> None:
+    """This machine's own answer, plus `executor: ray` and each node's free/total cpus and gpus."""
+    from courier.ops.version import version_op
+
+    version_op(request, response, context)
+    config = _connected(context)
+    response.executor = "ray"
+    response.nodes = node_facts(config)
+
+
+def node_facts(config: Config) -> list[NodeFacts]:
+    free = _available_per_node()
+    facts = []
+    for entry in cluster_nodes():
+        labels = entry.get("Labels") or {}
+        node_id = str(entry["NodeID"])
+        total = entry.get("Resources") or {}
+        available = free.get(node_id, {}) if entry.get("Alive") else {}
+        facts.append(
+            NodeFacts(
+                node=str(labels.get(NODE_LABEL) or node_id[:12]),
+                alive=bool(entry.get("Alive")),
+                cpus_free=float(available.get("CPU", 0.0)),
+                cpus_total=float(total.get("CPU", 0.0)),
+                gpus_free=float(available.get("GPU", 0.0)),
+                gpus_total=float(total.get("GPU", 0.0)),
+            )
+        )
+    return sorted(facts, key=lambda n: (not n.alive, n.node))
+
+
+def _available_per_node() -> dict[str, dict[str, float]]:
+    """Free resources per node ID, from the GCS (Ray's state API needs the dashboard, which a head may not run)."""
+    try:
+        from ray._private.state import state
+
+        return dict(state.available_resources_per_node())  # type: ignore[no-untyped-call]
+    except Exception:
+        return {}
+
+
+# ----- helpers
+
+
+def _config(context: Context) -> Config:
+    return context.config or load_config()
+
+
+def _address(config: Config) -> str:
+    assert config.ray_address is not None
+    return config.ray_address
+
+
+def _connected(context: Context) -> Config:
+    config = _config(context)
+    connect(_address(config))
+    return config
+
+
+HANDLERS: dict[str, Handler] = {
+    "dispatch": dispatch,
+    "status": status,
+    "await": await_,
+    "list": list_,
+    "logs": logs,
+    "stop": stop,
+    "continue": continue_,
+    "diff": diff,
+    "prune": prune,
+    "version": version,
+}

@@ -1,0 +1,199 @@
+"""A Ray cluster as one machine (docs/ray.md), through the `wb` CLI against a real three-node cluster.
+
+The cluster (tests/integration/ray_cluster.py) is the session's one: head (1 cpu), w1 (2 cpus,
+custom resource `fast`), w2 (1 cpu, the only clone of acme/other). This machine reaches its
+head as the exec machine `lab`, as a supervisor would. The slow scenarios run once each.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.conftest import CONFIG_TEMPLATE, CREDENTIAL_ENV, Machine, make_machine
+from tests.integration.ray_cluster import RayCluster
+
+WAIT_S = 240  # a loaded 2-core machine starts Ray workers slowly
+
+
+@pytest.fixture
+def lab(tmp_path: Path, ray_cluster: RayCluster) -> Machine:
+    """This machine, with the cluster's head as the exec machine `lab`."""
+    machine = make_machine(tmp_path / "caller")
+    config = yaml.safe_load(CONFIG_TEMPLATE.format(credential_env=CREDENTIAL_ENV))
+    config["session_move"] = {"targets": {"lab": {"exec": {"argv": ray_cluster.head_argv()}}}}
+    machine.write_config(yaml.safe_dump(config))
+    return machine
+
+
+def dispatch(lab: Machine, profile: str, task: str, worktree: str, repo: str = "acme/widget") -> str:
+    done = lab.wb(
+        "agent", "dispatch", "--to", "lab", "--new-worktree", worktree, "--profile", profile, "--repo", repo,
+        "--task", task, timeout=WAIT_S,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    ref = done.stdout.split()[0]
+    assert ref.startswith("lab:agt-"), done.stdout
+    return ref
+
+
+def status(lab: Machine, ref: str) -> dict[str, Any]:
+    done = lab.wb("agent", "status", ref, "--json", timeout=WAIT_S)
+    assert done.returncode == 0, done.stderr
+    document: dict[str, Any] = json.loads(done.stdout)
+    return document
+
+
+def wait_for(lab: Machine, ref: str, states: set[str]) -> dict[str, Any]:
+    deadline = time.monotonic() + WAIT_S
+    while True:
+        result = status(lab, ref)
+        if result["state"] in states or time.monotonic() > deadline:
+            assert result["state"] in states, result
+            return result
+        time.sleep(0.5)
+
+
+def test_more_runs_than_cpus_queue_then_complete_across_the_nodes(lab: Machine, tmp_path: Path) -> None:
+    # Four cpus in the cluster, six one-cpu runs that wait for a file: two are `queued`.
+    release = tmp_path / "release"
+    refs = [dispatch(lab, "task", f"wait:{release}", f"q{i}") for i in range(6)]
+    results = {ref: status(lab, ref) for ref in refs}
+    queued = [ref for ref, result in results.items() if result["state"] == "queued"]
+    assert len(queued) >= 2, {ref: r["state"] for ref, r in results.items()}
+    text = lab.wb("agent", "status", queued[-1], timeout=WAIT_S)
+    assert "state:    queued (waiting for cpus=1)\n" in text.stdout, text.stdout
+
+    # A queued run stopped ends `failed` before it starts; the others are unaffected.
+    stopped = queued[0]
+    done = lab.wb("agent", "stop", stopped, timeout=WAIT_S)
+    assert done.returncode == 0, done.stderr
+    result = status(lab, stopped)
+    assert (result["state"], result["failure"]) == ("failed", "stopped on request before it started")
+
+    # logs --follow of a queued run waits through `queued` and ends when the run does.
+    follower = subprocess.Popen(
+        [sys.executable, "-m", "courier.main", "agent", "logs", "--follow", queued[-1]],
+        env=lab.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    # await waits through `queued`; every other run completes on a node of the cluster.
+    release.touch()
+    nodes = set()
+    for ref in refs:
+        if ref == stopped:
+            continue
+        done = lab.wb("agent", "await", ref, "--json", timeout=WAIT_S)
+        assert done.returncode == 0, done.stderr
+        result = json.loads(done.stdout)
+        assert result["state"] == "completed", result
+        assert result["node"] in {"head", "w1", "w2"}
+        nodes.add(result["node"])
+    assert len(nodes) >= 2, nodes
+    _out, err = follower.communicate(timeout=WAIT_S)
+    assert follower.returncode == 0, err
+
+    # list (the head, for every node) shows them all, with their nodes; the stopped one too.
+    done = lab.wb("agent", "list", "--to", "lab", "--json", timeout=WAIT_S)
+    assert done.returncode == 0, done.stderr
+    listed = {f"lab:{r['agent_id']}": r for r in json.loads(done.stdout)}
+    assert set(refs) <= set(listed)
+    assert listed[stopped]["state"] == "failed"
+    assert {listed[ref]["node"] for ref in refs if ref != stopped} == nodes
+    text = lab.wb("agent", "status", refs[0], timeout=WAIT_S).stdout
+    assert f"node:     {listed[refs[0]]['node']}\n" in text, text
+
+
+def test_placement_by_custom_resource_and_by_repository(lab: Machine, ray_cluster: RayCluster) -> None:
+    tagged = dispatch(lab, "tagged", "quick", "p-tagged")  # needs `fast`: only w1 has it
+    other = dispatch(lab, "task", "quick", "p-other", repo="acme/other")  # only w2 has that clone
+    assert wait_for(lab, tagged, {"completed"})["node"] == "w1"
+    result = wait_for(lab, other, {"completed"})
+    assert result["node"] == "w2"
+    assert result["worktree_dir"].startswith(str(ray_cluster.node("w2").projects_root))
+    # The record is in w2's own store, not the head's.
+    agent_id = other.split(":", 1)[1]
+    assert (ray_cluster.node("w2").wb_home / "agents" / agent_id / "run.json").is_file()
+    assert not (ray_cluster.head.wb_home / "agents" / agent_id).exists()
+
+    # prune is every node's: a dry run lists the finished runs of w1 and of w2.
+    done = lab.wb("agent", "prune", "--older-than", "0s", "--dry-run", "--to", "lab", "--json", timeout=WAIT_S)
+    assert done.returncode == 0, done.stderr
+    candidates = json.dumps(json.loads(done.stdout))
+    assert tagged.split(":", 1)[1] in candidates and agent_id in candidates, candidates
+
+
+def test_a_run_no_node_could_ever_take_is_refused_at_dispatch(lab: Machine) -> None:
+    args = ("agent", "dispatch", "--to", "lab", "--new-worktree", "never", "--task", "quick")
+    done = lab.wb(*args, "--profile", "huge", "--repo", "acme/widget", timeout=WAIT_S)
+    assert done.returncode == 1, done.stderr
+    assert "could ever take this run: it needs cpus=64" in done.stderr, done.stderr
+    done = lab.wb(*args, "--profile", "gpu", "--repo", "acme/widget", timeout=WAIT_S)
+    assert done.returncode == 1 and "it needs cpus=1, gpus=1" in done.stderr, done.stderr
+    done = lab.wb(*args, "--profile", "task", "--repo", "acme/nowhere", timeout=WAIT_S)
+    assert done.returncode == 1, done.stderr
+    assert "no node of the Ray cluster has a canonical clone of acme/nowhere" in done.stderr, done.stderr
+
+
+def test_stop_a_running_run_and_continue_on_the_same_node(lab: Machine) -> None:
+    running = dispatch(lab, "task", "sleep:120", "s-run")
+    wait_for(lab, running, {"running"})
+    done = lab.wb("agent", "stop", running, timeout=WAIT_S)
+    assert done.returncode == 0, done.stderr
+    result = wait_for(lab, running, {"failed"})
+    assert result["failure"].startswith("stopped on request"), result
+
+    first = dispatch(lab, "fake", "scenario:complete", "c-run")
+    parent = wait_for(lab, first, {"completed"})
+    done = lab.wb("agent", "continue", first, "--task", "scenario:complete", "--json", timeout=WAIT_S)
+    assert done.returncode == 0, done.stderr
+    child_ref = f"lab:{json.loads(done.stdout)['agent_id']}"
+    child = wait_for(lab, child_ref, {"completed"})
+    assert child["parent_id"] == parent["agent_id"]
+    assert (child["node"], child["worktree_dir"]) == (parent["node"], parent["worktree_dir"])
+    done = lab.wb("agent", "diff", child_ref, "--stat", timeout=WAIT_S)
+    assert done.returncode == 0, done.stderr
+    done = lab.wb("agent", "logs", child_ref, timeout=WAIT_S)
+    assert done.returncode == 0 and "events.jsonl" in done.stdout, done.stderr
+
+
+def test_machines_check_shows_the_executor_and_each_node(lab: Machine) -> None:
+    done = lab.wb("machines", "--check", timeout=WAIT_S)
+    assert done.returncode == 0, done.stderr
+    assert "lab: executor: ray, 3 nodes\n" in done.stdout, done.stdout
+    assert "  w1: cpus " in done.stdout and "/2 free, gpus 0/0 free\n" in done.stdout, done.stdout
+    done = lab.wb("machines", "--check", "--json", timeout=WAIT_S)
+    (row,) = json.loads(done.stdout)
+    assert row["executor"] == "ray"
+    assert sorted(node["node"] for node in row["nodes"]) == ["head", "w1", "w2"]
+    assert {node["node"]: node["cpus_total"] for node in row["nodes"]} == {"head": 1, "w1": 2, "w2": 1}
+
+
+def test_the_same_operations_on_the_head_itself(ray_cluster: RayCluster) -> None:
+    """wb run on the head (no channel): its runs go to the cluster, its list covers every node."""
+
+    def on_head(*args: str) -> subprocess.CompletedProcess[str]:
+        argv = [*ray_cluster.head_argv(), sys.executable, "-m", "courier.main", *args]
+        return subprocess.run(argv, capture_output=True, text=True, timeout=WAIT_S, check=False)
+
+    done = on_head(
+        "agent", "dispatch", "--new-worktree", "h-local", "--profile", "tagged", "--repo", "acme/widget",
+        "--task", "quick",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    ref = done.stdout.split()[0]
+    assert ref.startswith("agt-") and " queued " in done.stdout, done.stdout
+    done = on_head("agent", "await", ref, "--json")
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert (result["state"], result["node"]) == ("completed", "w1")  # `fast` is w1's only
+    done = on_head("agent", "list", "--json")
+    assert done.returncode == 0, done.stderr
+    assert ref in {r["agent_id"] for r in json.loads(done.stdout)}
+    assert done.stderr == ""  # Ray's start-up notices stay out of a local command's output
