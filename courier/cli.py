@@ -537,6 +537,28 @@ def demo(
         raise typer.Exit(code)
 
 
+@app.command()
+def ui(
+    port: Annotated[int, typer.Option("--port", metavar="N", help="Listen on port N (default: a free one).")] = 0,
+    bind: Annotated[
+        str, typer.Option("--bind", metavar="ADDR", help="Listen on ADDR instead of 127.0.0.1 (warned).")
+    ] = "127.0.0.1",
+    to: ToOpt = None,
+    all_machines: Annotated[bool, typer.Option("--all", help="This machine and every configured machine.")] = False,
+    open_page: Annotated[bool, typer.Option("--open", help="Open the page in a browser.")] = False,
+) -> None:
+    """Serve the fleet on a web page (live runs, diffs, stop and continue) until Ctrl-C."""
+    from courier.ui.operations import Scope
+    from courier.ui.server import serve
+
+    check_list_scope(to, all_machines)
+    config = _config()
+    machine, _ = _target(None, to)
+    machines = ("", *sorted(config.targets)) if all_machines else (machine,)
+    scope = Scope(machines, all_machines, machine_timeout_s(MACHINE_TIMEOUT_DEFAULT))
+    serve(config, scope, port=port, bind_address=bind, open_browser=open_page, write=_out, warn=_warn)
+
+
 # -- courier (docs/courier.md) -----------------------------------------------------------------
 
 
