@@ -33,7 +33,7 @@ POLICY = (
 HEADERS = [
     (b"content-security-policy", POLICY.encode()),
     (b"x-content-type-options", b"nosniff"),
-    (b"referrer-policy", b"no-referrer"),
+    (b"referrer-policy", b"same-origin"),  # no-referrer would make a form's Origin "null"
     (b"cache-control", b"no-store"),
     (b"x-frame-options", b"DENY"),
 ]

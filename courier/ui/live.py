@@ -141,7 +141,7 @@ async def follow_lines(config: Config, machine: str, run_id: str) -> AsyncIterat
         if gone.is_set():
             raise _Gone
         for line in text.splitlines():
-            put(("line", line))
+            put(("line", line.removeprefix("  ")))  # logs indents each action; the page does not
 
     def run() -> None:
         try:

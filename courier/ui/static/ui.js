@@ -39,7 +39,10 @@ function fleetPage() {
 
 function runPage() {
   const actions = document.getElementById("actions");
-  const facts = () => refresh("facts");
+  // Facts (and the stop/continue form with them) are fetched again only while the run is live:
+  // a finished run's page keeps what the user types into the continue form.
+  const live = () => { const s = document.getElementById("status"); return s && s.dataset.terminal === "false"; };
+  const facts = () => (live() ? refresh("facts") : Promise.resolve());
   refresh("diff");
   let fresh = true;  // the stream replays every action from the first: it replaces what the page showed
   const stream = new EventSource(actions.dataset.live);
@@ -55,7 +58,10 @@ function runPage() {
   stream.addEventListener("message", (event) => add(event.data, ""));
   stream.addEventListener("warning", (event) => add("warning: " + event.data, "warning"));
   stream.addEventListener("error", (event) => { if (event.data) add("error: " + event.data, "error"); });
-  stream.addEventListener("end", () => { stream.close(); facts(); refresh("diff"); });
+  stream.addEventListener("end", () => {
+    stream.close();
+    if (live()) { facts(); refresh("diff"); }
+  });
   const again = setInterval(() => {  // durations and stall; the stream says when it ends
     if (stream.readyState === EventSource.CLOSED) clearInterval(again); else facts();
   }, 5000);
