@@ -285,10 +285,11 @@ def _file_section(number: int, change: FileDiff) -> str:
         return out + "<p class=binary>binary file: not shown</p></section>"
     for hunk in change.hunks:
         lines = "".join(
-            f'<span class="line {line.kind}"><span class=mark>{_MARKS[line.kind]}</span>{esc(line.text)}</span>\n'
+            f'<span class="line {line.kind}"><span class=mark>{_MARKS[line.kind]}</span>{esc(line.text)}</span>'
             for line in hunk.lines
         )
-        out += f'<pre class=hunk><span class="line hunk-header">{esc(hunk.header)}</span>\n{lines}</pre>'
+        # Each line is a block of its own (ui.css): no newline between them, or the pre doubles them.
+        out += f'<pre class=hunk><span class="line hunk-header">{esc(hunk.header)}</span>{lines}</pre>'
     return out + "</section>"
 
 

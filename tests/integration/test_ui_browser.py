@@ -263,7 +263,11 @@ def test_screenshots_of_both_pages(fleet: tuple[Machine, Machine], ui: UiServer,
     driver.save_screenshot(str(into / "fleet.png"))
     driver.get(ui.base + f"/run/{ref}")
     assert wait_until(driver, lambda d: count(d, "#diff section.file") == 1)
+    height = min(int(driver.execute_script("return document.documentElement.scrollHeight")), 2400)
+    metrics = {"width": 1280, "height": height, "deviceScaleFactor": 1, "mobile": False}
+    driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", metrics)  # the whole page, the diff included
     driver.save_screenshot(str(into / "run.png"))
+    driver.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
     for name in ("fleet.png", "run.png"):
         assert (into / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert caller.wb("agent", "stop", running).returncode == 0
