@@ -526,13 +526,14 @@ def demo(
     harness: Annotated[
         str, typer.Option("--harness", metavar="codex|claude|gemini", help="The coding agent to run (default codex).")
     ] = "codex",
+    ui: Annotated[bool, typer.Option("--ui", help="Also show the run live on a web page (wb ui).")] = False,
 ) -> None:
     """Show the product working end to end in a throwaway sandbox (nothing of yours is touched)."""
     from courier.demo.run import DEMO_HARNESSES, run_demo
 
     if harness not in DEMO_HARNESSES:
         raise UsageError(f'--harness must be one of {", ".join(sorted(DEMO_HARNESSES))}, not "{harness}"')
-    code = run_demo(harness)
+    code = run_demo(harness, ui=ui)
     if code:
         raise typer.Exit(code)
 

@@ -6,6 +6,7 @@ per test session. Without them the browser tests skip on a developer machine and
 
 from __future__ import annotations
 
+import atexit
 import http.client
 import shutil
 import signal
@@ -117,6 +118,18 @@ def browser() -> Any:
                      "--disable-gpu", "--no-first-run", "--disable-extensions"):  # fmt: skip
         options.add_argument(argument)
     return webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+
+
+_SHARED: list[Any] = []
+
+
+def shared_browser() -> Any:
+    """The one browser of the test session (each UI module's `driver` fixture hands it out); quit at exit."""
+    if not _SHARED:
+        chrome = browser()
+        _SHARED.append(chrome)
+        atexit.register(chrome.quit)
+    return _SHARED[0]
 
 
 def wait_until(driver: Any, predicate: Any, timeout: float = 60) -> bool:
