@@ -269,3 +269,15 @@ def test_screenshots_of_both_pages(fleet: tuple[Machine, Machine], ui: UiServer,
     for name in ("fleet.png", "run.png"):
         assert (into / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert caller.wb("agent", "stop", running).returncode == 0
+
+
+# -- the command's own errors ----------------------------------------------------------------------
+
+
+def test_a_taken_port_and_both_scopes_are_one_error_line_each(fleet: tuple[Machine, Machine], ui: UiServer) -> None:
+    caller, _ = fleet
+    taken = caller.wb("ui", "--port", str(ui.port), timeout=60)
+    assert taken.returncode == 2 and taken.stdout == ""
+    assert taken.stderr.startswith(f"error: cannot listen on 127.0.0.1:{ui.port}: ") and taken.stderr.count("\n") == 1
+    both = caller.wb("ui", "--all", "--to", "box", timeout=60)
+    assert both.returncode == 2 and both.stderr == "error: pass either --to MACHINE or --all, not both\n"
