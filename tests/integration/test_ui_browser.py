@@ -193,6 +193,22 @@ def test_the_run_page_of_a_finished_remote_run_shows_its_diff_per_file_and_hunk(
     assert count(driver, "form#continue") == 1 and count(driver, "form#stop") == 0
 
 
+def test_the_run_page_follows_a_live_run_to_its_end_without_a_reload(
+    fleet: tuple[Machine, Machine], ui: UiServer, driver: Any
+) -> None:
+    caller, _ = fleet
+    ref = dispatch(caller, "scenario:wait-release message:Released now.", "followed")
+    signed_in(driver, ui, f"/run/{ref}")
+    assert wait_until(driver, lambda d: count(d, "#status[data-terminal=false]") == 1)
+    assert count(driver, "form#stop") == 1
+    driver.execute_script("window.wbSamePage = 'yes'")
+    release(caller, ref)
+    assert wait_until(driver, lambda d: f"{ref} completed" in text_of(d, "#actions")), driver.page_source
+    assert wait_until(driver, lambda d: count(d, "#status[data-state=completed]") == 1), driver.page_source
+    assert "Released now." in text_of(driver, "#status") and count(driver, "form#continue") == 1
+    assert driver.execute_script("return window.wbSamePage") == "yes"
+
+
 def test_stop_from_the_page_asks_first_and_then_stops_the_run(
     fleet: tuple[Machine, Machine], ui: UiServer, driver: Any
 ) -> None:
