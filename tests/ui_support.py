@@ -33,7 +33,7 @@ class UiServer:
     stderr: list[str] = field(default_factory=list)
 
     @classmethod
-    def start(cls, machine: Machine, *args: str, cwd: Path | None = None) -> UiServer:
+    def start(cls, machine: Machine, *args: str, cwd: Path | None = None, host: str = "127.0.0.1") -> UiServer:
         process = subprocess.Popen(
             [sys.executable, "-m", "courier.main", "ui", *args],
             stdin=subprocess.DEVNULL,
@@ -47,7 +47,7 @@ class UiServer:
         line = process.stdout.readline()
         server = cls(process, line.split(" ")[-1].strip())
         threading.Thread(target=server._drain, daemon=True).start()
-        assert line.startswith("wb ui: http://127.0.0.1:") and "/?token=" in line, (line, server.finish())
+        assert line.startswith(f"wb ui: http://{host}:") and "/?token=" in line, (line, server.finish())
         return server
 
     def _drain(self) -> None:

@@ -138,6 +138,8 @@ def test_an_action_from_another_origin_is_refused_and_a_refusal_shows_the_clis_m
         assert status == 403 and text.startswith("forbidden: an action must come from this page"), text
     status, _, text = ui.http("POST", f"/run/{ref}/stop", headers={}, body="confirm=yes")  # no Origin at all
     assert status == 403
+    status, text = ui.post(f"/run/{ref}/stop", "")  # without script: one more page asks first
+    assert status == 200 and "<form id=stop-confirmed" in text and 'name=confirm value=yes' in text
     assert json.loads(caller.wb("agent", "status", ref, "--json").stdout)["state"] == "running"
 
     cli = caller.wb("agent", "continue", ref, "--task", "more")  # a running run cannot be continued
@@ -297,3 +299,19 @@ def test_a_taken_port_and_both_scopes_are_one_error_line_each(fleet: tuple[Machi
     assert taken.stderr.startswith(f"error: cannot listen on 127.0.0.1:{ui.port}: ") and taken.stderr.count("\n") == 1
     both = caller.wb("ui", "--all", "--to", "box", timeout=60)
     assert both.returncode == 2 and both.stderr == "error: pass either --to MACHINE or --all, not both\n"
+
+
+def test_another_address_is_warned_and_a_given_port_is_used(fleet: tuple[Machine, Machine]) -> None:
+    import socket
+
+    caller, _ = fleet
+    with socket.socket() as probe:  # a port free now
+        probe.bind(("127.0.0.2", 0))
+        port = probe.getsockname()[1]
+    server = UiServer.start(caller, "--bind", "127.0.0.2", "--port", str(port), "--to", "box", host="127.0.0.2")
+    try:
+        assert server.url.startswith(f"http://127.0.0.2:{port}/?token=")
+        assert wait_for(lambda: any("wb ui listens on 127.0.0.2" in line for line in server.stderr), 30)
+        assert all(line.startswith("warning: ") for line in server.stderr)
+    finally:
+        assert server.finish() == 130
