@@ -555,6 +555,8 @@ def ui(
     check_list_scope(to, all_machines)
     config = _config()
     machine, _ = _target(None, to)
+    if machine:
+        config.target(machine)  # an unknown or broken machine: exit 2 before anything listens
     machines = ("", *sorted(config.targets)) if all_machines else (machine,)
     scope = Scope(machines, all_machines, machine_timeout_s(MACHINE_TIMEOUT_DEFAULT))
     serve(config, scope, port=port, bind_address=bind, open_browser=open_page, write=_out, warn=_warn)

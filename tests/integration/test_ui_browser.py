@@ -299,6 +299,9 @@ def test_a_taken_port_and_both_scopes_are_one_error_line_each(fleet: tuple[Machi
     assert taken.stderr.startswith(f"error: cannot listen on 127.0.0.1:{ui.port}: ") and taken.stderr.count("\n") == 1
     both = caller.wb("ui", "--all", "--to", "box", timeout=60)
     assert both.returncode == 2 and both.stderr == "error: pass either --to MACHINE or --all, not both\n"
+    unknown = caller.wb("ui", "--to", "nosuch", timeout=60)
+    assert unknown.returncode == 2 and not unknown.stdout
+    assert unknown.stderr.startswith('error: unknown machine "nosuch"')
 
 
 def test_another_address_is_warned_and_a_given_port_is_used(fleet: tuple[Machine, Machine]) -> None:
