@@ -526,15 +526,40 @@ def demo(
     harness: Annotated[
         str, typer.Option("--harness", metavar="codex|claude|gemini", help="The coding agent to run (default codex).")
     ] = "codex",
+    ui: Annotated[bool, typer.Option("--ui", help="Also show the run live on a web page (wb ui).")] = False,
 ) -> None:
     """Show the product working end to end in a throwaway sandbox (nothing of yours is touched)."""
     from courier.demo.run import DEMO_HARNESSES, run_demo
 
     if harness not in DEMO_HARNESSES:
         raise UsageError(f'--harness must be one of {", ".join(sorted(DEMO_HARNESSES))}, not "{harness}"')
-    code = run_demo(harness)
+    code = run_demo(harness, ui=ui)
     if code:
         raise typer.Exit(code)
+
+
+@app.command()
+def ui(
+    port: Annotated[int, typer.Option("--port", metavar="N", help="Listen on port N (default: a free one).")] = 0,
+    bind: Annotated[
+        str, typer.Option("--bind", metavar="ADDR", help="Listen on ADDR instead of 127.0.0.1 (warned).")
+    ] = "127.0.0.1",
+    to: ToOpt = None,
+    all_machines: Annotated[bool, typer.Option("--all", help="This machine and every configured machine.")] = False,
+    open_page: Annotated[bool, typer.Option("--open", help="Open the page in a browser.")] = False,
+) -> None:
+    """Serve the fleet on a web page (live runs, diffs, stop and continue) until Ctrl-C."""
+    from courier.ui.operations import Scope
+    from courier.ui.server import serve
+
+    check_list_scope(to, all_machines)
+    config = _config()
+    machine, _ = _target(None, to)
+    if machine:
+        config.target(machine)  # an unknown or broken machine: exit 2 before anything listens
+    machines = ("", *sorted(config.targets)) if all_machines else (machine,)
+    scope = Scope(machines, all_machines, machine_timeout_s(MACHINE_TIMEOUT_DEFAULT))
+    serve(config, scope, port=port, bind_address=bind, open_browser=open_page, write=_out, warn=_warn)
 
 
 # -- courier (docs/courier.md) -----------------------------------------------------------------

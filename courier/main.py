@@ -6,9 +6,9 @@ import sys
 
 from protocol.entry import OWNER_ARGUMENT, REMOTE_ARGUMENT, SERVE_ARGUMENT
 
-# Commands that always run in this process: the courier's own controls, the demo (which
-# runs servers of its own), and any private entry.
-COLD_COMMANDS = ("courier", "demo", "mcp")
+# Commands that always run in this process: the courier's own controls, the demo and `wb ui`
+# (which run servers of their own), and any private entry.
+COLD_COMMANDS = ("courier", "demo", "mcp", "ui")
 
 
 def main() -> None:

@@ -130,14 +130,18 @@ class Sandbox:
 # --------------------------------------------------------------------------- entry
 
 
-def run_demo(harness: str = "codex") -> int:
-    """Run the demo with `harness`; 0 when the dispatched run completed, 1 when it did not, 130 on Ctrl-C."""
+def run_demo(harness: str = "codex", *, ui: bool = False) -> int:
+    """Run the demo with `harness`; 0 when the dispatched run completed, 1 when it did not, 130 on Ctrl-C.
+
+    With `ui`, `wb ui --all` serves the sandbox's fleet on a web page from before the dispatch
+    (docs/ui.md), and stays up after the run until Ctrl-C, which then ends the demo with the run's status.
+    """
     spec = DEMO_HARNESSES[harness]
     started = time.monotonic()
     with _terminate_as_interrupt():
         try:
             with _sandbox() as sandbox:
-                code = _demo(sandbox, started, spec)
+                code = _demo(sandbox, started, spec, ui)
         except KeyboardInterrupt:
             sys.stderr.write("\ninterrupted; the demo sandbox was removed\n")
             return 130
@@ -259,10 +263,11 @@ def _set_up(
     return model, sshd, _make_local(sandbox, sshd, user, private_openssh(client_key))
 
 
-def _demo(sandbox: Sandbox, started: float, spec: DemoHarness) -> int:
+def _demo(sandbox: Sandbox, started: float, spec: DemoHarness, ui: bool = False) -> int:
     out = sys.stdout
     harness = _find_harness(sandbox, spec)
     model, sshd, local_env = _set_up(sandbox, harness)
+    page = _DemoPage.start(local_env, sandbox) if ui else None
 
     _say(out, f"wb demo: a throwaway sandbox in {sandbox.root} (removed at the end; nothing of yours is touched)")
     _say(
@@ -272,6 +277,11 @@ def _demo(sandbox: Sandbox, started: float, spec: DemoHarness) -> int:
     _say(out, f"  repo     {REPOSITORY} (a canonical clone on {MACHINE}, branch main)")
     _say(out, f"  model    scripted model server at {model.base_url} (profile {PROFILE}: {PROVIDER}/{spec.model})")
     _say(out, f"  harness  {harness.description}")
+    if page is not None:
+        _say(out, f"  page     {page.url}")
+        if sys.stdin.isatty():
+            _say(out, "open the page, then press Enter to dispatch")
+            sys.stdin.readline()
     _say(out, "")
 
     dispatched = _wb(
@@ -302,6 +312,10 @@ def _demo(sandbox: Sandbox, started: float, spec: DemoHarness) -> int:
     facts = _facts(awaited)
     state = facts.get("state")
     elapsed = time.monotonic() - started
+    if page is not None:
+        _say(out, f"{ref} ended {state}; the page stays up with its diff: {page.url}")
+        _say(out, "press Ctrl-C to end the demo")
+        page.wait_for_interrupt()
     if state == "completed":
         _say(out, f"done in {elapsed:.1f}s: {ref} completed on {MACHINE}; cleaning up the sandbox")
         return 0
@@ -327,6 +341,59 @@ def _facts(text: str) -> dict[str, str]:
 def _say(out: TextIO, line: str) -> None:
     out.write(line + "\n")
     out.flush()
+
+
+@dataclass
+class _DemoPage:
+    """`wb ui --all` as the local side (docs/ui.md), a server of the sandbox: stopped with it."""
+
+    process: subprocess.Popen[str]
+    url: str
+
+    @classmethod
+    def start(cls, env: dict[str, str], sandbox: Sandbox) -> _DemoPage:
+        opening = ("--open",) if sys.stdout.isatty() else ()
+        process = subprocess.Popen(
+            _argv("ui", "--all", *opening),
+            cwd=sandbox.local,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,  # the demo ends it: a terminal's Ctrl-C reaches the demo only
+        )
+        assert process.stdout is not None
+        line = process.stdout.readline()
+        page = cls(process, line.split(" ")[-1].strip())
+        sandbox.servers.append(page)
+        if not line.startswith("wb ui: http"):
+            page.stop()
+            assert process.stderr is not None
+            raise DemoFailed(f"wb ui did not start: {process.stderr.read().strip() or 'no address printed'}")
+        return page
+
+    def wait_for_interrupt(self) -> None:
+        try:
+            while self.process.poll() is None:
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    self.process.wait(timeout=1.0)
+        except KeyboardInterrupt:
+            pass
+        if self.process.poll() is not None and self.process.returncode not in (0, 130):
+            raise DemoFailed(f"wb ui ended with status {self.process.returncode}")
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGINT)
+            try:
+                self.process.wait(10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        for stream in (self.process.stdout, self.process.stderr):
+            if stream is not None:
+                stream.close()
 
 
 # --------------------------------------------------------------------------- setup

@@ -9,7 +9,10 @@ from pathlib import Path
 
 import pytest
 
-HEAVY = ("asyncssh", "typer", "rich", "click", "yaml", "cryptography", "mcp", "mcp_types", "starlette", "jsonschema")
+HEAVY = (
+    "asyncssh", "typer", "rich", "click", "yaml", "cryptography", "mcp", "mcp_types",
+    "starlette", "uvicorn", "jsonschema",
+)  # fmt: skip
 
 
 def _imported(

@@ -1,0 +1,43 @@
+"""Stop and continue from the page (docs/ui.md, "Actions"): HTML form POSTs, answered with a page.
+
+A refusal shows the message the CLI would print (`error: …`, its WbError's text), with the
+HTTP status a form can show: 400 for a usage error, 409 for any other refusal, 502 when the
+machine could not be reached.
+"""
+
+from __future__ import annotations
+
+from urllib.parse import parse_qs
+
+from courier.errors import TransportError, UsageError, WbError
+
+FORM_MAX_BYTES = 2 * 1024 * 1024  # a follow-up task is at most 1 MiB (docs/cli.md#wb-agent-dispatch)
+
+
+class FormTooLarge(Exception):
+    pass
+
+
+def parse_form(body: bytes) -> dict[str, str]:
+    """An application/x-www-form-urlencoded body (the only kind the page's forms send)."""
+    if len(body) > FORM_MAX_BYTES:
+        raise FormTooLarge
+    fields = parse_qs(body.decode("utf-8", "replace"), keep_blank_values=True, max_num_fields=16)
+    return {key: values[0] for key, values in fields.items()}
+
+
+def refusal_status(error: WbError) -> int:
+    if isinstance(error, UsageError):
+        return 400
+    if isinstance(error, TransportError):
+        return 502
+    return 409
+
+
+def cli_message(error: WbError) -> str:
+    return f"error: {error.message}"
+
+
+def browser_task(text: str) -> str:
+    """A textarea sends CRLF line ends; the task is the text as typed."""
+    return text.replace("\r\n", "\n")

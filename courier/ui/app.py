@@ -1,0 +1,174 @@
+"""The Starlette application: routes, each a page, a fragment, a stream or an action (docs/ui.md, "Paths").
+
+The handlers only parse the request and pick the page; what they ask goes through
+operations.py (the CLI's operations), what they show comes from pages.py.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from importlib import resources
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, RedirectResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from courier.config import Config
+from courier.errors import UsageError, WbError
+from courier.ui import actions, operations, pages
+from courier.ui.auth import TokenGate
+from courier.ui.live import Changes, follow_lines, in_thread
+from courier.ui.operations import Scope
+from protocol.refs import format_reference
+
+_STATIC = {"ui.js": "text/javascript; charset=utf-8", "ui.css": "text/css; charset=utf-8"}
+_EVENT_STREAM_HEADERS = {"x-accel-buffering": "no"}
+
+
+def build_app(config: Config, scope: Scope, token: str, port: int) -> TokenGate:
+    changes = Changes(config, list(scope.machines))
+    static = {name: (resources.files("courier.ui") / "static" / name).read_bytes() for name in _STATIC}
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        import asyncio
+
+        changes.start(asyncio.get_running_loop())
+        try:
+            yield
+        finally:
+            changes.stop()
+
+    def html(text: str, status: int = 200) -> HTMLResponse:
+        return HTMLResponse(text, status_code=status)
+
+    def _filters(request: Request) -> tuple[str, str]:
+        return request.query_params.get("state", ""), request.query_params.get("machine", "")
+
+    async def fleet_page(request: Request) -> Response:
+        view = await in_thread(lambda: operations.fleet(config, scope))
+        return html(pages.fleet_page(view, *_filters(request)))
+
+    async def fleet_fragment(request: Request) -> Response:
+        view = await in_thread(lambda: operations.fleet(config, scope))
+        return html(pages.fleet_fragment(view, *_filters(request)))
+
+    async def events(request: Request) -> Response:
+        return StreamingResponse(changes.stream(), media_type="text/event-stream", headers=_EVENT_STREAM_HEADERS)
+
+    def _target(request: Request) -> tuple[str, str, str]:
+        machine, run_id = operations.parse_ref(request.path_params["ref"])
+        if scope.machines and machine not in scope.machines and not scope.everything:
+            raise UsageError(f"wb ui shows {_scope_words(scope)}; {format_reference(machine, run_id)} is not there")
+        return machine, run_id, format_reference(machine, run_id)
+
+    async def _facts(machine: str, run_id: str) -> tuple[object, str | None]:
+        try:
+            return await in_thread(lambda: operations.status(config, machine, run_id, scope.machine_timeout_s)), None
+        except WbError as exc:
+            return None, exc.message
+
+    async def run_page(request: Request, notice: str = "", status: int = 200) -> Response:
+        try:
+            machine, run_id, ref = _target(request)
+        except UsageError as exc:
+            return html(pages.message_page("not a run", actions.cli_message(exc), "/"), 404)
+        result, error = await _facts(machine, run_id)
+        shown = ""
+        if result is not None:
+            with contextlib.suppress(WbError):
+                shown = await in_thread(lambda: operations.actions(config, machine, run_id, scope.machine_timeout_s))
+        return html(pages.run_page(ref, result, error, shown, notice), status)  # type: ignore[arg-type]
+
+    async def run_facts(request: Request) -> Response:
+        try:
+            machine, run_id, ref = _target(request)
+        except UsageError as exc:
+            return html(pages.facts_fragment("", None, exc.message), 404)
+        result, error = await _facts(machine, run_id)
+        return html(pages.facts_fragment(ref, result, error))  # type: ignore[arg-type]
+
+    async def run_diff(request: Request) -> Response:
+        try:
+            machine, run_id, _ = _target(request)
+            found = await in_thread(lambda: operations.diff(config, machine, run_id))
+        except WbError as exc:
+            return html(pages.diff_fragment(None, exc.message))
+        return html(pages.diff_fragment(found, None))
+
+    async def run_actions(request: Request) -> Response:
+        try:
+            machine, run_id, _ = _target(request)
+        except UsageError as exc:
+            return html(pages.message_page("not a run", actions.cli_message(exc), "/"), 404)
+        stream = follow_lines(config, machine, run_id)
+        return StreamingResponse(stream, media_type="text/event-stream", headers=_EVENT_STREAM_HEADERS)
+
+    async def _form(request: Request) -> dict[str, str] | Response:
+        try:
+            return actions.parse_form(await request.body())
+        except actions.FormTooLarge:
+            return html(pages.message_page("too large", "error: the form is larger than 2 MiB", "/"), 413)
+
+    async def stop(request: Request) -> Response:
+        form = await _form(request)
+        if isinstance(form, Response):
+            return form
+        try:
+            machine, run_id, ref = _target(request)
+        except UsageError as exc:
+            return html(pages.message_page("not a run", actions.cli_message(exc), "/"), 404)
+        if form.get("confirm") != "yes":
+            return html(pages.confirm_stop_page(ref))
+        try:
+            bound_s = scope.machine_timeout_s
+            message, warnings = await in_thread(lambda: operations.stop(config, machine, run_id, bound_s))
+        except WbError as exc:
+            back = pages.run_path(ref)
+            return html(pages.message_page(f"stop {ref}", actions.cli_message(exc), back), actions.refusal_status(exc))
+        notice = "\n".join([message, *(f"warning: {warning}" for warning in warnings)])
+        return await run_page(request, notice)
+
+    async def continue_(request: Request) -> Response:
+        form = await _form(request)
+        if isinstance(form, Response):
+            return form
+        reference = request.path_params["ref"]
+        task = actions.browser_task(form.get("task", ""))
+        try:
+            _target(request)
+            result = await in_thread(lambda: operations.continue_run(config, reference, task))
+        except WbError as exc:
+            back = pages.run_path(reference)
+            page = pages.message_page(f"continue {reference}", actions.cli_message(exc), back)
+            return html(page, actions.refusal_status(exc))
+        ref = format_reference(result.machine or "", result.agent_id)
+        return RedirectResponse(pages.run_path(ref), status_code=303)
+
+    async def static_file(request: Request) -> Response:
+        name = request.path_params["name"]
+        if name not in static:
+            return Response("not found\n", status_code=404, media_type="text/plain")
+        return Response(static[name], media_type=_STATIC[name])
+
+    routes = [
+        Route("/", fleet_page),
+        Route("/fleet", fleet_fragment),
+        Route("/events", events),
+        Route("/run/{ref}", run_page),
+        Route("/run/{ref}/facts", run_facts),
+        Route("/run/{ref}/diff", run_diff),
+        Route("/run/{ref}/actions", run_actions),
+        Route("/run/{ref}/stop", stop, methods=["POST"]),
+        Route("/run/{ref}/continue", continue_, methods=["POST"]),
+        Route("/static/{name}", static_file),
+    ]
+    return TokenGate(Starlette(routes=routes, lifespan=lifespan), token, port)
+
+
+def _scope_words(scope: Scope) -> str:
+    if scope.machines == ("",):
+        return "this machine's runs"
+    return "the runs of " + ", ".join(machine or "this machine" for machine in scope.machines)

@@ -1,0 +1,320 @@
+"""`wb ui` (docs/ui.md) in a real headless browser: the fleet page live, a run's page with its diff, stop,
+continue, escaping of everything foreign, the token gate and the same-origin check.
+
+One module-wide fleet: this machine, `box` (an exec machine with a home of its own, reached
+through the exec channel like `docker exec -i`) and `down` (an exec machine that fails, its
+error holding markup). One `wb ui --all` serves every test; one browser per session.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from conftest import FAKES, REMOTE_CONFIG, Machine, _kill_leftovers, make_clone, make_machine, wait_for
+from ui_support import UiServer, shared_browser, wait_until
+
+WB = str(Path(sys.executable).parent / "wb")
+HOSTILE = "<script>window.wbInjected = 1; document.title = 'pwned'</script><b id=injected>bold</b>"
+DOWN = "#!/bin/sh\necho '<img id=injected-error src=x onerror=\"window.wbInjected=2\"> box is down' >&2\nexit 3\n"
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Machine, Machine]]:
+    root = tmp_path_factory.mktemp("ui")
+    caller = make_machine(root / "caller")
+    caller.clone()
+    box = make_machine(root / "box")
+    make_clone(box.projects / "acme" / "widget")
+    credential = box.root / "credential"
+    credential.write_text("sk-test-box-credential-0d4f7c1e")
+    credential.chmod(0o600)
+    box.write_config(REMOTE_CONFIG.format(credential=credential))
+    argv = [
+        "env", f"WB_HOME={box.home}", f"WB_CONFIG={box.config_path}", f"WB_PROJECTS_ROOT={box.projects}",
+        f"PATH={FAKES}:{Path(sys.executable).parent}:/usr/bin:/bin",
+        f"PYTHONPATH={Path(__file__).resolve().parents[2]}",
+    ]  # fmt: skip
+    down = root / "down"
+    down.write_text(DOWN)
+    down.chmod(0o755)
+    config = yaml.safe_load(caller.config_path.read_text())
+    config["session_move"] = {
+        "targets": {"box": {"exec": {"argv": argv, "wb_path": WB}}, "down": {"exec": {"argv": [str(down)]}}}
+    }
+    caller.write_config(yaml.safe_dump(config))
+    yield caller, box
+    _kill_leftovers(root)
+
+
+@pytest.fixture(scope="module")
+def ui(fleet: tuple[Machine, Machine]) -> Iterator[UiServer]:
+    caller, _ = fleet
+    server = UiServer.start(caller, "--all")
+    yield server
+    assert server.finish() == 130
+    assert server.token not in "".join(server.stderr)  # a credential: never logged
+
+
+@pytest.fixture
+def driver() -> Any:
+    return shared_browser()
+
+
+def signed_in(driver: Any, ui: UiServer, path: str = "/") -> None:
+    """Open the printed address once (its token becomes the cookie), then `path`."""
+    driver.get(ui.url)
+    assert "token=" not in driver.current_url  # redirected without it
+    if path != "/":
+        driver.get(ui.base + path)
+
+
+def dispatch(machine: Machine, task: str, worktree: str, *to: str) -> str:
+    done = machine.wb(
+        "agent", "dispatch", *to, "--new-worktree", worktree, "--profile", "fake", "--repo", "acme/widget",
+        "--task", task,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return done.stdout.split()[0]
+
+
+def release(machine: Machine, run_id: str) -> None:
+    """Let a `scenario:wait-release` run complete (the fake codex waits for this file in its home)."""
+    home = machine.home / "agents" / run_id / "harness-home"
+    assert wait_for((home / "ready").exists, 60)
+    (home / "release").write_text("go\n")
+
+
+def row(driver: Any, ref: str) -> Any:
+    from selenium.webdriver.common.by import By
+
+    return driver.find_element(By.CSS_SELECTOR, f'#runs tr[data-ref="{ref}"]')
+
+
+def text_of(driver: Any, css: str) -> str:
+    from selenium.webdriver.common.by import By
+
+    return str(driver.find_element(By.CSS_SELECTOR, css).text)
+
+
+def count(driver: Any, css: str) -> int:
+    from selenium.webdriver.common.by import By
+
+    return len(driver.find_elements(By.CSS_SELECTOR, css))
+
+
+# -- the token gate and the same-origin check (plain HTTP: no browser needed) -----------------------
+
+
+def test_without_the_token_every_path_is_403_and_the_token_becomes_a_strict_cookie(ui: UiServer) -> None:
+    for method, path in [("GET", "/"), ("GET", "/fleet"), ("GET", "/events"), ("GET", "/run/agt-x"),
+                         ("GET", "/static/ui.js"), ("GET", "/nothing-here"), ("POST", "/run/agt-x/stop")]:  # fmt: skip
+        status, _, body = ui.http(method, path, cookie=False)
+        assert status == 403 and body.startswith("forbidden:"), (path, status, body)
+        assert "agt-" not in body and "<" not in body
+    status, _, _ = ui.http("GET", "/?token=not-the-token", cookie=False)
+    assert status == 403
+    status, headers, _ = ui.http("GET", f"/?token={ui.token}&state=running", cookie=False)
+    assert status == 303 and headers["location"] == "/?state=running"
+    cookie = headers["set-cookie"]
+    assert cookie.startswith(f"wb_ui_{ui.port}={ui.token};") and "HttpOnly" in cookie and "SameSite=Strict" in cookie
+    status, headers, body = ui.http("GET", "/")
+    assert status == 200 and "script-src 'self'" in headers["content-security-policy"] and "<table id=machines" in body
+
+
+def test_an_action_from_another_origin_is_refused_and_a_refusal_shows_the_clis_message(
+    fleet: tuple[Machine, Machine], ui: UiServer
+) -> None:
+    caller, _ = fleet
+    ref = dispatch(caller, "scenario:hang", "origin")
+    for headers in ({"Origin": "http://evil.example"}, {"Origin": ui.base, "Sec-Fetch-Site": "cross-site"}):
+        status, text = ui.post(f"/run/{ref}/stop", "confirm=yes", **headers)
+        assert status == 403 and text.startswith("forbidden: an action must come from this page"), text
+    status, _, text = ui.http("POST", f"/run/{ref}/stop", headers={}, body="confirm=yes")  # no Origin at all
+    assert status == 403
+    status, text = ui.post(f"/run/{ref}/stop", "")  # without script: one more page asks first
+    assert status == 200 and "<form id=stop-confirmed" in text and 'name=confirm value=yes' in text
+    assert json.loads(caller.wb("agent", "status", ref, "--json").stdout)["state"] == "running"
+
+    cli = caller.wb("agent", "continue", ref, "--task", "more")  # a running run cannot be continued
+    assert cli.returncode != 0 and cli.stderr.startswith("error: ")
+    status, text = ui.post(f"/run/{ref}/continue", "task=more")
+    assert status == 409, text
+    import html
+
+    assert html.escape(cli.stderr.strip().splitlines()[0], quote=True) in text
+    assert caller.wb("agent", "stop", ref).returncode == 0
+
+
+# -- the browser -------------------------------------------------------------------------------------
+
+
+def test_the_fleet_page_shows_a_dispatched_run_and_then_its_state_change_without_a_reload(
+    fleet: tuple[Machine, Machine], ui: UiServer, driver: Any
+) -> None:
+    caller, _ = fleet
+    signed_in(driver, ui)
+    assert wait_until(driver, lambda d: count(d, "#machines tr.error[data-machine=down]") == 1)
+    assert "box is down" in text_of(driver, "#machines tr[data-machine=down]")
+    assert count(driver, "#machines tr.ok[data-machine=box]") == 1
+    driver.execute_script("window.wbSamePage = 'yes'")  # gone if the page were reloaded
+    ref = dispatch(caller, "scenario:wait-release", "live")
+    assert wait_until(driver, lambda d: row(d, ref).get_attribute("data-state") == "running"), driver.page_source
+    assert "fake" in row(driver, ref).text and "codex" in row(driver, ref).text
+    release(caller, ref)
+    assert wait_until(driver, lambda d: row(d, ref).get_attribute("data-state") == "completed"), driver.page_source
+    assert driver.execute_script("return window.wbSamePage") == "yes"
+
+    driver.get(ui.base + "/?state=completed")  # the filters: by state, by machine
+    assert count(driver, f'#runs tr[data-ref="{ref}"]') == 1
+    driver.get(ui.base + "/?machine=box")
+    assert count(driver, f'#runs tr[data-ref="{ref}"]') == 0
+
+
+def test_the_run_page_of_a_finished_remote_run_shows_its_diff_per_file_and_hunk(
+    fleet: tuple[Machine, Machine], ui: UiServer, driver: Any
+) -> None:
+    caller, _ = fleet
+    ref = dispatch(caller, "scenario:complete file:greeting.txt", "diffed", "--to", "box")
+    assert ref.startswith("box:agt-")
+    assert caller.wb("agent", "await", ref, "--wait-timeout", "60s").returncode == 0
+    signed_in(driver, ui, f"/run/{ref}")
+    assert wait_until(driver, lambda d: count(d, "#diff section.file") == 1), driver.page_source
+    assert "greeting.txt" in text_of(driver, "#files") and "+1" in text_of(driver, "#files")
+    assert text_of(driver, "#diff section.file h3").startswith("greeting.txt")
+    assert text_of(driver, "#diff .line.add") == "+Hello from the fake codex."
+    assert text_of(driver, "#diff .hunk-header").startswith("@@ -0,0 +1 @@")
+    assert "completed" in text_of(driver, "#status")
+    assert wait_until(driver, lambda d: "ls" in text_of(d, "#actions"))  # the worker actions
+    assert count(driver, "form#continue") == 1 and count(driver, "form#stop") == 0
+
+
+def test_the_run_page_follows_a_live_run_to_its_end_without_a_reload(
+    fleet: tuple[Machine, Machine], ui: UiServer, driver: Any
+) -> None:
+    caller, _ = fleet
+    ref = dispatch(caller, "scenario:wait-release message:Released now.", "followed")
+    signed_in(driver, ui, f"/run/{ref}")
+    assert wait_until(driver, lambda d: count(d, "#status[data-terminal=false]") == 1)
+    assert count(driver, "form#stop") == 1
+    driver.execute_script("window.wbSamePage = 'yes'")
+    release(caller, ref)
+    assert wait_until(driver, lambda d: f"{ref} completed" in text_of(d, "#actions")), driver.page_source
+    assert wait_until(driver, lambda d: count(d, "#status[data-state=completed]") == 1), driver.page_source
+    assert "Released now." in text_of(driver, "#status") and count(driver, "form#continue") == 1
+    assert driver.execute_script("return window.wbSamePage") == "yes"
+
+
+def test_stop_from_the_page_asks_first_and_then_stops_the_run(
+    fleet: tuple[Machine, Machine], ui: UiServer, driver: Any
+) -> None:
+    from selenium.webdriver.common.by import By
+
+    caller, _ = fleet
+    ref = dispatch(caller, "scenario:hang", "stopped")
+    signed_in(driver, ui, f"/run/{ref}")
+    button = driver.find_element(By.CSS_SELECTOR, "form#stop button")
+    button.click()
+    driver.switch_to.alert.dismiss()  # not confirmed: nothing happens
+    assert json.loads(caller.wb("agent", "status", ref, "--json").stdout)["state"] == "running"
+    driver.find_element(By.CSS_SELECTOR, "form#stop button").click()
+    driver.switch_to.alert.accept()
+    assert wait_until(driver, lambda d: count(d, "#notice") == 1), driver.page_source
+    assert text_of(driver, "#notice").startswith(f"stopping {ref} worker process ")
+    assert wait_for(lambda: json.loads(caller.wb("agent", "status", ref, "--json").stdout)["terminal"], 60)
+
+
+def test_continue_from_the_page_starts_the_follow_up_run(
+    fleet: tuple[Machine, Machine], ui: UiServer, driver: Any
+) -> None:
+    from selenium.webdriver.common.by import By
+
+    caller, _ = fleet
+    ref = dispatch(caller, "scenario:complete", "continued")
+    assert caller.wb("agent", "await", ref, "--wait-timeout", "60s").returncode == 0
+    signed_in(driver, ui, f"/run/{ref}")
+    driver.find_element(By.CSS_SELECTOR, "form#continue textarea").send_keys("scenario:complete file:again.txt")
+    driver.find_element(By.CSS_SELECTOR, "form#continue button").click()
+    assert wait_until(driver, lambda d: "/run/agt-" in d.current_url and ref not in d.current_url)
+    new = driver.current_url.rsplit("/", 1)[1]
+    assert json.loads(caller.wb("agent", "status", new, "--json").stdout)["parent_id"] == ref
+    assert "scenario:complete" not in driver.page_source  # the task is never shown
+
+
+def test_markup_from_a_run_or_a_machine_shows_as_text_and_no_script_runs(
+    fleet: tuple[Machine, Machine], ui: UiServer, driver: Any
+) -> None:
+    caller, _ = fleet
+    ref = dispatch(caller, f"scenario:complete file:<i>x.txt ran:<u>ls</u> message:{HOSTILE}", "hostile")
+    assert caller.wb("agent", "await", ref, "--wait-timeout", "60s").returncode == 0
+    signed_in(driver, ui, f"/run/{ref}")
+    assert wait_until(driver, lambda d: count(d, "#diff section.file") == 1), driver.page_source
+    assert HOSTILE in text_of(driver, "#status")  # the result, as text
+    assert "<i>x.txt" in text_of(driver, "#files") and "ran: <u>ls</u>" in text_of(driver, "#actions")
+    assert count(driver, "#injected") == 0 and count(driver, "main script") == 0
+    assert count(driver, "i") == 0 and count(driver, "u") == 0
+    driver.get(ui.base + "/")
+    assert wait_until(driver, lambda d: "box is down" in text_of(d, "#machines tr[data-machine=down]"))
+    assert "<img id=injected-error" in text_of(driver, "#machines tr[data-machine=down]")
+    assert count(driver, "#injected-error") == 0
+    assert driver.execute_script("return window.wbInjected") is None and driver.title != "pwned"
+
+
+def test_screenshots_of_both_pages(fleet: tuple[Machine, Machine], ui: UiServer, driver: Any, tmp_path: Path) -> None:
+    """PNGs of the fleet page and a run's page; with WB_UI_SCREENSHOTS=DIR they go there (docs/ui.md)."""
+    caller, _ = fleet
+    ref = dispatch(caller, "scenario:complete file:notes.md", "shown", "--to", "box")
+    assert caller.wb("agent", "await", ref, "--wait-timeout", "60s").returncode == 0
+    running = dispatch(caller, "scenario:hang", "running")
+    into = Path(os.environ.get("WB_UI_SCREENSHOTS") or tmp_path)
+    into.mkdir(parents=True, exist_ok=True)
+    signed_in(driver, ui)
+    assert wait_until(driver, lambda d: count(d, f'#runs tr[data-ref="{running}"]') == 1)
+    driver.save_screenshot(str(into / "fleet.png"))
+    driver.get(ui.base + f"/run/{ref}")
+    assert wait_until(driver, lambda d: count(d, "#diff section.file") == 1)
+    height = min(int(driver.execute_script("return document.documentElement.scrollHeight")), 2400)
+    metrics = {"width": 1280, "height": height, "deviceScaleFactor": 1, "mobile": False}
+    driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", metrics)  # the whole page, the diff included
+    driver.save_screenshot(str(into / "run.png"))
+    driver.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
+    for name in ("fleet.png", "run.png"):
+        assert (into / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert caller.wb("agent", "stop", running).returncode == 0
+
+
+# -- the command's own errors ----------------------------------------------------------------------
+
+
+def test_a_taken_port_and_both_scopes_are_one_error_line_each(fleet: tuple[Machine, Machine], ui: UiServer) -> None:
+    caller, _ = fleet
+    taken = caller.wb("ui", "--port", str(ui.port), timeout=60)
+    assert taken.returncode == 2 and taken.stdout == ""
+    assert taken.stderr.startswith(f"error: cannot listen on 127.0.0.1:{ui.port}: ") and taken.stderr.count("\n") == 1
+    both = caller.wb("ui", "--all", "--to", "box", timeout=60)
+    assert both.returncode == 2 and both.stderr == "error: pass either --to MACHINE or --all, not both\n"
+    unknown = caller.wb("ui", "--to", "nosuch", timeout=60)
+    assert unknown.returncode == 2 and not unknown.stdout
+    assert unknown.stderr.startswith('error: unknown machine "nosuch"')
+
+
+def test_another_address_is_warned_and_a_given_port_is_used(fleet: tuple[Machine, Machine]) -> None:
+    import socket
+
+    caller, _ = fleet
+    with socket.socket() as probe:  # a port free now
+        probe.bind(("127.0.0.2", 0))
+        port = probe.getsockname()[1]
+    server = UiServer.start(caller, "--bind", "127.0.0.2", "--port", str(port), "--to", "box", host="127.0.0.2")
+    try:
+        assert server.url.startswith(f"http://127.0.0.2:{port}/?token=")
+        assert wait_for(lambda: any("wb ui listens on 127.0.0.2" in line for line in server.stderr), 30)
+        assert all(line.startswith("warning: ") for line in server.stderr)
+    finally:
+        assert server.finish() == 130
