@@ -25,7 +25,7 @@ from conftest import COURIER_MODULE, REPO_ROOT, Machine, command_process, pid_al
 
 from tests.integration.inprocess_sshd import keygen
 from tests.integration.sshd import SshdFactory, SshdServer
-from tests.ssh_tiers import SSH_TIERS, SshMachine, SshMachines, channel_tiers
+from tests.ssh_tiers import EXEC_TIERS, SSH_TIERS, SshMachine, SshMachines, channel_tiers
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the courier is Linux-only")
 ON = {"WB_COURIER": "on"}
@@ -517,8 +517,9 @@ class Caller(Machine):
 
 
 # The remote tests below set WB_COURIER=on themselves, so both courier passes would run the same:
-# each exec tier runs in one of them (tests/ssh_tiers.py, "Time").
-ssh_tier = channel_tiers(warm=("exec-ssh",), cold=("exec-env",))
+# marked courier_independent, they run in the WB_COURIER=on pass only, over every tier (tests/conftest.py).
+ssh_tier = channel_tiers(warm=EXEC_TIERS, cold=())
+ONE_PASS = pytest.mark.courier_independent
 
 
 def _caller(root: Path, config: Path, ssh_config: Path) -> Caller:
@@ -583,6 +584,7 @@ def _serve_processes(box: SshMachine) -> list[psutil.Process]:
     return found
 
 
+@ONE_PASS
 def test_a_current_peer_is_used_in_serve_mode_with_concurrent_requests(remote: Remote) -> None:
     caller = remote.caller("serve")
     assert caller.wb("agent", "list", "--to", "box").returncode == 0
@@ -633,6 +635,7 @@ def test_a_current_peer_is_used_in_serve_mode_with_concurrent_requests(remote: R
     assert row["mode"] == "serve" and int(str(row["calls"])) >= 4
 
 
+@ONE_PASS
 def test_an_older_peer_is_used_one_call_per_session(remote: Remote) -> None:
     caller = remote.caller("old")
     for _ in range(3):
@@ -643,6 +646,7 @@ def test_an_older_peer_is_used_one_call_per_session(remote: Remote) -> None:
     assert not remote.marker.exists(), "serve mode was tried with a peer that does not list it"
 
 
+@ONE_PASS
 @pytest.mark.parametrize("ssh_tier", SSH_TIERS, indirect=True)
 def test_forty_concurrent_calls_queue_at_max_sessions_per_machine_and_none_fails(remote: Remote) -> None:
     """SSH tiers only: MaxSessions is a bound on one SSH connection's channels."""
@@ -681,6 +685,7 @@ def _restart_sshd(factory: SshdFactory, server: SshdServer) -> None:
     factory._wait_ready(server)
 
 
+@ONE_PASS
 @pytest.mark.parametrize("ssh_tier", ["openssh"], indirect=True)
 def test_sshd_restarted_between_two_calls_is_reconnected_transparently(remote: Remote, sshd: SshdFactory) -> None:
     """OpenSSH only: a real sshd restarted on its port (its sessions outliving it) is what is reconnected to."""
@@ -703,6 +708,7 @@ def test_sshd_restarted_between_two_calls_is_reconnected_transparently(remote: R
     assert float(str(second["connected_at"])) > float(str(first["connected_at"]))  # a new connection
 
 
+@ONE_PASS
 @pytest.mark.parametrize("ssh_tier", SSH_TIERS, indirect=True)
 def test_a_host_key_changed_or_removed_in_known_hosts_is_refused_at_once(remote: Remote, tmp_path: Path) -> None:
     """SSH tiers only: wb checks host keys on its own SSH channel (over exec, the command does)."""

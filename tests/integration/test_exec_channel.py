@@ -244,6 +244,7 @@ def _serve_processes(marker: str) -> list[psutil.Process]:
     return found
 
 
+@pytest.mark.courier_independent  # it sets WB_COURIER=on itself: one courier pass runs it
 def test_the_courier_keeps_one_serve_process_per_exec_machine(caller: Caller) -> None:
     """The courier (started here whichever pass runs the suite) keeps one serve process per exec machine."""
     marker = str(caller.local_home)
