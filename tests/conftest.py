@@ -32,7 +32,8 @@ _popen_init = subprocess.Popen.__init__
 
 def _popen_with_courier_mode(self: subprocess.Popen[bytes], *args: object, **kwargs: object) -> None:
     env = kwargs.get("env")
-    if _RUNNING and _RUNNING[-1].get_closest_marker(COURIER_INDEPENDENT) is not None:
+    mark = _RUNNING[-1].get_closest_marker(COURIER_INDEPENDENT) if _RUNNING else None
+    if mark is not None and "because" not in mark.kwargs:
         _refuse_pass_dependent_wb(_RUNNING[-1], args[0] if args else kwargs.get("args"), env)
     if _COURIER_MODE is not None and isinstance(env, dict) and "WB_COURIER" not in env:
         kwargs["env"] = {**env, "WB_COURIER": _COURIER_MODE}
@@ -48,9 +49,17 @@ subprocess.Popen.__init__ = _popen_with_courier_mode  # type: ignore[assignment,
 # Marked `courier_independent`, it runs in one pass only: the courier pass (WB_COURIER=on or unset),
 # or, marked `courier_independent(cold=True)`, the WB_COURIER=off pass, so that the two passes
 # weigh about the same. The other pass deselects it, unless every collected test is such a test
-# (then the caller asked for exactly those). Every test under tests/unit is one (in-process code).
-# The mark is checked, not trusted: a marked test that starts a pass-dependent wb fails, naming it.
+# (then the caller asked for exactly those). Every test under tests/unit is one (in-process code),
+# but those of UNIT_MODULES_OF_BOTH_PASSES. The mark is checked, not trusted: a marked test that
+# starts a pass-dependent wb fails, naming it; only `courier_independent(because="…")` is taken on
+# its word, where the courier does not touch what the test checks though its commands pass through it.
 COURIER_INDEPENDENT = "courier_independent"
+UNIT_MODULES_OF_BOTH_PASSES = ("test_schemas.py",)  # `wb schema`, `wb agent dispatch` through `machine`
+# The real CLIs of tests/e2e: what Codex, Claude Code or Gemini does in a run does not depend on
+# which process started the run's owner (the thin client's courier or wb itself; the fake CLIs'
+# suites check that start in both passes). Each module runs in one pass, split so that both weigh alike.
+E2E_BECAUSE = "a real CLI's run does not depend on the process that started its owner (fake CLIs: both passes)"
+E2E_COLD_MODULES = ("test_real_unattended.py", "test_codex_supervisor.py", "test_real_codex_remote.py")
 _RUNNING: list[pytest.Item] = []  # the test now running (its setup, call and teardown)
 _DESELECTED: list[int] = []
 
@@ -97,8 +106,8 @@ def pytest_runtest_logfinish() -> None:
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
-        f"{COURIER_INDEPENDENT}(cold=False): runs the same in both courier passes, so in one only: "
-        "WB_COURIER=on, or off with cold=True (tests/conftest.py)",
+        f"{COURIER_INDEPENDENT}(cold=False, because=None): runs the same in both courier passes, so in one "
+        "only: WB_COURIER=on, or off with cold=True; checked unless `because` says why not (tests/conftest.py)",
     )
 
 
@@ -112,10 +121,15 @@ def _runs_cold_only(item: pytest.Item) -> bool | None:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    unit = REPO_ROOT / "tests" / "unit"
+    unit, e2e = REPO_ROOT / "tests" / "unit", REPO_ROOT / "tests" / "e2e"
     for item in items:
-        if item.path.is_relative_to(unit) and item.get_closest_marker(COURIER_INDEPENDENT) is None:
+        if item.get_closest_marker(COURIER_INDEPENDENT) is not None:
+            continue
+        if item.path.is_relative_to(unit) and item.path.name not in UNIT_MODULES_OF_BOTH_PASSES:
             item.add_marker(COURIER_INDEPENDENT)
+        elif item.path.is_relative_to(e2e):
+            cold = item.path.name in E2E_COLD_MODULES
+            item.add_marker(pytest.mark.courier_independent(cold=cold, because=E2E_BECAUSE))
     cold_pass = not courier_on()
     other_pass = [item for item in items if _runs_cold_only(item) not in (None, cold_pass)]
     if not other_pass or all(_runs_cold_only(item) is not None for item in items):
