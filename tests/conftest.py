@@ -18,6 +18,7 @@ from typing import NoReturn
 
 import pytest
 
+from courier.main import COLD_COMMANDS
 from tests.cli_lookup import cli_dirs, locate_cli
 from tests.integration.sshd import SshdFactory
 from tests.json_documents import check_output
@@ -26,16 +27,125 @@ from tests.ssh_tiers import SshMachine, ssh_machines, ssh_tier  # noqa: F401  (t
 # The suite runs in both courier modes (docs/courier.md, .ci/run): WB_COURIER as the runner set it
 # reaches every process a test starts, also those given an environment of their own.
 _COURIER_MODE = os.environ.get("WB_COURIER")
-if _COURIER_MODE is not None:
-    _popen_init = subprocess.Popen.__init__
+_popen_init = subprocess.Popen.__init__
 
-    def _popen_with_courier_mode(self: subprocess.Popen[bytes], *args: object, **kwargs: object) -> None:
-        env = kwargs.get("env")
-        if isinstance(env, dict) and "WB_COURIER" not in env:
-            kwargs["env"] = {**env, "WB_COURIER": _COURIER_MODE}
-        _popen_init(self, *args, **kwargs)  # type: ignore[arg-type]
 
-    subprocess.Popen.__init__ = _popen_with_courier_mode  # type: ignore[assignment,method-assign]
+def _popen_with_courier_mode(self: subprocess.Popen[bytes], *args: object, **kwargs: object) -> None:
+    env = kwargs.get("env")
+    mark = _RUNNING[-1].get_closest_marker(COURIER_INDEPENDENT) if _RUNNING else None
+    if mark is not None and "because" not in mark.kwargs:
+        _refuse_pass_dependent_wb(_RUNNING[-1], args[0] if args else kwargs.get("args"), env)
+    if _COURIER_MODE is not None and isinstance(env, dict) and "WB_COURIER" not in env:
+        kwargs["env"] = {**env, "WB_COURIER": _COURIER_MODE}
+    _popen_init(self, *args, **kwargs)  # type: ignore[arg-type]
+
+
+subprocess.Popen.__init__ = _popen_with_courier_mode  # type: ignore[assignment,method-assign]
+
+# ------------------------------------------------------------- tests that run in one courier pass only
+# A test that starts no `wb COMMAND` whose courier mode comes from the pass (only private entries
+# such as `--wb-internal-agent-remote`, commands that always run cold such as `wb demo`, in-process
+# code, or wb with WB_COURIER set by the test itself) runs the same with WB_COURIER=on and off.
+# Marked `courier_independent`, it runs in one pass only: the courier pass (WB_COURIER=on or unset),
+# or, marked `courier_independent(cold=True)`, the WB_COURIER=off pass, so that the two passes
+# weigh about the same. The other pass deselects it, unless every collected test is such a test
+# (then the caller asked for exactly those). Every test under tests/unit is one (in-process code),
+# but those of UNIT_MODULES_OF_BOTH_PASSES. The mark is checked, not trusted: a marked test that
+# starts a pass-dependent wb fails, naming it; only `courier_independent(because="…")` is taken on
+# its word, where the courier does not touch what the test checks though its commands pass through it.
+COURIER_INDEPENDENT = "courier_independent"
+UNIT_MODULES_OF_BOTH_PASSES = ("test_schemas.py",)  # `wb schema`, `wb agent dispatch` through `machine`
+# The real CLIs of tests/e2e: what Codex, Claude Code or Gemini does in a run does not depend on
+# which process started the run's owner (the thin client's courier or wb itself; the fake CLIs'
+# suites check that start in both passes). Each module runs in one pass, split so that both weigh alike.
+E2E_BECAUSE = "a real CLI's run does not depend on the process that started its owner (fake CLIs: both passes)"
+E2E_COLD_MODULES = ("test_real_unattended.py", "test_codex_supervisor.py", "test_real_codex_remote.py")
+_RUNNING: list[pytest.Item] = []  # the test now running (its setup, call and teardown)
+_DESELECTED: list[int] = []
+
+
+def _launched_wb_command(argv: object) -> str | None:
+    """The wb command `argv` starts that WB_COURIER steers (`agent list`), or None (a private entry,
+    a command that always runs cold, no wb at all). Only the test's own children are seen: what a
+    wb_path script or an SSH session starts is a remote receiver, a private entry."""
+    if not isinstance(argv, list | tuple):
+        return None
+    words = [str(word) for word in argv]
+    if len(words) >= 3 and words[1:3] == ["-m", "courier.main"]:
+        rest = words[3:]
+    elif words and Path(words[0]).name == "wb":
+        rest = words[1:]
+    else:
+        return None
+    if rest and (rest[0].startswith("--wb-internal-") or rest[0] in COLD_COMMANDS):
+        return None  # never through the thin client, whatever WB_COURIER says (courier/main.py)
+    return " ".join(rest[:2]) or "(no arguments)"
+
+
+def _refuse_pass_dependent_wb(item: pytest.Item, argv: object, env: object) -> None:
+    command = _launched_wb_command(argv)
+    if command is None or (isinstance(env, dict) and "WB_COURIER" in env):
+        return
+    raise AssertionError(
+        f"{item.nodeid} is marked {COURIER_INDEPENDENT} but starts `wb {command}` in the pass's courier mode: "
+        f"the WB_COURIER=off pass would run something else; drop the mark or set WB_COURIER in that env"
+    )
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_protocol(item: pytest.Item) -> None:
+    _RUNNING.append(item)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_logfinish() -> None:
+    if _RUNNING:
+        _RUNNING.pop()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        f"{COURIER_INDEPENDENT}(cold=False, because=None): runs the same in both courier passes, so in one "
+        "only: WB_COURIER=on, or off with cold=True; checked unless `because` says why not (tests/conftest.py)",
+    )
+
+
+def _runs_cold_only(item: pytest.Item) -> bool | None:
+    """None for a test of both passes; else whether it runs in the WB_COURIER=off pass (not the on one)."""
+    mark = item.get_closest_marker(COURIER_INDEPENDENT)
+    if mark is None:
+        return None
+    return bool(mark.kwargs.get("cold", False))
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    unit, e2e = REPO_ROOT / "tests" / "unit", REPO_ROOT / "tests" / "e2e"
+    for item in items:
+        if item.get_closest_marker(COURIER_INDEPENDENT) is not None:
+            continue
+        if item.path.is_relative_to(unit) and item.path.name not in UNIT_MODULES_OF_BOTH_PASSES:
+            item.add_marker(COURIER_INDEPENDENT)
+        elif item.path.is_relative_to(e2e):
+            cold = item.path.name in E2E_COLD_MODULES
+            item.add_marker(pytest.mark.courier_independent(cold=cold, because=E2E_BECAUSE))
+    cold_pass = not courier_on()
+    other_pass = [item for item in items if _runs_cold_only(item) not in (None, cold_pass)]
+    if not other_pass or all(_runs_cold_only(item) is not None for item in items):
+        return
+    config.hook.pytest_deselected(items=other_pass)
+    deselected = {id(item) for item in other_pass}
+    items[:] = [item for item in items if id(item) not in deselected]
+    _DESELECTED.append(len(other_pass))
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if _DESELECTED:
+        terminalreporter.write_line(
+            f"{_DESELECTED[0]} {COURIER_INDEPENDENT} tests deselected: they run in the other courier pass"
+        )
+
 
 # Launched from a non-interactive shell (`trap "" INT`, a script's `cmd &`, `setsid nohup`) the
 # suite inherits SIGINT ignored, and an ignored signal stays ignored across exec: every process a

@@ -172,6 +172,8 @@ def test_await_backs_off_from_a_peer_that_answers_running_at_once(caller: Caller
 # --- await through the courier: a machine lost mid-wait, the courier killed mid-wait ------------
 
 
+# Both tests set WB_COURIER themselves, so both courier passes would run them alike: one runs them.
+@pytest.mark.courier_independent
 @pytest.mark.parametrize("mode", ["off", "on"], ids=["cold", "courier"])
 def test_an_await_that_loses_its_machine_mid_wait_names_the_reference(
     sshd: SshdFactory, tmp_path: Path, mode: str
@@ -200,6 +202,7 @@ def test_an_await_that_loses_its_machine_mid_wait_names_the_reference(
     assert err.endswith(f"\nthe run is not affected; await it again with: wb agent await {REF}\n"), err
 
 
+@pytest.mark.courier_independent(cold=True)  # the WB_COURIER=off pass, to balance the two
 def test_the_courier_killed_during_a_remote_await_prints_only_its_warning(caller: Caller) -> None:
     """The courier is killed while its command waits for the machine's reply, again and again.
 

@@ -25,11 +25,14 @@ from conftest import COURIER_MODULE, REPO_ROOT, Machine, command_process, pid_al
 
 from tests.integration.inprocess_sshd import keygen
 from tests.integration.sshd import SshdFactory, SshdServer
-from tests.ssh_tiers import SSH_TIERS, SshMachine, SshMachines, channel_tiers
+from tests.ssh_tiers import EXEC_TIERS, SSH_TIERS, SshMachine, SshMachines, channel_tiers
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the courier is Linux-only")
 ON = {"WB_COURIER": "on"}
 OFF = {"WB_COURIER": "off"}
+# A test whose every wb command sets WB_COURIER itself runs the same in both courier passes: it runs
+# in the WB_COURIER=on pass only (tests/conftest.py, which checks that claim).
+ONE_PASS = pytest.mark.courier_independent
 
 
 def _status(who: Machine, env: dict[str, str] | None = None) -> dict[str, object]:
@@ -103,6 +106,7 @@ def test_warm_and_cold_commands_print_and_exit_the_same(machine: Machine) -> Non
     assert all(run["repository"] == "acme/widget" for run in runs)
 
 
+@ONE_PASS
 def test_the_callers_environment_reaches_the_command(machine: Machine, tmp_path: Path) -> None:
     """The courier was started by one environment; a later caller's own WB_CONFIG is the one obeyed."""
     assert machine.wb("agent", "list", env=ON).returncode == 0
@@ -194,6 +198,7 @@ def test_ctrl_c_during_a_warm_await_exits_130_and_the_run_goes_on(machine: Machi
     machine.wb("agent", "stop", ref)
 
 
+@ONE_PASS
 def test_wb_courier_off_starts_no_courier(machine: Machine) -> None:
     assert machine.wb("agent", "list", env=OFF).returncode == 0
     assert _couriers_under(str(machine.root)) == []
@@ -204,6 +209,7 @@ def test_wb_courier_off_starts_no_courier(machine: Machine) -> None:
 # --------------------------------------------------------------------------- lifecycle and faults
 
 
+@ONE_PASS
 def test_status_and_stop(machine: Machine) -> None:
     assert machine.wb("agent", "list", env=ON).returncode == 0
     status = _status(machine)
@@ -223,6 +229,7 @@ def test_status_and_stop(machine: Machine) -> None:
     assert machine.wb("courier", "stop").stdout == "no courier is running\n"
 
 
+@ONE_PASS
 def test_a_stale_socket_from_a_killed_courier_is_replaced(machine: Machine) -> None:
     assert machine.wb("agent", "list", env=ON).returncode == 0
     status = _status(machine)
@@ -305,6 +312,7 @@ def test_a_killed_courier_is_reported_for_a_command_that_is_not_rerun(machine: M
     assert err.startswith("error: the wb courier ended before this command finished; its outcome is unknown")
 
 
+@ONE_PASS
 def test_the_courier_ends_after_courier_idle(machine: Machine) -> None:
     machine.write_config(machine.config_path.read_text() + "courier:\n  idle: 3s\n")
     assert machine.wb("agent", "list", env=ON).returncode == 0
@@ -314,6 +322,7 @@ def test_the_courier_ends_after_courier_idle(machine: Machine) -> None:
     assert not list((machine.home / "run").glob("*.sock"))
 
 
+@ONE_PASS
 def test_a_bad_courier_setting_is_a_usage_error(machine: Machine) -> None:
     machine.write_config(machine.config_path.read_text() + "courier:\n  max_sessions_per_machine: 0\n")
     done = machine.wb("agent", "list", env=OFF)
@@ -321,6 +330,7 @@ def test_a_bad_courier_setting_is_a_usage_error(machine: Machine) -> None:
     assert "courier.max_sessions_per_machine: must be from 1 to" in done.stderr
 
 
+@ONE_PASS
 def test_an_upgraded_wb_is_used_by_the_next_command(tmp_path: Path) -> None:
     """The courier notices that wb changed on disk and steps aside; the next command runs the new program."""
     copy = tmp_path / "installed"
@@ -417,6 +427,7 @@ def second_user() -> Iterator[tuple[str, Path]]:
         shutil.rmtree(home, ignore_errors=True)
 
 
+@ONE_PASS
 def test_two_users_each_have_their_own_courier_and_cannot_reach_the_other(
     machine: Machine, second_user: tuple[str, Path]
 ) -> None:
@@ -517,8 +528,8 @@ class Caller(Machine):
 
 
 # The remote tests below set WB_COURIER=on themselves, so both courier passes would run the same:
-# each exec tier runs in one of them (tests/ssh_tiers.py, "Time").
-ssh_tier = channel_tiers(warm=("exec-ssh",), cold=("exec-env",))
+# marked courier_independent, they run in the WB_COURIER=on pass only, over every tier (tests/conftest.py).
+ssh_tier = channel_tiers(warm=EXEC_TIERS, cold=())
 
 
 def _caller(root: Path, config: Path, ssh_config: Path) -> Caller:
@@ -583,6 +594,7 @@ def _serve_processes(box: SshMachine) -> list[psutil.Process]:
     return found
 
 
+@ONE_PASS
 def test_a_current_peer_is_used_in_serve_mode_with_concurrent_requests(remote: Remote) -> None:
     caller = remote.caller("serve")
     assert caller.wb("agent", "list", "--to", "box").returncode == 0
@@ -633,6 +645,7 @@ def test_a_current_peer_is_used_in_serve_mode_with_concurrent_requests(remote: R
     assert row["mode"] == "serve" and int(str(row["calls"])) >= 4
 
 
+@ONE_PASS
 def test_an_older_peer_is_used_one_call_per_session(remote: Remote) -> None:
     caller = remote.caller("old")
     for _ in range(3):
@@ -643,6 +656,7 @@ def test_an_older_peer_is_used_one_call_per_session(remote: Remote) -> None:
     assert not remote.marker.exists(), "serve mode was tried with a peer that does not list it"
 
 
+@ONE_PASS
 @pytest.mark.parametrize("ssh_tier", SSH_TIERS, indirect=True)
 def test_forty_concurrent_calls_queue_at_max_sessions_per_machine_and_none_fails(remote: Remote) -> None:
     """SSH tiers only: MaxSessions is a bound on one SSH connection's channels."""
@@ -681,6 +695,7 @@ def _restart_sshd(factory: SshdFactory, server: SshdServer) -> None:
     factory._wait_ready(server)
 
 
+@ONE_PASS
 @pytest.mark.parametrize("ssh_tier", ["openssh"], indirect=True)
 def test_sshd_restarted_between_two_calls_is_reconnected_transparently(remote: Remote, sshd: SshdFactory) -> None:
     """OpenSSH only: a real sshd restarted on its port (its sessions outliving it) is what is reconnected to."""
@@ -703,6 +718,7 @@ def test_sshd_restarted_between_two_calls_is_reconnected_transparently(remote: R
     assert float(str(second["connected_at"])) > float(str(first["connected_at"]))  # a new connection
 
 
+@ONE_PASS
 @pytest.mark.parametrize("ssh_tier", SSH_TIERS, indirect=True)
 def test_a_host_key_changed_or_removed_in_known_hosts_is_refused_at_once(remote: Remote, tmp_path: Path) -> None:
     """SSH tiers only: wb checks host keys on its own SSH channel (over exec, the command does)."""
@@ -800,6 +816,7 @@ def test_serve_mode_answers_requests_concurrently_by_request_id_and_ends_at_eof(
     machine.wb("agent", "stop", ref)
 
 
+@ONE_PASS
 def test_serve_mode_exits_when_its_wb_is_upgraded(tmp_path: Path, machine: Machine) -> None:
     copy = tmp_path / "installed"
     for package in ("courier", "protocol"):
@@ -820,6 +837,7 @@ def test_serve_mode_exits_when_its_wb_is_upgraded(tmp_path: Path, machine: Machi
         _close_pipes(process)
 
 
+@ONE_PASS
 def test_serve_mode_imports_nothing_heavy(tmp_path: Path) -> None:
     """The serve mode is the remote entry of the warm path: as light as the one-call receiver."""
     record = tmp_path / "modules.txt"

@@ -21,6 +21,7 @@ from conftest import FAKES, prepare_remote, wait_for
 from tests.integration.sshd import SshdFactory, sshd_unavailable_reason
 
 pytestmark = [
+    pytest.mark.courier_independent,  # it sets WB_COURIER=on itself: one courier pass runs it (tests/conftest.py)
     pytest.mark.skipif(sshd_unavailable_reason() is not None, reason=str(sshd_unavailable_reason())),
 ]
 

@@ -32,6 +32,9 @@ from conftest import REPO_ROOT, require_cli
 from courier.demo.sshd import EmbeddedSshd, new_key
 
 DEMO_BOUND_S = 60.0
+# `wb demo` always runs cold (its sandbox sets WB_COURIER=off): the WB_COURIER=off pass alone runs
+# this module, so the two passes weigh about the same (tests/conftest.py).
+pytestmark = pytest.mark.courier_independent(cold=True)
 STANDIN_NOTICE = "codex not found on PATH: using the bundled stand-in"
 
 

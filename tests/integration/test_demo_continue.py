@@ -22,6 +22,9 @@ from courier.demo.model_server import RecordedRequest
 
 FIRST_MARK = "first-turn-3c9e"
 FOLLOW_UP = "Now add a test for it. follow-up-7d21"
+# The demo's own machine, its environment with WB_COURIER=off: the WB_COURIER=off pass alone runs
+# this module (tests/conftest.py).
+pytestmark = pytest.mark.courier_independent(cold=True)
 
 
 def _wb(env: dict[str, str], cwd: Path, *args: str) -> dict[str, Any]:

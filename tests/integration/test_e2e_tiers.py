@@ -8,7 +8,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from conftest import REPO_ROOT
+
+# A pytest run of the e2e tier whose every test skips or fails before starting wb: one courier pass
+# runs this module (tests/conftest.py).
+pytestmark = pytest.mark.courier_independent
 
 
 def _run_tier(tmp_path: Path, ci: str | None) -> subprocess.CompletedProcess[str]:

@@ -90,8 +90,16 @@ def caller(sshd: SshdFactory, tmp_path_factory: pytest.TempPathFactory) -> Calle
     root = tmp_path_factory.mktemp("exec-caller")
     local_home = root / "local-wbhome"
     config = root / "wb.yaml"
-    config.write_text(yaml.safe_dump({"session_move": {"targets": _targets(sshd, box, root, local_home)}}))
+    targets = _targets(sshd, box, root, local_home)
+    config.write_text(yaml.safe_dump({"session_move": {"targets": targets}}))
     config.chmod(0o600)
+    # The same machines but the silent one, which would hold every fan-out to its full bound: its
+    # own test bounds it (3 s), the fan-outs below ask the others with room for a loaded machine.
+    answering = root / "wb-answering.yaml"
+    answering.write_text(
+        yaml.safe_dump({"session_move": {"targets": {k: v for k, v in targets.items() if k != "silent"}}})
+    )
+    answering.chmod(0o600)
     env = {
         "HOME": str(root),
         "PATH": f"{PYTHON_BIN}:/usr/bin:/bin",
@@ -211,20 +219,27 @@ def test_machines_shows_each_channel(caller: Caller) -> None:
     assert rows["both"]["channel"] is None and rows["extra"]["channel"] == "exec" and rows["extra"]["ok"] is False
 
 
+def _without_the_silent_machine(caller: Caller) -> dict[str, str]:
+    return {"WB_CONFIG": str(caller.root / "wb-answering.yaml")}
+
+
 def test_machines_check_probes_ssh_and_exec_alike(caller: Caller) -> None:
-    done = caller.wb("machines", "--check", "--json", "--machine-timeout", "20s")
+    quick = _without_the_silent_machine(caller)
+    done = caller.wb("machines", "--check", "--json", "--machine-timeout", "20s", extra=quick)
     rows = {row["machine"]: row for row in json.loads(done.stdout)}
     for name in ("box", "local", "viassh"):
         assert rows[name]["ok"] is True, rows[name]
         assert rows[name]["schema_version"] == 1 and "codex" in rows[name]["harnesses"]
     assert rows["nowb"]["error"].startswith("wb missing: wb was not found on nowb")
-    text = caller.wb("machines", "--check", "--machine-timeout", "20s").stdout
+    text = caller.wb("machines", "--check", "--machine-timeout", "20s", extra=quick).stdout
     assert next(line for line in text.splitlines() if line.startswith("viassh ")).split()[1] == "exec"
 
 
 def test_list_all_mixes_ssh_and_exec_machines(caller: Caller) -> None:
     _dispatch(caller, "local", "scenario:complete", "x2")
-    done = caller.wb("agent", "list", "--all", "--json", "--machine-timeout", "20s")
+    done = caller.wb(
+        "agent", "list", "--all", "--json", "--machine-timeout", "20s", extra=_without_the_silent_machine(caller)
+    )
     document = json.loads(done.stdout)
     rows = {row["machine"]: row for row in document["machines"]}
     assert rows["box"]["ok"] and rows["local"]["ok"] and rows["viassh"]["ok"], rows
@@ -244,6 +259,7 @@ def _serve_processes(marker: str) -> list[psutil.Process]:
     return found
 
 
+@pytest.mark.courier_independent  # it sets WB_COURIER=on itself: one courier pass runs it
 def test_the_courier_keeps_one_serve_process_per_exec_machine(caller: Caller) -> None:
     """The courier (started here whichever pass runs the suite) keeps one serve process per exec machine."""
     marker = str(caller.local_home)

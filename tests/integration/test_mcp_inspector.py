@@ -23,7 +23,12 @@ from courier.runs.store import Store
 from tests import json_documents
 from tests.integration.sshd import SshdFactory, SshdServer, sshd_unavailable_reason
 
-pytestmark = pytest.mark.skipif(sshd_unavailable_reason() is not None, reason=str(sshd_unavailable_reason()))
+pytestmark = [
+    pytest.mark.skipif(sshd_unavailable_reason() is not None, reason=str(sshd_unavailable_reason())),
+    # `wb mcp` always runs cold and serves every tool in its own process: the WB_COURIER=off pass
+    # alone runs this module (tests/conftest.py).
+    pytest.mark.courier_independent(cold=True),
+]
 
 INSPECTOR_VERSION = "2.12.0"
 TOOL_ERROR_EXIT = 5  # the Inspector's exit code for a tool result with isError: true

@@ -53,6 +53,9 @@ RUN_ID = "agt-" + "5e" * 16
 VERSION = RemoteRequest(schema_version=1, operation="version")
 LIST = RemoteRequest(schema_version=1, operation="list")
 REAL_WB = Path(sys.executable).parent / "wb"
+# The caller is this process's own client and each remote wb a private entry: no command here goes
+# through the courier, so the suite's WB_COURIER=on pass runs this module for both (tests/conftest.py).
+pytestmark = pytest.mark.courier_independent
 
 
 @pytest.fixture(scope="module")

@@ -15,9 +15,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from conftest import REPO_ROOT
 
 BASE_PYTHON = Path(getattr(sys, "_base_executable", sys.executable)).resolve()
+# The scripts install wb and run `wb demo`, which always runs cold: the WB_COURIER=off pass alone
+# runs this module (tests/conftest.py).
+pytestmark = pytest.mark.courier_independent(cold=True)
 
 PEP668_PYTHON = """#!/bin/sh
 # The system python3 of Debian 12 / Ubuntu 24.04: no `pip install` outside a venv.
