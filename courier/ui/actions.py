@@ -10,8 +10,12 @@ from __future__ import annotations
 from urllib.parse import parse_qs
 
 from courier.errors import TransportError, UsageError, WbError
+from protocol import limits
 
-FORM_MAX_BYTES = 2 * 1024 * 1024  # a follow-up task is at most 1 MiB (docs/cli.md#wb-agent-dispatch)
+# A follow-up task is at most TASK_MAX_BYTES (docs/cli.md#wb-agent-dispatch); form-encoding can
+# double it, so the form may be twice that.
+FORM_MAX_BYTES = 2 * limits.TASK_MAX_BYTES
+FORM_MAX_TEXT = f"{FORM_MAX_BYTES // limits.MIB} MiB"
 
 
 class FormTooLarge(Exception):

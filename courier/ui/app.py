@@ -110,7 +110,8 @@ def build_app(config: Config, scope: Scope, token: str, port: int) -> TokenGate:
         try:
             return actions.parse_form(await request.body())
         except actions.FormTooLarge:
-            return html(pages.message_page("too large", "error: the form is larger than 2 MiB", "/"), 413)
+            too_large = f"error: the form is larger than {actions.FORM_MAX_TEXT}"
+            return html(pages.message_page("too large", too_large, "/"), 413)
 
     async def stop(request: Request) -> Response:
         form = await _form(request)

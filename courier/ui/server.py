@@ -40,7 +40,7 @@ def bind(address: str, port: int) -> socket.socket:
     except OSError as exc:
         sock.close()
         raise UsageError(f"cannot listen on {address}:{port}: {exc.strerror or exc}; pass another --port") from None
-    sock.listen(128)
+    sock.listen(socket.SOMAXCONN)
     sock.set_inheritable(True)
     return sock
 
