@@ -250,11 +250,13 @@ class ExecPeer:
             self._process = process
             self.started_at = time.time()
             self.serve = ServeChannel(ProcessStream(process, self.channel.machine), self.channel.machine)
-            self.serve.when_ended(lambda _: self._reap())
+            # Bound to this process: the callback may run after a successor took its place.
+            self.serve.when_ended(lambda _: self._reap(process))
 
-    def _reap(self) -> None:
-        process = self._process
-        if process is not None and process.returncode is None:
+    @staticmethod
+    def _reap(process: asyncio.subprocess.Process) -> None:
+        """Kill the serve process whose channel ended (never the one current by then)."""
+        if process.returncode is None:
             with contextlib.suppress(ProcessLookupError):
                 process.kill()
 
