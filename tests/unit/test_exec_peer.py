@@ -107,3 +107,27 @@ def test_a_serve_process_that_ends_late_does_not_kill_its_successor(tmp_path: Pa
             await peer.close()
 
     asyncio.run(scenario())
+
+
+def test_a_serve_process_that_died_is_replaced_even_while_its_stdout_stays_open(tmp_path: Path) -> None:
+    """Serve process A dies, its holder child keeps A's stdout open: the call fails over, and B replaces A."""
+
+    async def scenario() -> None:
+        peer = _peer(tmp_path)
+        try:
+            await _served_pid(peer)
+            await _until(lambda: peer.describe()["mode"] == "serve")
+            first = peer.serve
+            pid_a = await _served_pid(peer)
+
+            os.kill(pid_a, signal.SIGKILL)  # A's stdin breaks; its reader still waits on the holder's copy of stdout
+            await _until(lambda: not _alive(pid_a))
+            assert await _served_pid(peer) != pid_a  # this call as one process
+            await _until(lambda: peer.serve is not first and peer.describe()["mode"] == "serve", 20)
+            pid_b = await _served_pid(peer)
+            assert pid_b != pid_a and _alive(pid_b)
+        finally:
+            os.kill(int((tmp_path / "holder.pid").read_text()), signal.SIGKILL)
+            await peer.close()
+
+    asyncio.run(scenario())
