@@ -224,6 +224,7 @@ class ExecPeer:
                 return await serve.ask(payload)
             except ConnectionLost:
                 self.restarts += 1  # upgraded or crashed: this call as one process, a new serve process after
+                serve.close()  # its stdin broke, but its stdout may stay open (a child holding it): not ready
         async with self._slots:
             self.in_use += 1
             self.peak = max(self.peak, self.in_use)
