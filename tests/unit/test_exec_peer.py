@@ -25,11 +25,14 @@ from courier.config import ExecTarget
 from protocol.entry import REMOTE_ARGUMENT
 
 FAKE_WB = r"""
-import json, os, subprocess, sys
+import json, os, subprocess, sys, time
 from pathlib import Path
 
 state = Path(os.environ["FAKE_WB_STATE"])
+while (state / "hold").exists():  # the test holds this call until it removes the file
+    time.sleep(0.01)
 if sys.argv[-1] == "--wb-internal-agent-serve":
+    (state / "serve-started").touch()
     holder = state / "holder.pid"
     if not holder.exists():  # the first serve process only: a child that keeps its stdout open
         child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"], stdin=subprocess.DEVNULL)
@@ -129,5 +132,27 @@ def test_a_serve_process_that_died_is_replaced_even_while_its_stdout_stays_open(
         finally:
             os.kill(int((tmp_path / "holder.pid").read_text()), signal.SIGKILL)
             await peer.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_peer_closed_during_a_call_starts_no_serve_process_after_it(tmp_path: Path) -> None:
+    """The courier retires a peer (another caller's environment) while a one-process call is in flight:
+    the end of that call must not start a serve process nobody would ever close."""
+
+    async def scenario() -> None:
+        peer = _peer(tmp_path)
+        (tmp_path / "hold").touch()
+        call = asyncio.ensure_future(_served_pid(peer))
+        await _until(lambda: peer.describe()["channels_in_use"] == 1)
+        await peer.close()  # what ExecPool.retire does
+        (tmp_path / "hold").unlink()
+        await call
+        probe = peer._side_task
+        if probe is not None:
+            await asyncio.wait_for(asyncio.gather(probe, return_exceptions=True), 30)
+        assert peer.describe()["mode"] != "serve", "a retired peer started a serve process"
+        assert not (tmp_path / "serve-started").exists()
+        await peer.close()
 
     asyncio.run(scenario())
