@@ -211,6 +211,7 @@ class ExecPeer:
         self._process: asyncio.subprocess.Process | None = None
         self._slots = asyncio.Semaphore(max_sessions)
         self._side_task: asyncio.Task[None] | None = None
+        self.closed = False  # retired or the courier stopping: a call still in flight starts nothing after it
 
     def _serve_ready(self) -> bool:
         return self.serve is not None and not self.serve.closed
@@ -236,6 +237,8 @@ class ExecPeer:
         return outcome
 
     def _after_call(self) -> None:
+        if self.closed:
+            return
         if self._side_task is not None and not self._side_task.done():
             return
         if self.capabilities is None or (SERVE in self.capabilities and not self._serve_ready()):
@@ -248,6 +251,9 @@ class ExecPeer:
             if SERVE not in self.capabilities or self.tail[-1:] != [REMOTE_ARGUMENT]:
                 return
             process = await self.channel.start([*self.tail[:-1], SERVE_ARGUMENT])
+            if self.closed:  # closed while it started: nobody would close it later
+                ProcessStream(process, self.channel.machine).close()
+                return
             self._process = process
             self.started_at = time.time()
             self.serve = ServeChannel(ProcessStream(process, self.channel.machine), self.channel.machine)
@@ -262,6 +268,7 @@ class ExecPeer:
                 process.kill()
 
     async def close(self) -> None:
+        self.closed = True
         if self._side_task is not None:
             self._side_task.cancel()
         if self.serve is not None:
