@@ -23,12 +23,12 @@ the reason (a failure under CI, which runs them all).
 
 Time: the suite runs twice in CI (WB_COURIER=on, off) and must stay near 20 minutes a pass on
 2 cores. The SSH tiers run in both passes; each other tier in one (`channel_tiers(warm=…,
-cold=…)`), so that each pass gains about the same (~2-3 minutes): the CLI suite runs
-exec-env warm (the courier's serve process per exec machine) and exec-ssh and the in-process
-channel cold (cold by nature); the fleet suite runs exec-ssh warm and exec-env cold. The
-courier suite's remote tests set WB_COURIER=on themselves, so both passes would run them alike:
-they are `courier_independent` (tests/conftest.py) and run, over every tier, in the
-WB_COURIER=on pass only (`channel_tiers(warm=EXEC_TIERS, cold=())`).
+cold=…)`), so that each pass gains about the same (~2-3 minutes): the CLI and fleet suites run
+exec-ssh warm (the courier's `ssh -T` serve process per exec machine) and exec-env cold, the CLI
+suite the in-process channel cold too (cold by nature). The courier suite's remote tests set
+WB_COURIER=on themselves, so both passes would run them alike: they are `courier_independent`
+(tests/conftest.py) and run, over every tier, in the WB_COURIER=on pass only
+(`channel_tiers(warm=EXEC_TIERS, cold=())`).
 
 WB_TEST_SSH_TIERS=inprocess,exec-env (any of ALL_TIERS, comma-separated) runs those tiers only,
 a named one in either courier pass; unset, all of this pass's.

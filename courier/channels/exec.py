@@ -211,6 +211,7 @@ class ExecPeer:
         self._process: asyncio.subprocess.Process | None = None
         self._slots = asyncio.Semaphore(max_sessions)
         self._side_task: asyncio.Task[None] | None = None
+        self.closed = False  # retired or the courier stopping: a call still in flight starts nothing after it
 
     def _serve_ready(self) -> bool:
         return self.serve is not None and not self.serve.closed
@@ -224,6 +225,7 @@ class ExecPeer:
                 return await serve.ask(payload)
             except ConnectionLost:
                 self.restarts += 1  # upgraded or crashed: this call as one process, a new serve process after
+                serve.close()  # its stdin broke, but its stdout may stay open (a child holding it): not ready
         async with self._slots:
             self.in_use += 1
             self.peak = max(self.peak, self.in_use)
@@ -235,6 +237,8 @@ class ExecPeer:
         return outcome
 
     def _after_call(self) -> None:
+        if self.closed:
+            return
         if self._side_task is not None and not self._side_task.done():
             return
         if self.capabilities is None or (SERVE in self.capabilities and not self._serve_ready()):
@@ -247,18 +251,24 @@ class ExecPeer:
             if SERVE not in self.capabilities or self.tail[-1:] != [REMOTE_ARGUMENT]:
                 return
             process = await self.channel.start([*self.tail[:-1], SERVE_ARGUMENT])
+            if self.closed:  # closed while it started: nobody would close it later
+                ProcessStream(process, self.channel.machine).close()
+                return
             self._process = process
             self.started_at = time.time()
             self.serve = ServeChannel(ProcessStream(process, self.channel.machine), self.channel.machine)
-            self.serve.when_ended(lambda _: self._reap())
+            # Bound to this process: the callback may run after a successor took its place.
+            self.serve.when_ended(lambda _: self._reap(process))
 
-    def _reap(self) -> None:
-        process = self._process
-        if process is not None and process.returncode is None:
+    @staticmethod
+    def _reap(process: asyncio.subprocess.Process) -> None:
+        """Kill the serve process whose channel ended (never the one current by then)."""
+        if process.returncode is None:
             with contextlib.suppress(ProcessLookupError):
                 process.kill()
 
     async def close(self) -> None:
+        self.closed = True
         if self._side_task is not None:
             self._side_task.cancel()
         if self.serve is not None:

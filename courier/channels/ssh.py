@@ -2,7 +2,9 @@
 
 Strict host keys, no PTY, no forwarding, both outputs read within their caps (all in
 `courier.remote.ssh`). Inside `pooled()` (a fan-out) calls share the pool's connection per
-host; otherwise each call opens its own connection and closes it after.
+host; otherwise each call opens its own connection and closes it after. asyncssh (through
+`courier.remote.ssh` and the pool) is imported by the first SSH call, not by this module: a
+fan-out over exec machines only opens a `pooled()` scope too, and must not pay for it.
 """
 
 from __future__ import annotations
@@ -11,12 +13,14 @@ import contextlib
 import shlex
 from collections.abc import AsyncIterator
 from contextvars import ContextVar
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from courier.channels.base import DEFAULT_BOUNDS, Bounds, Channel, Outcome, WarmState
-from courier.channels.ssh_pool import Pool
 from courier.config import Target
-from courier.remote import ssh
+
+if TYPE_CHECKING:
+    from courier.channels.ssh_pool import Peer, Pool
+    from courier.remote import ssh
 
 
 def command_of(tail: list[str]) -> str:
@@ -31,6 +35,8 @@ class SshChannel(Channel):
 
     @property
     def endpoint(self) -> ssh.Endpoint:
+        from courier.remote import ssh
+
         return ssh.Endpoint(machine=self.machine, host=self.target.host, user=self.target.user, port=self.target.port)
 
     @property
@@ -41,13 +47,17 @@ class SshChannel(Channel):
         command = command_of(tail)
         shared = _active.get()
         if shared is not None:
-            return await shared.call(self.endpoint, command, stdin, bounds=bounds)
+            return await shared.pool().call(self.endpoint, command, stdin, bounds=bounds)
+        from courier.remote import ssh
+
         async with await ssh.connect(self.endpoint) as opened:
             return await opened.run(command, stdin, stdout_max=bounds.stdout_max, stderr_max=bounds.stderr_max)
 
     async def run_warm(
         self, state: WarmState, tail: list[str], stdin: bytes, bounds: Bounds, *, operation: str, max_sessions: int
     ) -> Outcome:
+        from courier.channels.ssh_pool import Pool
+
         pool = state.part(self.kind, lambda: Pool(persistent=True))
         assert isinstance(pool, Pool)
         return await pool.call(
@@ -55,16 +65,38 @@ class SshChannel(Channel):
         )
 
 
-_active: ContextVar[Pool | None] = ContextVar("wb_ssh_pool", default=None)
+class Shared:
+    """A `pooled()` scope: the pool its SSH calls share, made by the first of them (none: no asyncssh)."""
+
+    def __init__(self) -> None:
+        self._pool: Pool | None = None
+
+    def pool(self) -> Pool:
+        if self._pool is None:
+            from courier.channels.ssh_pool import Pool
+
+            self._pool = Pool(persistent=False)
+        return self._pool
+
+    @property
+    def peers(self) -> dict[object, Peer]:
+        return self._pool.peers if self._pool is not None else {}
+
+    async def close(self) -> None:
+        if self._pool is not None:
+            await self._pool.close()
+
+
+_active: ContextVar[Shared | None] = ContextVar("wb_ssh_pool", default=None)
 
 
 @contextlib.asynccontextmanager
-async def pooled() -> AsyncIterator[Pool]:
+async def pooled() -> AsyncIterator[Shared]:
     """Share connections per host for every SSH call made within (tasks created inside inherit it)."""
-    pool = Pool(persistent=False)
-    token = _active.set(pool)
+    shared = Shared()
+    token = _active.set(shared)
     try:
-        yield pool
+        yield shared
     finally:
         _active.reset(token)
-        await pool.close()
+        await shared.close()

@@ -283,3 +283,33 @@ def test_the_courier_keeps_one_serve_process_per_exec_machine(caller: Caller) ->
     finally:
         courier.wb("courier", "stop")
     assert wait_for(lambda: not _serve_processes(marker), 15)
+
+
+def test_a_fan_out_over_exec_machines_only_never_imports_asyncssh(caller: Caller) -> None:
+    """`list --all` over exec machines alone: no SSH connection is possible, so asyncssh is never imported.
+
+    (Its import alone runs ctypes' search for liboqs, gcc and ld included: ~1 s of CPU under load.)"""
+    targets = yaml.safe_load(Path(caller.env["WB_CONFIG"]).read_text())["session_move"]["targets"]
+    config = caller.root / "exec-only.yaml"
+    config.write_text(yaml.safe_dump({"session_move": {"targets": {"local": targets["local"]}}}))
+    config.chmod(0o600)
+    record = caller.root / "fan-out-modules.txt"
+    program = (
+        "import atexit, sys\n"
+        f"atexit.register(lambda: open({str(record)!r}, 'w').write('\\n'.join(sys.modules)))\n"
+        "sys.argv = ['wb', 'agent', 'list', '--all', '--json']\n"
+        "from courier.main import main\n"
+        "main()\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", program],
+        capture_output=True,
+        text=True,
+        env={**caller.env, "WB_CONFIG": str(config), "WB_COURIER": "off"},
+        timeout=120,
+        stdin=subprocess.DEVNULL,
+    )
+    assert done.returncode == 0, done.stderr
+    assert [row["machine"] for row in json.loads(done.stdout)["machines"]] == ["", "local"]  # this machine, then local
+    modules = {name.split(".")[0] for name in record.read_text().split()}
+    assert "courier" in modules and "asyncssh" not in modules

@@ -25,9 +25,9 @@ from conftest import courier_on, prepare_remote, wait_for
 from tests.json_documents import check_output
 from tests.ssh_tiers import INPROCESS_CHANNEL, SSH_TIERS, SshMachine, SshMachines, active_tiers, channel_tiers
 
-# Each exec tier in one courier pass (tests/ssh_tiers.py, "Time"): exec-env warm (the courier's
-# serve process per exec machine), exec-ssh cold; the in-process channel is cold by nature.
-PASSES = {"warm": ("exec-env",), "cold": ("exec-ssh", INPROCESS_CHANNEL)}
+# Each exec tier in one courier pass (tests/ssh_tiers.py, "Time"): exec-ssh warm (the courier's
+# `ssh -T` serve process per exec machine), exec-env cold; the in-process channel is cold by nature.
+PASSES = {"warm": ("exec-ssh",), "cold": ("exec-env", INPROCESS_CHANNEL)}
 ssh_tier = channel_tiers(**PASSES)
 # The tiers where a command runs on the machine: wb_path scripts, sessions to kill. The in-process
 # channel runs no command (its receiver is a function of this process), so those tests skip that tier.
