@@ -14,7 +14,8 @@ import time
 from dataclasses import dataclass, field
 
 from courier.capabilities import harnesses_of
-from courier.config import Config, ExecTarget, Problem
+from courier.channels.registry import direct_channel
+from courier.config import Config, Problem
 from courier.errors import Finding, TransportError, WbError
 from courier.render import list_lines, sort_results, to_json
 from courier.route import raise_failure
@@ -259,20 +260,8 @@ def probe_machines(config: Config, *, check: bool, machine_timeout_s: float) -> 
         entry = config.targets[machine]
         if isinstance(entry, Problem):
             rows.append(ProbeRow(machine=machine, channel=entry.channel, error=entry.message))
-        elif isinstance(entry, ExecTarget):
-            rows.append(ProbeRow(machine=machine, channel="exec", argv=entry.argv, wb_path=entry.wb_path, ok=True))
         else:
-            rows.append(
-                ProbeRow(
-                    machine=machine,
-                    channel="ssh",
-                    host=entry.host,
-                    user=entry.user,
-                    port=entry.port,
-                    wb_path=entry.wb_path,
-                    ok=True,
-                )
-            )
+            rows.append(ProbeRow(machine=machine, ok=True, **direct_channel(machine, entry).machines_row()))
     if check and rows:
         deadline = time.monotonic() + machine_timeout_s
         answers = asyncio.run(_ask_all(config, _machines(config), "version", deadline))

@@ -13,12 +13,12 @@ from __future__ import annotations
 import asyncio
 
 from courier.channels.base import Channel, Outcome
+from courier.channels.exits import stderr_excerpt
 from courier.channels.registry import channel_for, direct_channel
 from courier.config import AnyTarget, Config
-from courier.errors import CallTimedOut, RemoteWbMissing, ReplyUntrusted, TransportError, UsageError
+from courier.errors import CallTimedOut, ReplyUntrusted, UsageError
 from courier.remote.client import decode_response
 from courier.remote.reply import BadReply, find_reply
-from courier.text import clip_bytes, sanitize
 from protocol import limits
 from protocol.durations import format_duration_ms
 from protocol.entry import REMOTE_ARGUMENT
@@ -79,33 +79,6 @@ async def call_async(
     return interpret(machine, target, request, outcome, way)
 
 
-def stderr_excerpt(stderr: bytes) -> str:
-    """One sanitised line of at most 1024 bytes: the end of stderr, where the error usually is."""
-    text = " ".join(sanitize(stderr.decode("utf-8", "replace")).split())
-    if not text:
-        return "(nothing on stderr)"
-    limit = limits.REMOTE_STDERR_EXCERPT_MAX_BYTES
-    raw = text.encode()
-    if len(raw) <= limit:
-        return text
-    marker = "…"
-    tail = raw[len(raw) - (limit - len(marker.encode())) :].decode("utf-8", "ignore")
-    return clip_bytes(marker + tail, limit)
-
-
-def first_stderr_line(stderr: bytes) -> str:
-    """The first line of stderr with a letter in it, sanitised, at most 1024 bytes (an exec command's own complaint).
-
-    Lines without letters are decoration, not the complaint: ssh's changed-host-key warning
-    starts with a row of `@`, and quoting that row alone tells the user nothing.
-    """
-    for line in stderr.decode("utf-8", "replace").splitlines():
-        text = " ".join(sanitize(line).split())
-        if any(character.isalpha() for character in text):
-            return clip_bytes(text, limits.REMOTE_STDERR_EXCERPT_MAX_BYTES)
-    return "(nothing on stderr)"
-
-
 def interpret(
     machine: str, target: AnyTarget, request: RemoteRequest, outcome: Outcome, channel: Channel | None = None
 ) -> RemoteResponse:
@@ -120,63 +93,10 @@ def interpret(
             f"{machine}: the remote wrote more than {limits.REPLY_STDERR_MAX_BYTES} bytes on stderr; "
             "refused (the channel was closed)"
         )
-    if target.channel == "exec":
-        _classify_exec_exit(machine, target, outcome, way)
-    else:
-        _classify_ssh_exit(machine, target, outcome, way)
+    way.classify_exit(outcome)
     try:
         document = find_reply(outcome.stdout)
     except BadReply as exc:
         note = f"; stderr: {stderr_excerpt(outcome.stderr)}" if outcome.stderr.strip() else ""
         raise ReplyUntrusted(f"{machine}: the reply cannot be trusted: {exc}{note}") from None
     return decode_response(machine, request, document)
-
-
-def _classify_ssh_exit(machine: str, target: AnyTarget, outcome: Outcome, way: Channel) -> None:
-    wb = target.wb_path or "wb"
-    if outcome.exit_status == 127:
-        raise RemoteWbMissing(
-            f"wb is not installed on {machine} (or not on the PATH of a non-interactive shell); "
-            f"set {way.setting('wb_path')}"
-        )
-    if outcome.exit_status == 126:
-        raise TransportError(
-            f"{machine}: {wb} is not executable there (exit 126); fix its permissions or set {way.setting('wb_path')}",
-            cause="wb not executable",
-        )
-    if outcome.exit_signal is not None:
-        raise TransportError(
-            f"{machine}: the remote {wb} was killed by signal {sanitize(outcome.exit_signal)[:32]}: "
-            f"{stderr_excerpt(outcome.stderr)}",
-            cause="remote crashed",
-        )
-    if outcome.exit_status != 0:
-        raise TransportError(
-            f"{machine}: the remote {wb} exited with status {outcome.exit_status}: {stderr_excerpt(outcome.stderr)}",
-            cause="remote crashed",
-        )
-
-
-def _classify_exec_exit(machine: str, target: AnyTarget, outcome: Outcome, way: Channel) -> None:
-    """An exec command's exit (docs/cli.md#exec-targets): a reply on stdout wins; else its code, named."""
-    if outcome.exit_status == 0:
-        return
-    try:
-        find_reply(outcome.stdout)
-        return  # the command (docker, kubectl) exited non-zero after wb answered: the answer stands
-    except BadReply:
-        pass
-    program = sanitize(target.argv[0])[:128] if target.channel == "exec" else "wb"  # type: ignore[union-attr]
-    if outcome.exit_status == 127:
-        raise RemoteWbMissing(f"wb was not found on {machine}: set {way.setting('wb_path')}")
-    if outcome.exit_signal is not None:
-        raise TransportError(
-            f'machine {machine}: "{program}" was killed by signal {sanitize(outcome.exit_signal)[:32]} '
-            f"without a reply: {first_stderr_line(outcome.stderr)}",
-            cause="remote crashed",
-        )
-    raise TransportError(
-        f'machine {machine}: "{program}" exited with status {outcome.exit_status} without a reply: '
-        f"{first_stderr_line(outcome.stderr)}",
-        cause="remote crashed",
-    )

@@ -18,12 +18,12 @@ import contextlib
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+from typing import Any, ClassVar, Protocol
 
+from courier.channels.exits import stderr_excerpt
+from courier.errors import RemoteWbMissing, TransportError
+from courier.text import sanitize
 from protocol import limits
-
-if TYPE_CHECKING:
-    pass
 
 
 @dataclass
@@ -83,6 +83,41 @@ class Channel(ABC):
         A channel with nothing to keep runs as it would cold.
         """
         return await self.run(tail, stdin, bounds)
+
+    def machines_row(self) -> dict[str, Any]:
+        """The fields of this machine's `wb agent machines` row that say how it is reached (docs/cli.md)."""
+        return {"channel": self.kind, "wb_path": self.target.wb_path}
+
+    def classify_exit(self, outcome: Outcome) -> None:
+        """Raise the TransportError an exit without a usable reply means; return when the reply is to be read.
+
+        The default is for a channel whose remote command is wb itself (ssh): 127 is wb missing,
+        126 not executable, a signal or any other non-zero status a crash, quoting stderr's end.
+        """
+        wb = self.target.wb_path or "wb"
+        if outcome.exit_status == 127:
+            raise RemoteWbMissing(
+                f"wb is not installed on {self.machine} (or not on the PATH of a non-interactive shell); "
+                f"set {self.setting('wb_path')}"
+            )
+        if outcome.exit_status == 126:
+            raise TransportError(
+                f"{self.machine}: {wb} is not executable there (exit 126); "
+                f"fix its permissions or set {self.setting('wb_path')}",
+                cause="wb not executable",
+            )
+        if outcome.exit_signal is not None:
+            raise TransportError(
+                f"{self.machine}: the remote {wb} was killed by signal {sanitize(outcome.exit_signal)[:32]}: "
+                f"{stderr_excerpt(outcome.stderr)}",
+                cause="remote crashed",
+            )
+        if outcome.exit_status != 0:
+            raise TransportError(
+                f"{self.machine}: the remote {wb} exited with status {outcome.exit_status}: "
+                f"{stderr_excerpt(outcome.stderr)}",
+                cause="remote crashed",
+            )
 
     def spec(self) -> dict[str, Any]:
         """Enough to make the same channel in another process (the courier): JSON-able."""

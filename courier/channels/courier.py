@@ -49,6 +49,9 @@ class CourierChannel(Channel):
     def setting(self, key: str) -> str:
         return self.inner.setting(key)
 
+    def classify_exit(self, outcome: Outcome) -> None:
+        self.inner.classify_exit(outcome)  # the courier only carried the bytes of the inner channel
+
     async def run(self, tail: list[str], stdin: bytes, bounds: Bounds = DEFAULT_BOUNDS) -> Outcome:
         sock = self._connect()
         if sock is None:  # the courier is going away: this call is made the cold way

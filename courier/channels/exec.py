@@ -22,9 +22,12 @@ from typing import Any, ClassVar
 
 from courier.capabilities import SERVE
 from courier.channels.base import DEFAULT_BOUNDS, Bounds, Channel, Outcome, WarmState
+from courier.channels.exits import first_stderr_line
 from courier.channels.serve_lines import FRESH_ENVIRONMENT_OPERATIONS, ServeChannel, capabilities_of, version_payload
 from courier.config import ExecTarget
-from courier.errors import ConnectFailed, ConnectionLost, TransportError
+from courier.errors import ConnectFailed, ConnectionLost, RemoteWbMissing, TransportError
+from courier.remote.reply import BadReply, find_reply
+from courier.text import sanitize
 from protocol import limits
 from protocol.entry import REMOTE_ARGUMENT, SERVE_ARGUMENT
 
@@ -57,6 +60,33 @@ class ExecChannel(Channel):
         env = spec.get("env")
         if isinstance(env, dict):
             self.env = {str(key): str(value) for key, value in env.items()}
+
+    def machines_row(self) -> dict[str, Any]:
+        return {**super().machines_row(), "argv": self.target.argv}  # the command stands where a host would
+
+    def classify_exit(self, outcome: Outcome) -> None:
+        """An exec command's exit (docs/cli.md#exec-targets): a reply on stdout wins; else its code, named."""
+        if outcome.exit_status == 0:
+            return
+        try:
+            find_reply(outcome.stdout)
+            return  # the command (docker, kubectl) exited non-zero after wb answered: the answer stands
+        except BadReply:
+            pass
+        program = sanitize(self.target.argv[0])[:128]
+        if outcome.exit_status == 127:
+            raise RemoteWbMissing(f"wb was not found on {self.machine}: set {self.setting('wb_path')}")
+        if outcome.exit_signal is not None:
+            raise TransportError(
+                f'machine {self.machine}: "{program}" was killed by signal {sanitize(outcome.exit_signal)[:32]} '
+                f"without a reply: {first_stderr_line(outcome.stderr)}",
+                cause="remote crashed",
+            )
+        raise TransportError(
+            f'machine {self.machine}: "{program}" exited with status {outcome.exit_status} without a reply: '
+            f"{first_stderr_line(outcome.stderr)}",
+            cause="remote crashed",
+        )
 
     def argv(self, tail: list[str]) -> list[str]:
         return [*self.target.argv, *tail]

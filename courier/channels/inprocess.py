@@ -20,6 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from courier.channels.base import DEFAULT_BOUNDS, Bounds, Channel, Outcome
+from courier.channels.registry import direct_channel
 from courier.config import AnyTarget
 from courier.paths import HOME_ENV
 from protocol.entry import REMOTE_ARGUMENT
@@ -40,6 +41,10 @@ class InProcessChannel(Channel):
     @property
     def where(self) -> str:
         return f"in-process {self.home}"
+
+    def classify_exit(self, outcome: Outcome) -> None:
+        # The exit rules of the kind the target names: the tests stand in for that channel's bytes.
+        direct_channel(self.machine, self.target).classify_exit(outcome)
 
     async def run(self, tail: list[str], stdin: bytes, bounds: Bounds = DEFAULT_BOUNDS) -> Outcome:
         self.calls.append(list(tail))

@@ -13,7 +13,7 @@ import contextlib
 import shlex
 from collections.abc import AsyncIterator
 from contextvars import ContextVar
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from courier.channels.base import DEFAULT_BOUNDS, Bounds, Channel, Outcome, WarmState
 from courier.config import Target
@@ -42,6 +42,9 @@ class SshChannel(Channel):
     @property
     def where(self) -> str:
         return f"{self.target.host}:{self.target.port}" if self.target.port else self.target.host
+
+    def machines_row(self) -> dict[str, Any]:
+        return {**super().machines_row(), "host": self.target.host, "user": self.target.user, "port": self.target.port}
 
     async def run(self, tail: list[str], stdin: bytes, bounds: Bounds = DEFAULT_BOUNDS) -> Outcome:
         command = command_of(tail)

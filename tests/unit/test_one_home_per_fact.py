@@ -28,7 +28,7 @@ ALLOWED = {
     # The end of the descriptor range closed in a child, not a byte count.
     ("courier/runs/process.py", 65536),
     # How much of an exec command's program name a failure message shows, not a bound.
-    ("courier/call/caller.py", 128),
+    ("courier/channels/exec.py", 128),
     # The first code point past the BMP, where UTF-16 surrogate pairs start.
     ("courier/text.py", 65536),
     # How often a waiting MCP `await` reports progress, not a bound.

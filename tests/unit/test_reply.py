@@ -8,8 +8,9 @@ from typing import Any
 
 import pytest
 
-from courier.call.caller import first_stderr_line, interpret, stderr_excerpt
+from courier.call.caller import interpret
 from courier.channels.base import Outcome
+from courier.channels.exits import first_stderr_line, stderr_excerpt
 from courier.config import ExecTarget, Target
 from courier.errors import RemoteWbMissing, ReplyUntrusted, SchemaSkew, TransportError
 from courier.remote.client import decode_response
