@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from courier.capabilities import harnesses_of
 from courier.config import Config, ExecTarget, Problem
 from courier.errors import Finding, TransportError, WbError
-from courier.render import list_lines, sort_results, to_json
+from courier.ops.list_ import list_lines
+from courier.render import sort_results, to_json
 from courier.route import raise_failure
 from courier.text import clip_bytes, sanitize
 from courier.transport import connections_shared, transport_for

@@ -1,5 +1,4 @@
-"""The caller's side of the supervisor's loop (docs/cli.md#the-supervisors-loop): diff, follow, continue and prune,
-here or remotely.
+"""The caller's side of the supervisor's loop (docs/cli.md#the-supervisors-loop): follow and prune, here or remotely.
 
 Each function asks through `route.ask`, so a local and a remote run behave the same; the
 CLI only parses flags and prints what these return.
@@ -25,21 +24,11 @@ from courier.render import ref_of
 from courier.route import ask, await_chunk_ms, upgrade_message
 from courier.text import sanitize
 from protocol import limits
-from protocol.models import DiffResult, PruneResult, RemoteRequest, Result
+from protocol.models import PruneResult, RemoteRequest, Result
 
 
 def request(operation: str, **fields: object) -> RemoteRequest:
     return RemoteRequest.of(operation, **fields)
-
-
-# -- diff ----------------------------------------------------------------------------------
-
-
-def fetch_diff(config: Config, machine: str, agent_id: str, *, stat: bool) -> DiffResult:
-    """The run's diff through the machine's transport (in-process here: without the 2 MiB wire cap)."""
-    from courier.ops.diff import diff_request
-
-    return DiffResult.model_validate(ask(config, machine, diff_request(agent_id, stat=stat)).result)
 
 
 # -- logs --follow ---------------------------------------------------------------------------

@@ -38,7 +38,7 @@ def test_every_operation_of_the_wire_table_has_exactly_one_module() -> None:
 
 
 def test_the_mcp_tools_are_the_operations_with_a_tool_plus_machines() -> None:
-    tools = {tool.name: tool for tool in mcp_server.TOOLS}
+    tools = {tool.name: tool for tool in mcp_server.available_tools()}
     with_tool = {name for name, op in REGISTRY.items() if op.mcp is not None}
     assert set(tools) == with_tool | {"machines"}
     for name in with_tool:
