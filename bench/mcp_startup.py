@@ -5,9 +5,11 @@ stdin, timed until the response line arrives on its stdout (then `tools/list`, t
 its answer, and the stdin closed so the server ends). Yardstick: `python -c "import mcp"`,
 the floor of any program serving MCP with the SDK. Interleaved runs, medians (bench/common.py).
 
-    python3 bench/mcp_startup.py [--repetitions N] [--importtime]
+    python3 bench/mcp_startup.py [--repetitions N] [--importtime] [--before TREE]
 
-`--importtime` also prints the slowest imports of `wb mcp` until `initialize` is answered.
+`--importtime` also prints the slowest imports of `wb mcp` until `tools/list` is answered.
+`--before TREE` also times another checkout's tree (e.g. `git archive` of an older commit,
+first on PYTHONPATH) in the same interleaved rounds, for a paired before/after.
 No sshd and no root needed: the server only starts, answers and ends.
 """
 
@@ -19,6 +21,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 if __package__ in (None, ""):
@@ -41,7 +44,7 @@ INITIALIZED = {"jsonrpc": "2.0", "method": "notifications/initialized"}
 TOOLS_LIST = {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}
 
 
-def _line(message: dict[str, object]) -> bytes:
+def _line(message: Mapping[str, object]) -> bytes:
     return (json.dumps(message) + "\n").encode()
 
 
@@ -101,38 +104,43 @@ def import_profile(env: dict[str, str]) -> list[tuple[int, int, str]]:
     return sorted(rows, reverse=True)[:25]
 
 
-def run(report: common.Report, repetitions: int, *, importtime: bool = False) -> None:
+def run(report: common.Report, repetitions: int, *, importtime: bool = False, before: str = "") -> None:
     with common.workdir("mcp") as base:
         config = base / "wb.yaml"
         config.write_text("agents: {}\n")
         config.chmod(0o600)
         env = common.base_env(WB_HOME=str(base / "home"), WB_CONFIG=str(config))
         env.pop("WB_MCP_PROGRESS_MS", None)
-        listed: list[float] = []
+        listed: dict[str, list[float]] = {"ours": [], "before": []}
 
-        def ours() -> float:
-            initialized, tools_listed, _ = mcp_session(env)
-            listed.append(tools_listed)
+        def server(name: str, environment: dict[str, str]) -> float:
+            initialized, tools_listed, _ = mcp_session(environment)
+            listed[name].append(tools_listed)
             return initialized
 
         def yardstick() -> float:
             return common.run_timed([common.PYTHON, "-c", "import mcp"], env=env)
 
-        samples = common.interleaved({"ours": ours, "yardstick": yardstick}, repetitions)
-        listed = listed[-repetitions:]
-        mine, floor = common.median(samples["ours"]), common.median(samples["yardstick"])
+        subjects = {"ours": lambda: server("ours", env), "yardstick": yardstick}
+        if before:
+            subjects["before"] = lambda: server("before", {**env, "PYTHONPATH": before})
+        samples = common.interleaved(subjects, repetitions)
+        floor = common.median(samples["yardstick"])
         load = os.getloadavg()
-        report.add(
-            common.Row(
-                "mcp start-up",
-                f"wb mcp until initialize answered {common.ms(mine)} (tools/list {common.ms(common.median(listed))})",
-                f'python -c "import mcp" {common.ms(floor)}',
-                f"{mine / floor:.2f}x",
-                f"<= {TARGET_S} s",
-                mine <= TARGET_S,
-                f"median of {repetitions}; load {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}",
+        for name in ("before", "ours") if before else ("ours",):
+            mine = common.median(samples[name])
+            shown = common.median(listed[name][-repetitions:])
+            report.add(
+                common.Row(
+                    "mcp start-up" + (f" ({name})" if before else ""),
+                    f"wb mcp until initialize answered {common.ms(mine)} (tools/list {common.ms(shown)})",
+                    f'python -c "import mcp" {common.ms(floor)}',
+                    f"{mine / floor:.2f}x",
+                    f"<= {TARGET_S} s",
+                    mine <= TARGET_S,
+                    f"median of {repetitions}; load {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}",
+                )
             )
-        )
         if importtime:
             for cumulative, own, name in import_profile(env):
                 report.detail(f"{cumulative / 1000:8.1f} ms cumulative {own / 1000:7.1f} ms self  {name}")
@@ -142,9 +150,10 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--repetitions", type=int, default=15)
     parser.add_argument("--importtime", action="store_true", help="also print the slowest imports")
+    parser.add_argument("--before", default="", metavar="TREE", help="also time this tree (a paired before/after)")
     args = parser.parse_args()
     report = common.Report()
-    run(report, args.repetitions, importtime=args.importtime)
+    run(report, args.repetitions, importtime=args.importtime, before=args.before)
     print(common.table(report.rows))
     return 0
 

@@ -67,7 +67,7 @@ def follow(
         try:
             response = ask(config, machine, call)
         except WbError as exc:
-            if not machine or not _retryable(exc) or failures >= limits.FOLLOW_RETRIES:
+            if not _retryable(exc) or failures >= limits.FOLLOW_RETRIES:  # this machine's never are
                 raise
             failures += 1
             warn(f"{exc.message}; following again from byte {offset} (attempt {failures} of {limits.FOLLOW_RETRIES})")
@@ -79,9 +79,7 @@ def follow(
         if response.logs:
             write(sanitize(response.logs, keep_newlines=True))
         offset = response.next_offset
-        result = response.result_of()
-        if machine:
-            result.machine = machine
+        result = response.result_of()  # another machine's carries `machine` (stamped by its caller)
         if result.terminal:
             write(terminal_line(result))
             return result
@@ -94,7 +92,7 @@ def prune_on(
     config: Config, machine: str, older_than_ms: int, dry_run: bool, timeout_s: float, worktrees: bool = False
 ) -> PruneOutcome:
     try:
-        if worktrees and machine:
+        if worktrees:  # asked of this machine too: every machine is asked the same way
             _require_prune_worktrees(config, machine, timeout_s)
         call = request("prune", older_than_ms=older_than_ms, dry_run=dry_run, worktrees=worktrees)
         response = ask(config, machine, call, timeout_s=timeout_s)

@@ -145,3 +145,47 @@ def test_this_machines_raw_logs_go_through_its_transport(here_env: Path, capsys:
     out, err = capsys.readouterr()
     assert (code, out, err) == (0, '/far/events.jsonl\n{"from": "the transport"}\n', "")
     assert [(r.operation, r.agent_id, r.raw) for r in asked] == [("logs", RUN_ID, True)]
+
+
+def test_this_machines_await_is_sent_in_chunks_as_another_machines_is(
+    here_env: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No caller forks on local or remote: `await` of this machine takes the chunked path too."""
+    from tests_support import sample_record
+
+    monkeypatch.setenv("WB_AWAIT_CHUNK_MS", "1000")
+    asked: list[RemoteRequest] = []
+
+    def answer(request: RemoteRequest) -> dict[str, object]:
+        asked.append(request)
+        state = "completed" if len(asked) == 3 else "running"
+        record = sample_record(agent_id=RUN_ID, state=state, started_at="2026-11-30T10:00:00.000Z")
+        return {"result": record.to_wire()}
+
+    with overridden(_this_machine(answer)):
+        code = cli.run(["agent", "await", RUN_ID, "--wait-timeout", "10m", "--json"])
+    out, err = capsys.readouterr()
+    assert (code, err) == (0, ""), err
+    assert '"state": "completed"' in out
+    assert [(r.operation, r.agent_id) for r in asked] == [("await", RUN_ID)] * 3
+    assert all(0 < r.wait_timeout_ms <= 1000 for r in asked), [r.wait_timeout_ms for r in asked]
+
+
+def test_this_machines_prune_worktrees_asks_its_capabilities_as_another_machines_is(
+    here_env: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from courier.capabilities import PRUNE_WORKTREES
+
+    asked: list[str] = []
+
+    def answer(request: RemoteRequest) -> dict[str, object]:
+        asked.append(request.operation)
+        if request.operation == "version":
+            return {"capabilities": [PRUNE_WORKTREES]}
+        return {"result": {"dry_run": True, "removed": [], "kept_live": 0, "worktrees": []}}
+
+    with overridden(_this_machine(answer)):
+        code = cli.run(["agent", "prune", "--older-than", "1h", "--dry-run", "--worktrees"])
+    out, err = capsys.readouterr()
+    assert (code, out, err) == (0, "would remove 0 records and 0 worktrees\n", "")
+    assert asked == ["version", "prune"]
