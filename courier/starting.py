@@ -18,7 +18,7 @@ def send_starting(config: Config, machine: str, starting: RemoteRequest, run_id:
         return ask(config, machine, starting).result_of()
     except WbError as exc:
         # Before authentication nothing was sent; after it, the run may exist.
-        if exc.request_maybe_sent:  # only a transport failure's may be (this machine's never is)
+        if machine and exc.request_maybe_sent:
             exc.message += (
                 f"\nthe run may have started; ask for it with: wb agent status {format_reference(machine, run_id)}"
             )
@@ -27,8 +27,8 @@ def send_starting(config: Config, machine: str, starting: RemoteRequest, run_id:
 
 def require_budget_support(config: Config, machine: str, starting: RemoteRequest) -> None:
     """A budget flag goes only to a peer that lists `budget` (an older one would ignore it): else exit 2."""
-    if not (starting.max_tokens or starting.max_cost_usd):
-        return  # asked of this machine too: every machine is asked the same way
+    if not machine or not (starting.max_tokens or starting.max_cost_usd):
+        return
     version = ask(config, machine, request("version"))
     if BUDGET not in (version.capabilities or []):
         raise UsageError(upgrade_message(machine, version.wb_version, "--max-tokens and --max-cost-usd"))
