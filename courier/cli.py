@@ -18,7 +18,7 @@ from courier.commands import naming as _naming
 from courier.commands import target as _target
 from courier.config import Config, load_config
 from courier.errors import Finding, Interrupted, UsageError, WbError
-from courier.ops.await_ import await_target, await_text, still_running
+from courier.ops.await_ import await_remedy, await_target, await_text, still_running
 from courier.ops.continue_ import build_continue
 from courier.ops.dispatch import build_dispatch, dispatch_line
 from courier.ops.list_ import list_lines, list_request, listed
@@ -207,7 +207,7 @@ def await_(
     machine, run_id, bound_ms = await_target(reference, to, wait_timeout)
     ref = format_reference(machine, run_id)
     try:
-        with _naming(f"the run is not affected; await it again with: wb agent await {ref}", always=True):
+        with _naming(await_remedy(ref), always=True):
             result = await_result(_config(), machine, run_id, bound_ms, started_at=command_started_at())
     except KeyboardInterrupt:
         raise Interrupted(f"interrupted; the run continues; resume with wb agent await {ref}") from None

@@ -43,6 +43,11 @@ def await_text(result: Result) -> str:
     return status_text(result, details=True)
 
 
+def await_remedy(ref: str) -> str:
+    """What a transport failure during the wait says: the run goes on, await it again."""
+    return f"the run is not affected; await it again with: wb agent await {ref}"
+
+
 def still_running(ref: str) -> Finding:
     from courier.errors import Finding
 
@@ -89,7 +94,7 @@ async def await_tool(call: ToolCall, args: Any) -> dict[str, Any]:
     async def poll() -> Result:
         pause = AWAIT_POLL_FIRST_S
         while True:
-            with naming(f"the run is not affected; await it again with: wb agent await {ref}"):
+            with naming(await_remedy(ref)):
                 result = await call.blocking(lambda: reach.ask(machine, request).result_of())
             observed[0] = result.state
             now = time.monotonic()

@@ -7,6 +7,7 @@ import dataclasses
 import pkgutil
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -15,7 +16,7 @@ from courier import cli, mcp_server, schemas
 from courier.config import Config, load_config
 from courier.errors import UsageError
 from courier.ops import REGISTRY
-from courier.ops.base import McpTool, Op
+from courier.ops.base import Arg, McpTool, Op, ToolCall, ref_arg
 from courier.runs.context import Context, Handler
 from courier.transport import MockTransport, Transport, overridden, transport_for
 from protocol import operations
@@ -89,6 +90,40 @@ def test_an_operation_registered_once_is_validated_answered_and_mapped(
     from courier.capabilities import capabilities
 
     assert "example" in capabilities()
+
+
+def test_an_operation_with_a_tool_is_an_mcp_tool_from_its_module_alone(
+    monkeypatch: pytest.MonkeyPatch, here_env: Path
+) -> None:
+    """The tool's arguments (as data) and handler in the module reach tools/list and tools/call."""
+    import anyio
+    from mcp import types
+
+    async def handler(call: ToolCall, args: Any) -> dict[str, Any]:
+        reach = await call.reach()
+        response = await call.blocking(lambda: reach.ask("", RemoteRequest.of("example", agent_id=args.ref)))
+        return {"said": response.logs, "loud": args.loud}
+
+    arguments = (ref_arg(), Arg("loud", bool, "Shout.", False))
+    op = dataclasses.replace(_example_op(), mcp=McpTool("An example.", "result", arguments=arguments, handler=handler))
+    monkeypatch.setitem(REGISTRY, op.name, op)
+    monkeypatch.setitem(TABLE, op.name, op.wire)
+    mcp_server.available_tools.cache_clear()
+    try:
+        listed = {tool.name: tool for tool in mcp_server.tool_definitions()}
+        schema = listed["example"].input_schema
+        assert (schema["required"], list(schema["properties"]), schema["additionalProperties"]) == (
+            ["ref"],
+            ["ref", "loud"],
+            False,
+        )
+        loud = {"default": False, "description": "Shout.", "title": "Loud", "type": "boolean"}
+        assert schema["properties"]["loud"] == loud
+        asked = types.CallToolRequestParams(name="example", arguments={"ref": RUN_ID, "loud": True})
+        answer = anyio.run(mcp_server.call_tool, None, asked)
+        assert answer.structured_content == {"said": f"example answered {RUN_ID}", "loud": True}, answer.content
+    finally:
+        mcp_server.available_tools.cache_clear()
 
 
 def test_installing_a_second_entry_under_a_taken_name_is_refused() -> None:
