@@ -12,23 +12,20 @@ import typer
 from typer._click import exceptions as click_exceptions  # typer vendors its own click
 
 from courier import __version__
-from courier.commands import (
-    check_list_scope,
-    check_tail,
-    duration_ms,
-    machine_timeout_s,
-    still_running,
-    wait_bound_ms,
-)
+from courier.commands import check_list_scope, duration_ms, machine_timeout_s
 from courier.commands import default_duration as _default
 from courier.commands import naming as _naming
-from courier.commands import request as _request
 from courier.commands import target as _target
 from courier.config import Config, load_config
 from courier.errors import Finding, Interrupted, UsageError, WbError
+from courier.ops.await_ import await_remedy, await_target, await_text, still_running
 from courier.ops.continue_ import build_continue
-from courier.ops.dispatch import build_dispatch
-from courier.render import dispatch_line, is_stalled, list_lines, results_json, sort_results, status_text, to_json
+from courier.ops.dispatch import build_dispatch, dispatch_line
+from courier.ops.list_ import list_lines, list_request, listed
+from courier.ops.logs import check_tail, logs_request, logs_text
+from courier.ops.status import status_request, status_text
+from courier.ops.stop import stop_remedy, stop_request
+from courier.render import results_json, to_json
 from courier.route import ask, await_result, command_started_at
 from courier.starting import send_dispatch, send_starting
 from courier.text import escape_controls, sanitize
@@ -190,9 +187,9 @@ def status(
     json_flag: JsonOpt = False,
 ) -> None:
     """Show the facts of one run."""
-    machine, run_id = _target(reference, to)
+    machine, request = status_request(reference, to)
     bound_s = machine_timeout_s(machine_timeout)
-    result = ask(_config(), machine, _request("status", agent_id=run_id), timeout_s=bound_s).result_of()
+    result = ask(_config(), machine, request, timeout_s=bound_s).result_of()
     _out(to_json(result.to_wire()) if _wants_json(fmt, json_flag) else status_text(result))
 
 
@@ -207,15 +204,14 @@ def await_(
     json_flag: JsonOpt = False,
 ) -> None:
     """Wait until the run is terminal (or the bound passes) and print the result."""
-    machine, run_id = _target(reference, to)
-    bound_ms = wait_bound_ms(wait_timeout)
+    machine, run_id, bound_ms = await_target(reference, to, wait_timeout)
     ref = format_reference(machine, run_id)
     try:
-        with _naming(f"the run is not affected; await it again with: wb agent await {ref}", always=True):
+        with _naming(await_remedy(ref), always=True):
             result = await_result(_config(), machine, run_id, bound_ms, started_at=command_started_at())
     except KeyboardInterrupt:
         raise Interrupted(f"interrupted; the run continues; resume with wb agent await {ref}") from None
-    _out(to_json(result.to_wire()) if _wants_json(fmt, json_flag) else status_text(result, details=True))
+    _out(to_json(result.to_wire()) if _wants_json(fmt, json_flag) else await_text(result))
     if not result.terminal:
         raise still_running(ref)
 
@@ -242,10 +238,8 @@ def list_(
     machine, _ = _target(None, to)
     # Thousands of short-lived, acyclic objects: the cyclic collector would only re-walk them.
     with collector_paused():
-        response = ask(config, machine, _request("list"), timeout_s=bound_s)
-        results = sort_results(response.results_of())
-        if stalled:
-            results = [result for result in results if is_stalled(result)]
+        response = ask(config, machine, list_request(), timeout_s=bound_s)
+        results = listed(response, stalled_only=stalled)
         if as_json:
             _out(results_json(results))
         else:
@@ -279,7 +273,8 @@ def logs(
         raise UsageError(
             f"--json prints the last worker actions; it cannot be combined with {'--raw' if raw else '--follow'}"
         )
-    machine, run_id = _target(reference, to)
+    machine, request = logs_request(reference, to, tail=tail, raw=raw)
+    run_id = request.agent_id
     config = _config()
     if follow:
         from courier.supervise import follow as follow_run
@@ -291,20 +286,18 @@ def logs(
             hint = f"interrupted; the run continues; follow it again with wb agent logs {ref} --follow"
             raise Interrupted(hint) from None
         return
-    response = ask(config, machine, _request("logs", agent_id=run_id, tail=tail, raw=raw), timeout_s=bound_s)
+    response = ask(config, machine, request, timeout_s=bound_s)
     transcript = response.take_transcript()  # handed over in-process: printed whole, bytes as written
     if transcript is not None:
         _raw_transcript(transcript)
         return
     text = response.logs
     if as_json:
-        from courier.printed import actions_document
+        from courier.ops.logs import actions_document
 
         _out(to_json(actions_document(machine, run_id, text).to_json()))
-    elif raw:
-        _out(text if not sys.stdout.isatty() else escape_controls(text))
     else:
-        _out(sanitize(text, keep_newlines=True))
+        _out(logs_text(text, raw=raw, terminal=raw and sys.stdout.isatty()))
 
 
 def _raw_transcript(opened: tuple[int, int, str]) -> None:
@@ -333,13 +326,13 @@ def stop(
     machine_timeout: MachineTimeoutOpt = MACHINE_TIMEOUT_DEFAULT,
 ) -> None:
     """Stop a running run: its worker is signalled and the run recorded as stopped."""
-    from courier.printed import stop_document, stop_message
+    from courier.ops.stop import stop_document, stop_message
 
-    machine, run_id = _target(reference, to)
+    machine, request = stop_request(reference, to)
     bound_s = machine_timeout_s(machine_timeout)
-    ref = format_reference(machine, run_id)
-    with _naming(f"the stop may have reached the run; check it with: wb agent status {ref}"):
-        response = ask(_config(), machine, _request("stop", agent_id=run_id), timeout_s=bound_s)
+    ref = format_reference(machine, request.agent_id)
+    with _naming(stop_remedy(ref)):
+        response = ask(_config(), machine, request, timeout_s=bound_s)
         stopped = response.stop_result_of()
     if _wants_json(fmt, json_flag):
         _out(to_json(stop_document(machine, stopped).to_json()))
@@ -358,11 +351,11 @@ def diff(
     json_flag: JsonOpt = False,
 ) -> None:
     """Show the run's change against its base: a patch git apply takes (new and binary files included)."""
-    from courier.ops.diff import diff_json, patch_bytes, stat_text
-    from courier.supervise import fetch_diff, write_bytes
+    from courier.ops.diff import diff_json, diff_of, diff_request, patch_bytes, stat_text
+    from courier.supervise import write_bytes
 
-    machine, run_id = _target(reference, to)
-    result = fetch_diff(_config(), machine, run_id, stat=stat)
+    machine, request = diff_request(reference, to, stat=stat)
+    result = diff_of(ask(_config(), machine, request))
     if _wants_json(fmt, json_flag):
         _out(diff_json(result))
     elif stat:
@@ -427,8 +420,7 @@ def prune(
     machine_timeout: MachineTimeoutOpt = MACHINE_TIMEOUT_DEFAULT,
 ) -> None:
     """Remove old run records (with --worktrees their worktrees too; never a live run's)."""
-    from courier.ops.prune import prune_text
-    from courier.printed import prune_document, prune_fleet_document
+    from courier.ops.prune import prune_document, prune_fleet_document, prune_text
     from courier.supervise import prune_machines
 
     if older_than is None:

@@ -13,17 +13,12 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from courier.config import AUTO
-from courier.errors import Finding, TransportError, UsageError
+from courier.errors import TransportError, UsageError
+from courier.ops.base import default_duration as default_duration  # re-exported: the CLI reads it here
 from protocol import limits
-from protocol.durations import BadDuration, format_duration_ms, parse_duration_ms
+from protocol.durations import BadDuration, parse_duration_ms
 from protocol.models import RemoteRequest
 from protocol.refs import BadName, check_machine_name, split_reference
-
-
-def default_duration(ms: int) -> str:
-    """A bound from protocol/limits.py as a flag default, in its shortest Go spelling ("30m", "1h")."""
-    return re.sub(r"(?<=h)0m$", "", re.sub(r"(?<=[hm])0s$", "", format_duration_ms(ms)))
-
 
 TIMEOUT_DEFAULT = default_duration(limits.TIMEOUT_DEFAULT_MS)
 AWAIT_DEFAULT = default_duration(limits.AWAIT_DEFAULT_MS)
@@ -160,10 +155,6 @@ def wait_bound_ms(text: str) -> int:
     return bound
 
 
-def still_running(ref: str) -> Finding:
-    return Finding(f"agent run {ref} is still running after the wait bound; it has not finished")
-
-
 def machine_timeout_s(text: str) -> float:
     value = duration_ms(text, "--machine-timeout")
     if value <= 0:
@@ -174,8 +165,3 @@ def machine_timeout_s(text: str) -> float:
 def check_list_scope(to: str | None, all_machines: bool) -> None:
     if to is not None and all_machines:
         raise UsageError("pass either --to MACHINE or --all, not both")
-
-
-def check_tail(tail: int) -> None:
-    if tail < 1:
-        raise UsageError("--tail must be at least 1")

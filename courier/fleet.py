@@ -17,7 +17,8 @@ from courier.capabilities import harnesses_of
 from courier.channels.registry import direct_channel
 from courier.config import Config, Problem
 from courier.errors import Finding, TransportError, WbError
-from courier.render import list_lines, sort_results, to_json
+from courier.ops.list_ import list_lines
+from courier.render import sort_results, to_json
 from courier.route import raise_failure
 from courier.text import clip_bytes, sanitize
 from courier.transport import connections_shared, transport_for

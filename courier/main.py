@@ -30,6 +30,11 @@ def main() -> None:
         from courier.runs.owner import owner_main
 
         sys.exit(owner_main(sys.argv[2:]))
+    if sys.argv[1:] == ["mcp"]:
+        # The MCP server without the CLI's argument layer: `initialize` waits on nothing but the SDK.
+        from courier.mcp_server import main as serve_mcp
+
+        sys.exit(serve_mcp())
     if argv1 not in COLD_COMMANDS and not argv1.startswith("--wb-internal-") and sys.platform.startswith("linux"):
         # The warm path (docs/courier.md): a few ms here, the command itself in the courier.
         from courier.warm.client import run as run_warm

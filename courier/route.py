@@ -74,20 +74,18 @@ def await_chunk_ms() -> int:
 def await_result(
     config: Config, machine: str, agent_id: str, wait_timeout_ms: int, *, started_at: float | None = None
 ) -> Result:
-    """Await a run; a remote await is sent in chunks so no remote poller outlives a dead client.
+    """Await a run, in chunks of at most 5 min, so no remote poller outlives a dead client.
 
     The bound counts from `started_at` (time.monotonic(); default now): the CLI passes the start
     of the command, so its start-up counts inside the user's bound. Each chunk's call
     is bounded by the chunk plus a small slack (connect and reply), so the whole wait ends by
     the user's bound plus that slack even when the peer never answers: with the last
     observation when there is one, else the call's transport error. A peer that answers
-    `running` without waiting is asked again after growing pauses, not at once.
+    `running` without waiting is asked again after growing pauses, not at once. This machine
+    is awaited the same way, through its transport (docs/architecture.md: no caller forks on
+    local or remote).
     """
-    if not machine:
-        request = RemoteRequest.of("await", agent_id=agent_id, wait_timeout_ms=wait_timeout_ms)
-        return ask(config, machine, request).result_of()
-    import courier.remote.client  # noqa: F401 - its import (asyncssh) is paid before a chunk is measured
-
+    transport_for(config, machine).prepare()  # a one-time cost (importing asyncssh) is paid before a chunk counts
     started = time.monotonic() if started_at is None else started_at
     deadline = started + wait_timeout_ms / 1000 if wait_timeout_ms > 0 else None
     chunk = await_chunk_ms()

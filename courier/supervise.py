@@ -1,5 +1,4 @@
-"""The caller's side of the supervisor's loop (docs/cli.md#the-supervisors-loop): diff, follow, continue and prune,
-here or remotely.
+"""The caller's side of the supervisor's loop (docs/cli.md#the-supervisors-loop): follow and prune, here or remotely.
 
 Each function asks through `route.ask`, so a local and a remote run behave the same; the
 CLI only parses flags and prints what these return.
@@ -25,21 +24,11 @@ from courier.render import ref_of
 from courier.route import ask, await_chunk_ms, upgrade_message
 from courier.text import sanitize
 from protocol import limits
-from protocol.models import DiffResult, PruneResult, RemoteRequest, Result
+from protocol.models import PruneResult, RemoteRequest, Result
 
 
 def request(operation: str, **fields: object) -> RemoteRequest:
     return RemoteRequest.of(operation, **fields)
-
-
-# -- diff ----------------------------------------------------------------------------------
-
-
-def fetch_diff(config: Config, machine: str, agent_id: str, *, stat: bool) -> DiffResult:
-    """The run's diff through the machine's transport (in-process here: without the 2 MiB wire cap)."""
-    from courier.ops.diff import diff_request
-
-    return DiffResult.model_validate(ask(config, machine, diff_request(agent_id, stat=stat)).result)
 
 
 # -- logs --follow ---------------------------------------------------------------------------
@@ -78,7 +67,7 @@ def follow(
         try:
             response = ask(config, machine, call)
         except WbError as exc:
-            if not machine or not _retryable(exc) or failures >= limits.FOLLOW_RETRIES:
+            if not _retryable(exc) or failures >= limits.FOLLOW_RETRIES:  # this machine's never are
                 raise
             failures += 1
             warn(f"{exc.message}; following again from byte {offset} (attempt {failures} of {limits.FOLLOW_RETRIES})")
@@ -90,9 +79,7 @@ def follow(
         if response.logs:
             write(sanitize(response.logs, keep_newlines=True))
         offset = response.next_offset
-        result = response.result_of()
-        if machine:
-            result.machine = machine
+        result = response.result_of()  # another machine's carries `machine` (stamped by its caller)
         if result.terminal:
             write(terminal_line(result))
             return result
@@ -105,7 +92,7 @@ def prune_on(
     config: Config, machine: str, older_than_ms: int, dry_run: bool, timeout_s: float, worktrees: bool = False
 ) -> PruneOutcome:
     try:
-        if worktrees and machine:
+        if worktrees:  # asked of this machine too: every machine is asked the same way
             _require_prune_worktrees(config, machine, timeout_s)
         call = request("prune", older_than_ms=older_than_ms, dry_run=dry_run, worktrees=worktrees)
         response = ask(config, machine, call, timeout_s=timeout_s)

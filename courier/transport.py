@@ -40,6 +40,10 @@ class Transport(ABC):
     def ask(self, request: RemoteRequest, *, timeout_s: float | None = None) -> RemoteResponse:
         return asyncio.run(self.ask_async(request, timeout_s=timeout_s))
 
+    def prepare(self) -> None:
+        """Pay the one-time costs of a first call now, before a bounded wait starts counting (none here)."""
+        return None
+
 
 def validated(request: RemoteRequest) -> RemoteRequest:
     """The caller's check before anything is sent or run: a refusal is a usage error (exit 2)."""
@@ -71,6 +75,9 @@ class RemoteTransport(Transport):
     def __init__(self, config: Config, machine: str) -> None:
         self.config = config
         self.machine = machine
+
+    def prepare(self) -> None:
+        import courier.call.caller  # noqa: F401 - the caller's imports (asyncssh for ssh targets)
 
     async def ask_async(self, request: RemoteRequest, *, timeout_s: float | None = None) -> RemoteResponse:
         from courier.call.caller import call_async

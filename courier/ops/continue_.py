@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
-from courier.ops.base import McpTool, Op
+from courier.ops.base import Arg, McpTool, Op, ToolCall, default_duration, ref_arg, to_arg
 from courier.runs.context import Handler
 from protocol import limits
 from protocol.models import RemoteRequest
@@ -57,6 +57,15 @@ def build_continue(
     )
 
 
+async def continue_tool(call: ToolCall, args: Any) -> dict[str, Any]:
+    machine, request, new_id = build_continue(
+        reference=args.ref, task=args.task, task_file=None, profile=args.profile, timeout=args.timeout, to=args.to
+    )
+    reach = await call.reach()
+    result = await call.blocking(lambda: reach.start(machine, request, new_id))
+    return result.to_wire()
+
+
 def _handler() -> Handler:
     from courier.runs.loop_ops import continue_op
 
@@ -79,5 +88,18 @@ OP = Op(
         "Returns the new run's result (its parent_id is the run continued).",
         "result",
         read_only=False,
+        arguments=(
+            ref_arg(),
+            to_arg(),
+            Arg("task", str, f"The follow-up task, at most {limits.TASK_MAX_TEXT}, not blank."),
+            Arg("profile", str | None, "Default: the profile of the run continued.", None),
+            Arg(
+                "timeout",
+                str,
+                f"Bound on the new run, a Go duration; at most {limits.TIMEOUT_MAX_TEXT}.",
+                default_duration(limits.TIMEOUT_DEFAULT_MS),
+            ),
+        ),
+        handler=continue_tool,
     ),
 )

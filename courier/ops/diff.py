@@ -2,14 +2,25 @@
 
 from __future__ import annotations
 
-from courier.ops.base import McpTool, Op
+from typing import Any
+
+from courier.ops.base import Arg, McpTool, Op, ToolCall, ref_arg, to_arg
 from courier.runs.context import Handler
-from protocol.models import DiffResult, RemoteRequest
+from protocol.models import DiffResult, RemoteRequest, RemoteResponse
 from protocol.operations import Operation
 
 
-def diff_request(agent_id: str, *, stat: bool) -> RemoteRequest:
-    return RemoteRequest.of("diff", agent_id=agent_id, stat=stat)
+def diff_request(reference: str, to: str | None, *, stat: bool) -> tuple[str, RemoteRequest]:
+    """(machine, the diff request), or the CLI's usage error."""
+    from courier.commands import target
+
+    machine, run_id = target(reference, to)
+    return machine, RemoteRequest.of("diff", agent_id=run_id, stat=stat)
+
+
+def diff_of(response: RemoteResponse) -> DiffResult:
+    """The reply's diff (this machine's, in-process, without the 2 MiB wire cap)."""
+    return DiffResult.model_validate(response.result)
 
 
 def patch_bytes(diff: DiffResult) -> bytes:
@@ -38,6 +49,25 @@ def diff_json(diff: DiffResult) -> str:
     return to_json(diff.to_wire())
 
 
+async def diff_tool(call: ToolCall, args: Any) -> dict[str, Any]:
+    from courier.errors import Finding
+    from protocol.refs import format_reference
+
+    machine, request = diff_request(args.ref, args.to, stat=args.stat)
+    reach = await call.reach()
+    diff = await call.blocking(lambda: diff_of(reach.ask(machine, request)))
+    if diff.patch is not None:
+        try:
+            diff.patch.encode("utf-8")
+        except UnicodeEncodeError:  # a byte git wrote that is not UTF-8 travels as a lone surrogate
+            ref = format_reference(machine, request.agent_id)
+            raise Finding(
+                f"the patch of {ref} has bytes that are not UTF-8, which JSON cannot carry; "
+                f"pass stat, or read it with: wb agent diff {ref}"
+            ) from None
+    return diff.to_wire()
+
+
 def _handler() -> Handler:
     from courier.runs.loop_ops import diff_op
 
@@ -52,5 +82,7 @@ OP = Op(
         "The run's change against its base commit as one unified patch that git apply takes (with stat: only the "
         "per-file counts). Works while the run is running (a snapshot) and after it ends.",
         "diff",
+        arguments=(ref_arg(), to_arg(), Arg("stat", bool, "Only the per-file counts, without the patch.", False)),
+        handler=diff_tool,
     ),
 )

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
-from courier.ops.base import McpTool, Op
+from courier.ops.base import Arg, McpTool, Op, ToolCall, default_duration
 from courier.runs.context import Handler
 from protocol import limits
-from protocol.models import WORKTREE_MODES, RemoteRequest
+from protocol.models import WORKTREE_MODES, RemoteRequest, Result
 from protocol.operations import Operation
 from protocol.refs import check_repository, check_run_id, check_worktree_name, new_run_id
 from protocol.rules import RequestRefused, check_ref_text, check_task, check_timeout_ms
@@ -95,6 +95,37 @@ def build_dispatch(
     )
 
 
+def dispatch_line(result: Result) -> str:
+    """`<ref> <state> <location> (<provider>/<model>)`; the location is the worktree name
+    (docs/cli.md#wb-agent-dispatch). `continue` prints the same line for its new run."""
+    from courier.render import model_label, ref_of
+    from courier.text import sanitize
+
+    location = result.worktree
+    if result.machine:
+        location = f"{result.machine}:{location}"
+    return f"{ref_of(result)} {sanitize(result.state)} {sanitize(location)} ({sanitize(model_label(result))})\n"
+
+
+async def dispatch_tool(call: ToolCall, args: Any) -> dict[str, Any]:
+    machine, request = build_dispatch(
+        new_worktree=args.new_worktree,
+        use_worktree=args.use_worktree,
+        profile=args.profile,
+        task=args.task,
+        task_file=None,
+        repo=args.repo,
+        branch=args.branch,
+        base=args.base,
+        to=args.to,
+        timeout=args.timeout,
+    )
+    reach = await call.reach()
+    bound_s = limits.PLACEMENT_TIMEOUT_DEFAULT_MS / limits.MS_PER_SECOND  # to: auto asks the candidates this long
+    result = await call.blocking(lambda: reach.dispatch(args.to, machine, request, bound_s))
+    return result.to_wire()
+
+
 def _handler() -> Handler:
     from courier.runs.service import dispatch_op
 
@@ -127,5 +158,37 @@ OP = Op(
         'elsewhere; pass "MACHINE:agent_id" (or agent_id alone for this machine) as ref to await, status, diff.',
         "result",
         read_only=False,
+        arguments=(
+            Arg(
+                "task",
+                str,
+                f"The task for the worker, at most {limits.TASK_MAX_TEXT}, not blank. Never printed back.",
+            ),
+            Arg("profile", str, "A profile from agents.profiles in wb.yaml."),
+            Arg("new_worktree", str | None, "Create this worktree (exactly one of the two).", None),
+            Arg("use_worktree", str | None, "Use this existing worktree (exactly one of the two).", None),
+            Arg(
+                "repo",
+                str | None,
+                "OWNER/REPO; default: the origin of the server's working directory (new only).",
+                None,
+            ),
+            Arg("branch", str | None, "Branch for a new worktree (default wb/NAME).", None),
+            Arg("base", str | None, "Commit to start from.", None),
+            Arg(
+                "to",
+                str | None,
+                'Start it on this configured machine (as --to); "auto" or "auto:LABEL": on the configured '
+                "machine (with that label) with the most free slots; default: this machine.",
+                None,
+            ),
+            Arg(
+                "timeout",
+                str,
+                f"Bound on the run, a Go duration (30m, 2h); at most {limits.TIMEOUT_MAX_TEXT}.",
+                default_duration(limits.TIMEOUT_DEFAULT_MS),
+            ),
+        ),
+        handler=dispatch_tool,
     ),
 )

@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
-from courier.ops.base import McpTool, Op
+from typing import TYPE_CHECKING, Any
+
+from courier.ops.base import Arg, McpTool, Op, ToolCall, ref_arg, to_arg
 from courier.runs.context import Handler
 from protocol import limits
-from protocol.models import RemoteRequest
+from protocol.models import RemoteRequest, RemoteResponse
 from protocol.operations import Operation
 from protocol.rules import RequestRefused
+
+if TYPE_CHECKING:
+    from protocol.documents import ActionsDocument
+
+_ACTION_INDENT = "  "
 
 
 def _check(request: RemoteRequest) -> None:
@@ -22,6 +29,67 @@ def _check(request: RemoteRequest) -> None:
             f"a follow call waits at most {limits.FOLLOW_WAIT_MAX_MS} ms ({limits.FOLLOW_WAIT_MAX_TEXT}); "
             "repeat the call from next_offset"
         )
+
+
+def check_tail(tail: int) -> None:
+    from courier.errors import UsageError
+
+    if tail < 1:
+        raise UsageError("--tail must be at least 1")
+
+
+def logs_request(reference: str, to: str | None, *, tail: int, raw: bool) -> tuple[str, RemoteRequest]:
+    """(machine, the logs request), or the CLI's usage error."""
+    from courier.commands import target
+
+    check_tail(tail)
+    machine, run_id = target(reference, to)
+    return machine, RemoteRequest.of("logs", agent_id=run_id, tail=tail, raw=raw)
+
+
+def logs_text(logs: str, *, raw: bool, terminal: bool) -> str:
+    """The reply's text as printed: the actions sanitised; the raw transcript as written (escaped on a terminal)."""
+    from courier.text import escape_controls, sanitize
+
+    if raw:
+        return escape_controls(logs) if terminal else logs
+    return sanitize(logs, keep_newlines=True)
+
+
+def actions_document(machine: str, agent_id: str, logs: str) -> ActionsDocument:
+    """`logs --json` (docs/supervisors.md#the-documents): the logs reply's text (the transcript's path, then one
+    indented action a line) as a document, so text and JSON never disagree."""
+    from courier.runs.service import NO_TRANSCRIPT  # what the first line says when there is no transcript
+    from protocol.documents import ActionsDocument
+
+    lines = logs.removesuffix("\n").split("\n") if logs else []  # not splitlines: U+2028 is no line break here
+    head = lines[0] if lines else NO_TRANSCRIPT
+    actions = [line.removeprefix(_ACTION_INDENT) for line in lines[1:]]
+    return ActionsDocument(
+        agent_id=agent_id,
+        machine=machine or None,
+        actions=actions,
+        path=None if head == NO_TRANSCRIPT else head,
+    )
+
+
+def reply_text(request: RemoteRequest, response: RemoteResponse) -> str:
+    """The reply's logs; this machine's raw transcript (handed over in-process) read into a bounded copy."""
+    transcript = response.take_transcript()
+    if transcript is None:
+        return response.logs
+    from courier.runs.service import raw_text
+
+    return raw_text(request.agent_id, transcript)  # bounded as a reply's copy is
+
+
+async def logs_tool(call: ToolCall, args: Any) -> dict[str, Any]:
+    from protocol.documents import LogsDocument
+
+    machine, request = logs_request(args.ref, args.to, tail=args.tail, raw=args.raw)
+    reach = await call.reach()
+    logs = await call.blocking(lambda: reply_text(request, reach.ask(machine, request)))
+    return LogsDocument(agent_id=request.agent_id, machine=machine or None, logs=logs).to_json()
 
 
 def _handler() -> Handler:
@@ -40,5 +108,15 @@ OP = Op(
     ),
     handler=_handler,
     printed="actions",
-    mcp=McpTool("The transcript path, then the last worker actions (tail), or with raw the whole transcript.", "logs"),
+    mcp=McpTool(
+        "The transcript path, then the last worker actions (tail), or with raw the whole transcript.",
+        "logs",
+        arguments=(
+            ref_arg(),
+            to_arg(),
+            Arg("tail", int, "How many worker actions (at least 1).", limits.LOGS_TAIL_DEFAULT),
+            Arg("raw", bool, "The whole transcript (JSON lines) instead of the actions.", False),
+        ),
+        handler=logs_tool,
+    ),
 )

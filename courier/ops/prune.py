@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from courier.errors import WbError
 from courier.ops.base import Op
@@ -10,6 +11,9 @@ from courier.runs.context import Handler
 from protocol.models import PruneResult, RemoteRequest
 from protocol.operations import Operation
 from protocol.rules import RequestRefused
+
+if TYPE_CHECKING:
+    from protocol.documents import PruneDocument, PruneFleetDocument
 
 
 def _check(request: RemoteRequest) -> None:
@@ -55,6 +59,41 @@ def prune_text(outcomes: list[PruneOutcome], dry_run: bool, worktrees: bool = Fa
         summary += f" and {removed_trees} worktree{'s' if removed_trees != 1 else ''}"
     lines.append(summary + "\n")
     return "".join(lines), warnings
+
+
+def prune_document(outcome: PruneOutcome) -> PruneDocument:
+    """`prune --json`: one machine's prune, without --all (a failure was raised before this)."""
+    from protocol.documents import PruneDocument
+
+    assert outcome.result is not None
+    return PruneDocument(
+        machine=outcome.machine or None,
+        dry_run=outcome.result.dry_run,
+        removed=outcome.result.removed,
+        kept_live=outcome.result.kept_live,
+        worktrees=outcome.result.worktrees,
+    )
+
+
+def prune_fleet_document(outcomes: list[PruneOutcome], dry_run: bool) -> PruneFleetDocument:
+    """`prune --all --json`: a row per machine, in the order asked (this machine first)."""
+    from protocol.documents import PruneFleetDocument, PruneFleetMachine
+
+    rows = []
+    for outcome in outcomes:
+        result = outcome.result
+        rows.append(
+            PruneFleetMachine(
+                machine=outcome.machine,
+                ok=result is not None,
+                error=outcome.error.message if outcome.error is not None else None,
+                dry_run=result.dry_run if result is not None else dry_run,
+                removed=result.removed if result is not None else [],
+                kept_live=result.kept_live if result is not None else None,
+                worktrees=result.worktrees if result is not None else None,
+            )
+        )
+    return PruneFleetDocument(machines=rows)
 
 
 def _handler() -> Handler:

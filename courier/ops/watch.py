@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from courier.ops.base import McpTool, Op
+from typing import Any
+
+from courier.ops.base import Arg, McpTool, Op, ToolCall, default_duration, to_arg
 from courier.runs.context import Handler
 from protocol import limits
 from protocol.models import RemoteRequest
@@ -18,6 +20,17 @@ def _check(request: RemoteRequest) -> None:
         )
     if len(request.watch_cursor) > limits.WATCH_CURSOR_MAX_BYTES:
         raise RequestRefused(f"watch_cursor is longer than {limits.WATCH_CURSOR_MAX_BYTES} bytes")
+
+
+async def watch_tool(call: ToolCall, args: Any) -> dict[str, Any]:
+    from courier.commands import check_list_scope, target, wait_bound_ms
+
+    check_list_scope(args.to, args.all)
+    bound_ms = wait_bound_ms(args.wait_timeout) or limits.MCP_AWAIT_DEFAULT_MS
+    reach = await call.reach()
+    machine, _ = target(None, args.to)
+    machines = ["", *sorted(reach.config.targets)] if args.all else [machine]
+    return await call.blocking(lambda: reach.watch(machines, args.cursor, bound_ms / 1000))
 
 
 def _handler() -> Handler:
@@ -37,5 +50,17 @@ OP = Op(
         "machine that did not answer). Each call waits at most wait_timeout (default 45s) and answers soon after the "
         "first event; idle true means no watched run is running.",
         "watch",
+        arguments=(
+            to_arg(),
+            Arg("all", bool, "This machine and every configured machine (not with to).", False),
+            Arg("cursor", str | None, "The cursor of the previous watch call; none at first.", None),
+            Arg(
+                "wait_timeout",
+                str,
+                "Bound on the wait for an event, a Go duration (default 45s); it answers soon after the first.",
+                default_duration(limits.MCP_AWAIT_DEFAULT_MS),
+            ),
+        ),
+        handler=watch_tool,
     ),
 )

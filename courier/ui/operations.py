@@ -79,14 +79,14 @@ def status(config: Config, machine: str, run_id: str, timeout_s: float) -> Resul
 
 
 def diff(config: Config, machine: str, run_id: str) -> DiffResult:
-    from courier.supervise import fetch_diff
+    from courier.ops.diff import diff_of
 
-    return fetch_diff(config, machine, run_id, stat=False)
+    return diff_of(ask(config, machine, RemoteRequest.of("diff", agent_id=run_id, stat=False)))
 
 
 def stop(config: Config, machine: str, run_id: str, timeout_s: float) -> tuple[str, list[str]]:
     """What `wb agent stop` prints: its message, and its warnings (processes that outlived SIGKILL)."""
-    from courier.printed import stop_message
+    from courier.ops.stop import stop_message
     from protocol.refs import format_reference
 
     response = ask(config, machine, RemoteRequest.of("stop", agent_id=run_id), timeout_s=timeout_s)

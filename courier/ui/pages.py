@@ -12,7 +12,8 @@ import html
 from urllib.parse import quote, urlencode
 
 from courier.fleet import MachineRow
-from courier.render import ref_of, state_text, status_text
+from courier.ops.status import status_text
+from courier.render import ref_of, state_text
 from courier.runs.watch_op import FINISHED, RUNNING, phase_of
 from courier.text import sanitize
 from courier.ui.diffview import FileDiff, files_of

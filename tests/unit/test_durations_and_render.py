@@ -5,7 +5,10 @@ from __future__ import annotations
 import pytest
 from tests_support import sample_record
 
-from courier.render import dispatch_line, list_lines, sort_results, status_text
+from courier.ops.dispatch import dispatch_line
+from courier.ops.list_ import list_lines
+from courier.ops.status import status_text
+from courier.render import sort_results
 from courier.text import clip_bytes, sanitize
 from protocol.durations import BadDuration, format_duration_ms, parse_duration_ms
 from protocol.models import ChangeSummary, Result

@@ -17,8 +17,10 @@ from hypothesis import strategies as st
 from tests_support import sample_record
 
 from courier.errors import WbError
+from courier.ops.dispatch import dispatch_line
+from courier.ops.list_ import list_lines
+from courier.ops.status import status_text
 from courier.remote.serve import _operation_of, _refusal
-from courier.render import dispatch_line, list_lines, status_text
 from courier.runs.privacy import redact_text
 from courier.text import escape_controls, sanitize
 from protocol.models import RemoteRequest, Result

@@ -32,7 +32,7 @@ ALLOWED = {
     # The first code point past the BMP, where UTF-16 surrogate pairs start.
     ("courier/text.py", 65536),
     # How often a waiting MCP `await` reports progress, not a bound.
-    ("courier/mcp_server.py", 5000),
+    ("courier/ops/await_.py", 5000),
     # The stand-in Claude's model request: max_tokens of the reply, not bytes.
     ("courier/demo/standin_claude.py", 4096),
 }

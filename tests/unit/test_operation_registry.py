@@ -7,6 +7,7 @@ import dataclasses
 import pkgutil
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -15,7 +16,7 @@ from courier import cli, mcp_server, schemas
 from courier.config import Config, load_config
 from courier.errors import UsageError
 from courier.ops import REGISTRY
-from courier.ops.base import McpTool, Op
+from courier.ops.base import Arg, McpTool, Op, ToolCall, ref_arg
 from courier.runs.context import Context, Handler
 from courier.transport import MockTransport, Transport, overridden, transport_for
 from protocol import operations
@@ -38,7 +39,7 @@ def test_every_operation_of_the_wire_table_has_exactly_one_module() -> None:
 
 
 def test_the_mcp_tools_are_the_operations_with_a_tool_plus_machines() -> None:
-    tools = {tool.name: tool for tool in mcp_server.TOOLS}
+    tools = {tool.name: tool for tool in mcp_server.available_tools()}
     with_tool = {name for name, op in REGISTRY.items() if op.mcp is not None}
     assert set(tools) == with_tool | {"machines"}
     for name in with_tool:
@@ -89,6 +90,40 @@ def test_an_operation_registered_once_is_validated_answered_and_mapped(
     from courier.capabilities import capabilities
 
     assert "example" in capabilities()
+
+
+def test_an_operation_with_a_tool_is_an_mcp_tool_from_its_module_alone(
+    monkeypatch: pytest.MonkeyPatch, here_env: Path
+) -> None:
+    """The tool's arguments (as data) and handler in the module reach tools/list and tools/call."""
+    import anyio
+    from mcp import types
+
+    async def handler(call: ToolCall, args: Any) -> dict[str, Any]:
+        reach = await call.reach()
+        response = await call.blocking(lambda: reach.ask("", RemoteRequest.of("example", agent_id=args.ref)))
+        return {"said": response.logs, "loud": args.loud}
+
+    arguments = (ref_arg(), Arg("loud", bool, "Shout.", False))
+    op = dataclasses.replace(_example_op(), mcp=McpTool("An example.", "result", arguments=arguments, handler=handler))
+    monkeypatch.setitem(REGISTRY, op.name, op)
+    monkeypatch.setitem(TABLE, op.name, op.wire)
+    mcp_server.available_tools.cache_clear()
+    try:
+        listed = {tool.name: tool for tool in mcp_server.tool_definitions()}
+        schema = listed["example"].input_schema
+        assert (schema["required"], list(schema["properties"]), schema["additionalProperties"]) == (
+            ["ref"],
+            ["ref", "loud"],
+            False,
+        )
+        loud = {"default": False, "description": "Shout.", "title": "Loud", "type": "boolean"}
+        assert schema["properties"]["loud"] == loud
+        asked = types.CallToolRequestParams(name="example", arguments={"ref": RUN_ID, "loud": True})
+        answer = anyio.run(mcp_server.call_tool, None, asked)
+        assert answer.structured_content == {"said": f"example answered {RUN_ID}", "loud": True}, answer.content
+    finally:
+        mcp_server.available_tools.cache_clear()
 
 
 def test_installing_a_second_entry_under_a_taken_name_is_refused() -> None:
@@ -145,3 +180,47 @@ def test_this_machines_raw_logs_go_through_its_transport(here_env: Path, capsys:
     out, err = capsys.readouterr()
     assert (code, out, err) == (0, '/far/events.jsonl\n{"from": "the transport"}\n', "")
     assert [(r.operation, r.agent_id, r.raw) for r in asked] == [("logs", RUN_ID, True)]
+
+
+def test_this_machines_await_is_sent_in_chunks_as_another_machines_is(
+    here_env: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No caller forks on local or remote: `await` of this machine takes the chunked path too."""
+    from tests_support import sample_record
+
+    monkeypatch.setenv("WB_AWAIT_CHUNK_MS", "1000")
+    asked: list[RemoteRequest] = []
+
+    def answer(request: RemoteRequest) -> dict[str, object]:
+        asked.append(request)
+        state = "completed" if len(asked) == 3 else "running"
+        record = sample_record(agent_id=RUN_ID, state=state, started_at="2026-11-30T10:00:00.000Z")
+        return {"result": record.to_wire()}
+
+    with overridden(_this_machine(answer)):
+        code = cli.run(["agent", "await", RUN_ID, "--wait-timeout", "10m", "--json"])
+    out, err = capsys.readouterr()
+    assert (code, err) == (0, ""), err
+    assert '"state": "completed"' in out
+    assert [(r.operation, r.agent_id) for r in asked] == [("await", RUN_ID)] * 3
+    assert all(0 < r.wait_timeout_ms <= 1000 for r in asked), [r.wait_timeout_ms for r in asked]
+
+
+def test_this_machines_prune_worktrees_asks_its_capabilities_as_another_machines_is(
+    here_env: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from courier.capabilities import PRUNE_WORKTREES
+
+    asked: list[str] = []
+
+    def answer(request: RemoteRequest) -> dict[str, object]:
+        asked.append(request.operation)
+        if request.operation == "version":
+            return {"capabilities": [PRUNE_WORKTREES]}
+        return {"result": {"dry_run": True, "removed": [], "kept_live": 0, "worktrees": []}}
+
+    with overridden(_this_machine(answer)):
+        code = cli.run(["agent", "prune", "--older-than", "1h", "--dry-run", "--worktrees"])
+    out, err = capsys.readouterr()
+    assert (code, out, err) == (0, "would remove 0 records and 0 worktrees\n", "")
+    assert asked == ["version", "prune"]

@@ -15,7 +15,7 @@ import pytest
 from courier.capabilities import capabilities
 from courier.config import Config, load_config
 from courier.errors import UsageError
-from courier.render import status_text
+from courier.ops.status import status_text
 from courier.runs import usage_wait
 from courier.runs.budget import budget_in_force, check_budget, exceeded, usage_limit_policy
 from courier.runs.harness.claude import ClaudeEvents
