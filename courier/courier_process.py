@@ -70,6 +70,9 @@ def main() -> None:
     # The program's first import stays in the path: `-m` put the package's parent first.
     sys.path[0] = os.getcwd()
     os.chdir("/")
+    from courier import no_plugins
+
+    no_plugins.install()  # the same models as a cold command, loaded once (courier/no_plugins.py)
     runner = load_program()
     from courier.warm.daemon import serve_forever
 

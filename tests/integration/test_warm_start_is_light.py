@@ -55,3 +55,20 @@ def test_a_warm_command_imports_only_the_thin_client(machine: Machine) -> None:
         subprocess.run(
             [str(INSTALLED_WB), "courier", "stop"], env={**machine.env, "WB_COURIER": "on"}, capture_output=True
         )
+
+
+def test_a_cold_list_does_not_scan_installed_distributions(machine: Machine) -> None:
+    """pydantic's plugin loader (importlib.metadata and an entry-point scan) is not on wb's path."""
+    done = subprocess.run(
+        [sys.executable, "-X", "importtime", str(INSTALLED_WB), "agent", "list", "--json"],
+        capture_output=True,
+        text=True,
+        env={**machine.env, "WB_COURIER": "off"},
+        cwd=machine.root,
+        timeout=120,
+    )
+    names = {line.split("|")[-1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")}
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == []
+    assert "courier.cli" in names  # the cold path was taken
+    assert "importlib.metadata" not in names
