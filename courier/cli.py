@@ -9,7 +9,11 @@ from enum import StrEnum
 from typing import Annotated, NoReturn
 
 import typer
-from typer._click import exceptions as click_exceptions  # typer vendors its own click
+import typer._click as typer_click  # typer vendors its own click
+from typer import core as typer_core
+from typer import main as typer_main
+from typer import models as typer_models
+from typer._click import exceptions as click_exceptions
 
 from courier import __version__
 from courier.commands import check_list_scope, duration_ms, machine_timeout_s
@@ -616,9 +620,87 @@ def _broken_pipe() -> NoReturn:
     os._exit(141)
 
 
+# -- registration: which click commands are built for one call --------------------------------
+#
+# typer turns every registered function into a click command (signature, type hints, one
+# pydantic adapter per option) each time the app is called: most of a short command's own
+# time. A cold process builds only the command its argv names (the full tree when argv
+# names none: help, a typo's suggestions, `wb --version`); the courier builds the full
+# tree once, before it forks (`prepare`), so its per-command children build nothing.
+
+_prepared: typer_core.TyperGroup | None = None
+
+
+def _command_name(info: typer_models.CommandInfo) -> str:
+    assert info.callback is not None
+    return info.name or typer_main.get_command_name(info.callback.__name__)
+
+
+def _command_path(argv: list[str]) -> list[str] | None:
+    """The group names and the command name argv starts with, or None when it names no command."""
+    node, path = app, []
+    for token in argv:
+        groups = {info.name: info.typer_instance for info in node.registered_groups}
+        child = groups.get(token)
+        if child is not None:
+            node = child
+            path.append(token)
+            continue
+        if any(_command_name(info) == token for info in node.registered_commands):
+            return [*path, token]
+        return None
+    return None
+
+
+def _build(path: list[str] | None) -> typer_core.TyperGroup:
+    """The click group for `path`: only the groups on it and its one command, or everything."""
+    if path is None:
+        return typer_main.get_group(app)
+    saved: list[tuple[typer.Typer, list[typer_models.CommandInfo], list[typer_models.TyperInfo]]] = []
+    node = app
+    try:
+        for name in path[:-1]:
+            saved.append((node, node.registered_commands, node.registered_groups))
+            info = next(info for info in node.registered_groups if info.name == name)
+            node.registered_commands, node.registered_groups = [], [info]
+            assert info.typer_instance is not None
+            node = info.typer_instance
+        saved.append((node, node.registered_commands, node.registered_groups))
+        node.registered_commands = [info for info in node.registered_commands if _command_name(info) == path[-1]]
+        node.registered_groups = []
+        return typer_main.get_group(app)
+    finally:
+        for typer_app, commands, groups in saved:
+            typer_app.registered_commands, typer_app.registered_groups = commands, groups
+
+
+def prepare() -> None:
+    """Build every command and its options' coercion now (the courier, before it forks children)."""
+    global _prepared
+    group = _build(None)
+    pending: list[typer_click.Command] = [group]
+    while pending:
+        command = pending.pop()
+        help_option = command.get_help_option(typer_click.Context(command, **command.context_settings))
+        for param in [*command.params, *([help_option] if help_option is not None else [])]:
+            if isinstance(param, typer_core._TyperParameter):
+                param.get_runtime_param()
+        if isinstance(command, typer_core.TyperGroup):
+            pending.extend(command.commands.values())
+    _prepared = group
+
+
+def _command(argv: list[str]) -> typer_core.TyperGroup:
+    if _prepared is not None:
+        return _prepared
+    return _build(_command_path(argv))
+
+
 def run(argv: list[str]) -> int:
     try:
-        result = app(args=argv, prog_name="wb", standalone_mode=False)
+        if sys.excepthook != typer_main.except_hook:  # what `app(...)` does before it calls the command
+            sys.excepthook = typer_main.except_hook
+        result = _command(argv).main(args=argv, prog_name="wb", standalone_mode=False)
         sys.stdout.flush()
         return result if isinstance(result, int) else 0
     except BrokenPipeError:

@@ -106,7 +106,9 @@ def check_clean_absolute(path: str, what: str) -> str:
 
 
 class _Entry(BaseModel):
-    model_config = ConfigDict(strict=True, extra="forbid")
+    # Schemas built on first validation: a command reads only the entries its wb.yaml has
+    # (and the built-in providers), and many never validate a machine or a budget.
+    model_config = ConfigDict(strict=True, extra="forbid", defer_build=True)
 
 
 class Provider(_Entry):

@@ -15,7 +15,9 @@ command line (`courier.cli.run`) and hands it down to `courier.warm.daemon`, so 
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
+import gc
 import os
 import sys
 from collections.abc import Callable
@@ -34,7 +36,25 @@ def load_program() -> Callable[[list[str]], int]:
     import courier.runs.worktrees
     import courier.transport
 
+    courier.cli.prepare()  # every click command and option coercion, built once here
+    _build_deferred_models()
+    # Objects that exist now live as long as the courier: out of the collector's reach, a
+    # child's collections neither walk them nor copy the pages they sit on (copy-on-write).
+    gc.freeze()
     return courier.cli.run
+
+
+def _build_deferred_models() -> None:
+    """Build the schemas a cold process defers to first use (protocol.models), so no child rebuilds them."""
+    from pydantic import BaseModel
+
+    pending = list(BaseModel.__subclasses__())
+    while pending:
+        model = pending.pop()
+        pending.extend(model.__subclasses__())
+        if not model.__pydantic_complete__ or type(model.__pydantic_validator__).__name__ == "MockValSer":
+            with contextlib.suppress(Exception):  # one that cannot build now builds on first use, as cold
+                model.model_rebuild(force=True)
 
 
 def main() -> None:
@@ -50,6 +70,9 @@ def main() -> None:
     # The program's first import stays in the path: `-m` put the package's parent first.
     sys.path[0] = os.getcwd()
     os.chdir("/")
+    from courier import no_plugins
+
+    no_plugins.install()  # the same models as a cold command, loaded once (courier/no_plugins.py)
     runner = load_program()
     from courier.warm.daemon import serve_forever
 

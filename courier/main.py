@@ -45,6 +45,9 @@ def main() -> None:
             code = None
         if code is not None:
             sys.exit(code)
+    from courier import no_plugins
+
+    no_plugins.install()
     from courier.cli import run
 
     sys.exit(run(sys.argv[1:]))

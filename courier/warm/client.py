@@ -1,19 +1,21 @@
 """The thin client: hand this command to the courier, or return None to run it in-process (cold).
 
-Imported by `courier.main` before anything heavy, so it uses only os, sys, socket,
-struct, signal, select and zlib. The command's stdin, stdout and stderr themselves are
-passed to the courier (SCM_RIGHTS), with argv, the environment, the current directory
-and the umask, so the forked child that runs it sees what this process would have seen.
-Whatever goes wrong before the courier has started the command falls back to the cold
-path: the courier can make wb faster, never make it fail.
+Imported by `courier.main` on every warm command, before anything heavy, so it imports
+nearly nothing: os and sys (loaded by the interpreter anyway), the C modules `_socket` and
+`_signal` instead of the `socket` and `signal` packages (their enum set-up costs more than
+everything else this module does), zlib for the socket's name, and `select` only when it
+starts a courier. The command's stdin, stdout and stderr themselves are passed to the
+courier (SCM_RIGHTS), with argv, the environment, the current directory and the umask, so
+the forked child that runs it sees what this process would have seen. Whatever goes wrong
+before the courier has started the command falls back to the cold path: the courier can
+make wb faster, never make it fail.
 """
 
 from __future__ import annotations
 
+import _signal  # type: ignore[import-not-found]  # no stub; what `signal` wraps in enums
+import _socket
 import os
-import select
-import signal
-import socket
 import sys
 import time
 
@@ -25,7 +27,7 @@ OFF_VALUES = ("off", "0", "no", "false")
 PROTOCOL = b"1"
 START_WAIT_S = 10.0  # the courier imports the whole program once; a loaded machine takes a while
 RACE_WAIT_S = 3.0
-FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
+FORWARDED_SIGNALS: tuple[int, ...] = (_signal.SIGINT, _signal.SIGTERM, _signal.SIGHUP, _signal.SIGQUIT)
 LOST_EXIT = 255
 # Commands the client may re-run cold when the courier dies under them: they only read, and
 # print only at their end (await), so running again is what the user would do by hand.
@@ -64,8 +66,8 @@ def run(argv: list[str]) -> int | None:
     return None
 
 
-def _connect(path: str) -> socket.socket | None:
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+def _connect(path: str) -> _socket.socket | None:
+    sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
     address, dir_fd = place.sun_path(path)
     try:
         sock.connect(address)
@@ -78,7 +80,7 @@ def _connect(path: str) -> socket.socket | None:
             os.close(dir_fd)
 
 
-def _connect_soon(path: str) -> socket.socket | None:
+def _connect_soon(path: str) -> _socket.socket | None:
     deadline = time.monotonic() + RACE_WAIT_S
     while True:
         sock = _connect(path)
@@ -89,6 +91,8 @@ def _connect_soon(path: str) -> socket.socket | None:
 
 def _start(path: str) -> bool:
     """Start a courier for this environment, detached, and wait until it listens (or gave up)."""
+    import select  # only here: a courier is started once per idle period
+
     if not place.ensure_run_dir(path):
         return False
     package_parent = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -130,7 +134,7 @@ def _start(path: str) -> bool:
 class _Forwarder:
     """Signals that arrive while the courier runs the command are sent on to that command."""
 
-    def __init__(self, sock: socket.socket) -> None:
+    def __init__(self, sock: _socket.socket) -> None:
         self.sock = sock
         self.started = False
         self.sending = False
@@ -139,19 +143,19 @@ class _Forwarder:
 
     def install(self) -> None:
         for signum in FORWARDED_SIGNALS:
-            if signal.getsignal(signum) == signal.SIG_IGN:
+            if _signal.getsignal(signum) == _signal.SIG_IGN:
                 continue  # ignored here (e.g. a background job): the cold process would ignore it too
             try:
-                self.previous[signum] = signal.signal(signum, self._handle)
+                self.previous[signum] = _signal.signal(signum, self._handle)
             except (OSError, ValueError):
                 continue
 
     def restore(self) -> None:
         for signum, handler in self.previous.items():
             try:
-                signal.signal(signum, handler)  # type: ignore[arg-type]
+                _signal.signal(signum, handler)
             except (OSError, ValueError, TypeError):
-                signal.signal(signum, signal.SIG_DFL)
+                _signal.signal(signum, _signal.SIG_DFL)
 
     def _handle(self, signum: int, frame: object) -> None:
         if not self.started or self.sending:
@@ -181,7 +185,7 @@ def _usable_fds() -> list[int]:
     return out
 
 
-def _session(sock: socket.socket, argv: list[str], cwd: str) -> int | str | None:
+def _session(sock: _socket.socket, argv: list[str], cwd: str) -> int | str | None:
     """Run one command through the courier: an exit code, "restart", "lost", or None (run it cold)."""
     umask = os.umask(0o22)
     os.umask(umask)
@@ -232,7 +236,7 @@ def _die_like(signum: int, forwarder: _Forwarder) -> int:
     forwarder.restore()
     sys.stdout.flush()
     try:
-        signal.signal(signum, signal.SIG_DFL)
+        _signal.signal(signum, _signal.SIG_DFL)
         os.kill(os.getpid(), signum)
     except (OSError, ValueError):
         pass

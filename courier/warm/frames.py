@@ -1,13 +1,18 @@
-"""Length-prefixed frames of byte fields on the courier's unix socket (light: struct and socket only)."""
+"""Length-prefixed frames of byte fields on the courier's unix socket.
+
+Light: the thin client imports it on every warm command, so it needs no module beyond
+`_socket` (the C module under `socket`: the `socket` package's enum set-up alone costs a
+warm command several milliseconds) and protocol.limits; lengths are packed with int.to_bytes.
+"""
 
 from __future__ import annotations
 
-import socket
-import struct
+import _socket
+import sys
 
 from protocol import limits
 
-_LENGTH = struct.Struct("!I")
+_LENGTH_SIZE = 4
 FRAME_MAX_BYTES = 64 * 1024 * 1024  # above any request (8 MiB) or reply (4 MiB + 64 KiB) plus an environment
 
 
@@ -15,24 +20,32 @@ class FrameError(Exception):
     """The peer sent something that is not a frame, or closed mid-frame."""
 
 
+def _length(value: int) -> bytes:
+    return value.to_bytes(_LENGTH_SIZE, "big")  # network order, as struct "!I"
+
+
+def read_length(data: bytes, offset: int = 0) -> int:
+    return int.from_bytes(data[offset : offset + _LENGTH_SIZE], "big")
+
+
 def pack(fields: list[bytes]) -> bytes:
     """One frame: total length, field count, then each field length-prefixed."""
-    body = b"".join(_LENGTH.pack(len(item)) + item for item in fields)
-    body = _LENGTH.pack(len(fields)) + body
-    return _LENGTH.pack(len(body)) + body
+    body = b"".join(_length(len(item)) + item for item in fields)
+    body = _length(len(fields)) + body
+    return _length(len(body)) + body
 
 
 def unpack(body: bytes) -> list[bytes]:
-    if len(body) < _LENGTH.size:
+    if len(body) < _LENGTH_SIZE:
         raise FrameError("short frame")
-    (count,) = _LENGTH.unpack_from(body, 0)
-    offset = _LENGTH.size
+    count = read_length(body)
+    offset = _LENGTH_SIZE
     fields: list[bytes] = []
     for _ in range(count):
-        if offset + _LENGTH.size > len(body):
+        if offset + _LENGTH_SIZE > len(body):
             raise FrameError("truncated frame")
-        (size,) = _LENGTH.unpack_from(body, offset)
-        offset += _LENGTH.size
+        size = read_length(body, offset)
+        offset += _LENGTH_SIZE
         if offset + size > len(body):
             raise FrameError("truncated field")
         fields.append(body[offset : offset + size])
@@ -42,7 +55,7 @@ def unpack(body: bytes) -> list[bytes]:
     return fields
 
 
-def recv_exact(sock: socket.socket, size: int) -> bytes:
+def recv_exact(sock: _socket.socket, size: int) -> bytes:
     chunks: list[bytes] = []
     remaining = size
     while remaining:
@@ -54,18 +67,20 @@ def recv_exact(sock: socket.socket, size: int) -> bytes:
     return b"".join(chunks)
 
 
-def recv_frame(sock: socket.socket) -> list[bytes]:
+def recv_frame(sock: _socket.socket) -> list[bytes]:
     """One whole frame from a blocking socket."""
-    (size,) = _LENGTH.unpack(recv_exact(sock, _LENGTH.size))
+    size = read_length(recv_exact(sock, _LENGTH_SIZE))
     if size > FRAME_MAX_BYTES:
         raise FrameError(f"frame of {size} bytes is over the limit")
     return unpack(recv_exact(sock, size))
 
 
-def send_frame(sock: socket.socket, fields: list[bytes], fds: list[int] | None = None) -> None:
+def send_frame(sock: _socket.socket, fields: list[bytes], fds: list[int] | None = None) -> None:
     data = pack(fields)
     if fds:
-        sent = socket.send_fds(sock, [data], fds)
+        # What socket.send_fds sends: the descriptors as an array of C ints (SCM_RIGHTS).
+        rights = b"".join(fd.to_bytes(4, sys.byteorder, signed=True) for fd in fds)
+        sent = sock.sendmsg([data], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, rights)])
         data = data[sent:]
     if data:
         sock.sendall(data)
