@@ -105,14 +105,40 @@ def service(node: Node) -> Any:
     ).remote()
 
 
+class NodeLost(Finding):
+    """The node a run was placed on left the cluster (its runs are `abandoned`, docs/ray.md)."""
+
+
+# How often a call to a node whose service is unavailable asks the GCS again whether the node lives.
+_NODE_RECHECK_S = 0.5
+
+
 def ask(node: Node, request: RemoteRequest) -> RemoteResponse:
-    """One request answered by `node` from its own store, `node` set on every Result in it."""
-    try:
-        encoded = ray.get(service(node).answer.remote(request), timeout=NODE_CALL_S)
-    except ray.exceptions.GetTimeoutError:
-        raise Finding(f"node {node.name} of the Ray cluster did not answer within {NODE_CALL_S:g}s") from None
-    except ray.exceptions.RayError as exc:
-        raise Finding(f"node {node.name} of the Ray cluster failed to answer: {type(exc).__name__}") from None
+    """One request answered by `node` from its own store, `node` set on every Result in it.
+
+    A node that has just died looks alive in the GCS for a few health checks while its service
+    is already unavailable: the call is asked again until either the service answers or the GCS
+    says the node is gone (NodeLost), within NODE_CALL_S.
+    """
+    deadline = time.monotonic() + NODE_CALL_S
+    while True:
+        try:
+            encoded = ray.get(service(node).answer.remote(request), timeout=max(1.0, deadline - time.monotonic()))
+            break
+        except ray.exceptions.GetTimeoutError:
+            raise Finding(f"node {node.name} of the Ray cluster did not answer within {NODE_CALL_S:g}s") from None
+        except (
+            ray.exceptions.ActorUnavailableError,
+            ray.exceptions.ActorDiedError,
+            ray.exceptions.ActorUnschedulableError,  # its service re-made on a node that is going
+        ) as exc:
+            if all(live.node_id != node.node_id for live in live_nodes()):
+                raise NodeLost(f"node {node.name} lost") from None
+            if time.monotonic() >= deadline:
+                raise Finding(f"node {node.name} of the Ray cluster failed to answer: {type(exc).__name__}") from None
+            time.sleep(_NODE_RECHECK_S)
+        except ray.exceptions.RayError as exc:
+            raise Finding(f"node {node.name} of the Ray cluster failed to answer: {type(exc).__name__}") from None
     response = RemoteResponse.model_validate_json(encoded)
     if response.operation in ("list",):
         results = response.results_of()
@@ -329,7 +355,10 @@ def current(config: Config, placement: Placement, nodes: list[Node] | None = Non
     node = next((n for n in nodes if n.node_id == placement.node_id), None)
     if node is None:
         return placement.lost_result()
-    reply = ask(node, RemoteRequest.of("status", agent_id=placement.agent_id))
+    try:
+        reply = ask(node, RemoteRequest.of("status", agent_id=placement.agent_id))
+    except NodeLost:
+        return placement.lost_result()
     raise_in_band(reply)
     result = reply.result_of()
     if placement.last is None or not is_terminal(str(placement.last.get("state"))):
@@ -374,7 +403,11 @@ def list_(request: RemoteRequest, response: RemoteResponse, context: Context) ->
     results: list[Result] = []
     warnings = []
     with collector_paused():
-        for _node, reply in ask_all(nodes, RemoteRequest.of("list")):
+        lost: set[str] = set()
+        for node, reply in ask_all(nodes, RemoteRequest.of("list")):
+            if isinstance(reply, NodeLost):
+                lost.add(node.node_id)  # died since live_nodes(): its placed runs are lost below
+                continue
             if isinstance(reply, WbError):
                 raise reply
             raise_in_band(reply)
@@ -389,7 +422,7 @@ def list_(request: RemoteRequest, response: RemoteResponse, context: Context) ->
                 results.append(placement.queued_result())
             elif placement.phase == ENDED:
                 results.append(placement.ended_result())
-            elif not any(n.node_id == placement.node_id for n in nodes):
+            elif placement.node_id in lost or not any(n.node_id == placement.node_id for n in nodes):
                 results.append(placement.lost_result())
     results.sort(key=lambda r: r.started_at, reverse=True)
     response.set_results(results)

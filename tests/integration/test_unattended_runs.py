@@ -124,6 +124,7 @@ def test_max_tokens_replaces_the_profiles_budget_and_a_continued_run_counts_its_
     done = standin.wb("agent", "continue", first["agent_id"], "--task", "Go on.", "--max-tokens", "700")
     assert done.returncode == 0, done.stderr
     waited = standin.wb("agent", "await", done.stdout.split()[0], "--wait-timeout", "150s", "--json", timeout=180)
+    assert waited.stdout, (waited.returncode, waited.stderr)
     second = json.loads(waited.stdout)
     # Its own 400 + 400 cross 700; the parent's 800 are not counted again.
     assert second["failure"] == "budget exceeded: 800 tokens of 700", second
