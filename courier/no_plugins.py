@@ -1,11 +1,11 @@
-"""Define wb's pydantic models without pydantic's plugin machinery (the CLI and the courier).
+"""Define wb's pydantic models without pydantic's plugin machinery (the CLI, the courier, the receiver).
 
 Creating the first model asks `pydantic.plugin._loader.get_plugins()`, whose module imports
 importlib.metadata (≈ 15 ms of a cold command: email, zipfile, csv, …) and scans every
-installed distribution's entry points. wb has no pydantic plugin and its CLI is its own
-process, so, as the receiver does (courier/remote/serve.py), it installs a loader that finds
-none: what pydantic does with PYDANTIC_DISABLE_PLUGINS=__all__, without the import. A value
-the user set that names particular plugins is left to pydantic.
+installed distribution's entry points. wb has no pydantic plugin and each of those is its own
+process, so it installs a loader that finds none: what pydantic does with
+PYDANTIC_DISABLE_PLUGINS=__all__, without the import. A value the user set that names
+particular plugins is left to pydantic.
 """
 
 from __future__ import annotations

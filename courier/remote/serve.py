@@ -10,12 +10,10 @@ from __future__ import annotations
 import json
 import os
 import select
-import sys
-import types
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from courier import __version__
+from courier import __version__, no_plugins
 from protocol import limits
 
 if TYPE_CHECKING:
@@ -23,29 +21,15 @@ if TYPE_CHECKING:
 
 _READ_CHUNK = limits.READ_CHUNK_BYTES
 _OPERATION_ECHO_MAX = 64
-_PLUGINS_ENV = "PYDANTIC_DISABLE_PLUGINS"
-_LOADER = "pydantic.plugin._loader"
-
-
-def _no_plugins() -> tuple[()]:
-    return ()
 
 
 def _import_models() -> None:
-    """Define the receiver's pydantic models without pydantic's plugin machinery.
+    """Define the receiver's pydantic models without pydantic's plugin machinery (courier/no_plugins.py).
 
-    Creating a model asks `pydantic.plugin._loader.get_plugins()`, whose module imports
-    importlib.metadata (≈ 20 ms, more than the rest of pydantic's plugin support) and which
-    scans every installed distribution's entry points. wb has no pydantic plugin and the
-    receiver is its own process, so it installs a loader that finds none, for its whole
-    life (a dispatched owner is a new interpreter and is not affected): what pydantic itself
-    does with PYDANTIC_DISABLE_PLUGINS=__all__, without the import. A value the user set
-    that names particular plugins is left to pydantic.
+    The receiver is its own process, so the no-plugin loader holds for its whole life (a
+    dispatched owner is a new interpreter and is not affected).
     """
-    if os.environ.get(_PLUGINS_ENV) in (None, "__all__", "1", "true") and _LOADER not in sys.modules:
-        loader = types.ModuleType(_LOADER)
-        loader.get_plugins = _no_plugins  # type: ignore[attr-defined]
-        sys.modules[_LOADER] = loader
+    no_plugins.install()
     import courier.runs.store  # noqa: F401
     import protocol.models
     import protocol.validate  # noqa: F401
