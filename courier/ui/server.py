@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 from courier.config import Config
 from courier.errors import UsageError
+from courier.ui.opener import open_in_browser, remove
 from courier.ui.operations import Scope
 
 LOOPBACK = "127.0.0.1"
@@ -76,10 +77,7 @@ def serve(
         warn(f"wb ui listens on {bind_address}: anyone who can reach it and learns the token sees and stops your runs")
     url = f"{address_of(bind_address, port)}/?token={token}"
     write(f"wb ui: {url}\n")
-    if open_browser:
-        import webbrowser
-
-        webbrowser.open(url)
+    opened = open_in_browser(config.home, port, url) if open_browser else None
     app = build_app(config, scope, token, port)
     settings = uvicorn.Config(
         app,
@@ -98,6 +96,7 @@ def serve(
         interrupted = True
     finally:
         sock.close()
+        remove(opened)
     sys.stdout.flush()
     if interrupted or server.should_exit:
         raise KeyboardInterrupt

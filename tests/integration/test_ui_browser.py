@@ -318,3 +318,28 @@ def test_another_address_is_warned_and_a_given_port_is_used(fleet: tuple[Machine
         assert all(line.startswith("warning: ") for line in server.stderr)
     finally:
         assert server.finish() == 130
+
+
+def test_open_hands_the_browser_a_private_redirect_file_never_the_token(
+    fleet: tuple[Machine, Machine], tmp_path: Path
+) -> None:
+    caller, _ = fleet
+    record = tmp_path / "browser-argv"
+    browser = tmp_path / "browser"
+    browser.write_text(f'#!/bin/sh\nprintf "%s\\n" "$@" > "{record}.tmp" && mv "{record}.tmp" "{record}"\n')
+    browser.chmod(0o755)
+    machine = Machine(caller.root, {**caller.env, "BROWSER": str(browser)})
+    server = UiServer.start(machine, "--open", "--to", "box")
+    try:
+        assert wait_for(record.exists, 30), server.stderr
+        (argument,) = record.read_text().splitlines()
+        assert server.token not in argument
+        assert argument.startswith("file:///") and argument.endswith(f"/ui/open-{server.port}.html"), argument
+        page = Path(argument.removeprefix("file://"))
+        assert page.stat().st_mode & 0o777 == 0o600 and page.parent.stat().st_mode & 0o777 == 0o700
+        assert f'content="0;url={server.url}"' in page.read_text()
+        status, headers, _ = server.http("GET", server.url.removeprefix(server.base), cookie=False)
+        assert status in (302, 303, 307) and "set-cookie" in headers  # the redirect's address signs in
+    finally:
+        assert server.finish() == 130
+    assert not page.exists()  # removed with the server
