@@ -16,6 +16,7 @@ from conftest import REPO_ROOT
 
 from courier import schemas
 from courier.channels.registry import CHANNELS
+from courier.config import TARGET_MODELS
 from protocol.documents import CHANNEL_NAME, MachinesDocument
 
 MACHINES_SCHEMA = REPO_ROOT / "docs" / "schema" / "machines.json"
@@ -43,6 +44,8 @@ def test_every_registry_channel_has_the_published_form_and_is_its_classs_kind_an
         channel = load()
         assert channel.kind == name
         assert channel.target_model.channel == name  # the wb.yaml key its config model is read from
+    assert list(TARGET_MODELS) == list(CHANNELS)  # wb.yaml reads exactly the registry's kinds, in its order
+    assert all(TARGET_MODELS[name] is load().target_model for name, load in CHANNELS.items())
 
 
 def test_the_published_schema_fixes_the_form_of_a_channel_name_not_a_list() -> None:
