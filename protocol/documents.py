@@ -84,8 +84,11 @@ class MachineProbe(Document):
     )
 
     def to_json(self) -> dict[str, Any]:
-        # An exec row carries argv instead of host, user and port; any other row has no argv.
-        dropped = ("host", "user", "port") if self.channel == "exec" else ("argv",)
+        # A row whose channel reaches the machine by a command (its argv) carries argv instead of
+        # host, user and port, whatever that channel's name; an exec row always does (argv null
+        # when its entry is misconfigured). Any other row has no argv.
+        by_command = self.argv is not None or self.channel == "exec"
+        dropped = ("host", "user", "port") if by_command else ("argv",)
         return {key: value for key, value in super().to_json().items() if key not in dropped}
 
 

@@ -17,7 +17,7 @@ from conftest import REPO_ROOT
 from courier import schemas
 from courier.channels.registry import CHANNELS
 from courier.config import TARGET_MODELS
-from protocol.documents import CHANNEL_NAME, MachinesDocument
+from protocol.documents import CHANNEL_NAME, MachineProbe, MachinesDocument
 
 MACHINES_SCHEMA = REPO_ROOT / "docs" / "schema" / "machines.json"
 PROTOCOL_DOC = REPO_ROOT / "docs" / "protocol.md"
@@ -69,3 +69,13 @@ def test_docs_protocol_names_every_registry_channel() -> None:
     named = set(re.findall(r"`([a-z][a-z0-9-]*)`", section.split("today", 1)[1].split(".", 1)[0]))
     assert named == set(CHANNELS), f"docs/protocol.md#channel-names: {sorted(named)}, registry: {sorted(CHANNELS)}"
     assert CHANNEL_NAME.strip("^$") in json.dumps(json.loads(MACHINES_SCHEMA.read_text()))
+
+
+def test_a_row_shows_how_its_channel_reaches_the_machine_without_naming_the_channel() -> None:
+    """A new channel that runs a command (as exec does) shows its argv with no edit of the document."""
+    by_command = MachineProbe.model_validate({**_row("docker"), "argv": ["docker", "exec", "-i", "box"]}).to_json()
+    assert by_command["argv"] == ["docker", "exec", "-i", "box"] and not {"host", "user", "port"} & set(by_command)
+    by_host = MachineProbe.model_validate({**_row("ssh"), "host": "h", "port": 22}).to_json()
+    assert (by_host["host"], by_host["user"], by_host["port"]) == ("h", None, 22) and "argv" not in by_host
+    misconfigured = MachineProbe.model_validate(_row("exec")).to_json()
+    assert misconfigured["argv"] is None and "host" not in misconfigured
