@@ -471,6 +471,9 @@ class ExecTarget(_Placed):
 
 
 AnyTarget = Target | ExecTarget
+# The config model of each channel, by its wb.yaml key (the keys of courier/channels/registry.py's
+# CHANNELS; tests/unit/test_channel_names.py checks they agree). A new channel adds its model here and above.
+TARGET_MODELS: dict[str, type[Target] | type[ExecTarget]] = {model.channel: model for model in (Target, ExecTarget)}
 
 
 BUILTIN_PROVIDERS: dict[str, dict[str, Any]] = {
@@ -760,7 +763,7 @@ def _targets(section: dict[str, Any], path: Path) -> dict[str, AnyTarget | Probl
     out: dict[str, AnyTarget | Problem] = {}
     for name, body in section.items():
         key = f"session_move.targets.{name}"
-        kinds = [kind for kind in ("ssh", "exec") if kind in body] if isinstance(body, dict) else ["ssh"]
+        kinds = [kind for kind in TARGET_MODELS if kind in body] if isinstance(body, dict) else ["ssh"]
         if body is None or not kinds:
             # no ssh or exec block: not a machine (it may serve another WB transport), skipped silently
             # (docs/cli.md#machine-selection)
@@ -776,13 +779,14 @@ def _targets(section: dict[str, Any], path: Path) -> dict[str, AnyTarget | Probl
             )
             continue
         if len(kinds) > 1:
-            out[str(name)] = Problem(f"{path}: {key}: has both ssh and exec; a machine is reached one way: keep one")
+            both = " and ".join(kinds)
+            out[str(name)] = Problem(f"{path}: {key}: has both {both}; a machine is reached one way: keep one")
             continue
         kind = kinds[0]
         block = body.get(kind) if isinstance(body, dict) else None
-        model: type[Target] | type[ExecTarget] = Target if kind == "ssh" else ExecTarget
+        model = TARGET_MODELS[kind]
         if not isinstance(block, dict):
-            needs = "at least host" if kind == "ssh" else "at least argv"
+            needs = "at least " + next(name for name, spec in model.model_fields.items() if spec.is_required())
             out[str(name)] = Problem(f"{path}: {key}.{kind}: must be a mapping with {needs}", kind)
             continue
         try:

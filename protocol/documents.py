@@ -3,9 +3,9 @@ docs/supervisors.md#the-documents)."""
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, RootModel
+from pydantic import BaseModel, ConfigDict, Field, RootModel, StringConstraints
 
 from protocol.models import NodeFacts, PrunedRun, PrunedWorktree, Result
 
@@ -45,12 +45,22 @@ class FleetDocument(Document):
         return {"results": [r.to_wire() for r in self.results], "machines": [m.to_json() for m in self.machines]}
 
 
+# The form of a channel's name, not the list of them: the names are the keys of the channel registry
+# on the courier side (docs/protocol.md#channel-names), so a new channel needs no schema change.
+CHANNEL_NAME = r"^[a-z][a-z0-9-]{0,31}$"
+ChannelName = Annotated[str, StringConstraints(pattern=CHANNEL_NAME)]
+
+
 class MachineProbe(Document):
     """One row of `wb machines --json`; the probe fields are null without --check."""
 
     machine: str
-    channel: Literal["ssh", "exec"] | None = Field(
-        description="How the machine is reached: ssh or exec (null when its entry names neither usably)."
+    channel: ChannelName | None = Field(
+        description=(
+            "How the machine is reached: the channel its wb.yaml target names (its key under "
+            "session_move.targets.NAME), one of wb's channel registry (docs/protocol.md#channel-names); "
+            "a reader must accept a name it does not know. Null when its entry names no channel usably."
+        )
     )
     argv: list[str] | None = Field(default=None, description="An exec machine's command (exec rows only).")
     host: str | None = Field(default=None, description="ssh rows only.")
@@ -74,8 +84,11 @@ class MachineProbe(Document):
     )
 
     def to_json(self) -> dict[str, Any]:
-        # An exec row carries argv instead of host, user and port; any other row has no argv.
-        dropped = ("host", "user", "port") if self.channel == "exec" else ("argv",)
+        # A row whose channel reaches the machine by a command (its argv) carries argv instead of
+        # host, user and port, whatever that channel's name; an exec row always does (argv null
+        # when its entry is misconfigured). Any other row has no argv.
+        by_command = self.argv is not None or self.channel == "exec"
+        dropped = ("host", "user", "port") if by_command else ("argv",)
         return {key: value for key, value in super().to_json().items() if key not in dropped}
 
 

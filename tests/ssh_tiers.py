@@ -11,9 +11,10 @@ for `ssh_machines` runs once per tier, the in-process one first.
   `exec-env` (an exec target `env -i -C HOME K=V … wb` per machine, the machine's own home and
   projects with its sshd session's environment) and `exec-ssh` (an exec target `ssh -T …`
   through OpenSSH to a loopback sshd); tests/integration/exec_machines.py.
-- INPROCESS_CHANNEL, the CLI suite: wb started by tests/integration/inprocess_channel_cli.py,
-  which reaches each exec-env machine with courier/channels/inprocess.py's receiver inside the
-  CLI's own process (no command, no courier).
+- INPROCESS_CHANNEL, the CLI and fleet suites: wb started by tests/integration/inprocess_channel_cli.py
+  (`wb_command(tier)`), which reaches each exec-env machine with courier/channels/inprocess.py's
+  receiver inside the CLI's own process (no command, no courier). The fleet's broken machines
+  have their in-process form there: a machine whose home is gone, one whose receiver holds its answer.
 
 A test that exercises what only some tiers have pins them with
 `@pytest.mark.parametrize("ssh_tier", [...], indirect=True)` and says why in its docstring
@@ -24,11 +25,16 @@ the reason (a failure under CI, which runs them all).
 Time: the suite runs twice in CI (WB_COURIER=on, off) and must stay near 20 minutes a pass on
 2 cores. The SSH tiers run in both passes; each other tier in one (`channel_tiers(warm=…,
 cold=…)`), so that each pass gains about the same (~2-3 minutes): the CLI and fleet suites run
-exec-ssh warm (the courier's `ssh -T` serve process per exec machine) and exec-env cold, the CLI
-suite the in-process channel cold too (cold by nature). The courier suite's remote tests set
+exec-ssh warm (the courier's `ssh -T` serve process per exec machine) and exec-env cold; the
+in-process channel is cold by nature (the launcher runs the CLI itself, whatever WB_COURIER says),
+so it runs the same in either pass: the CLI suite's in the off pass, the fleet suite's in the on
+pass, to keep the passes even. The courier suite's remote tests set
 WB_COURIER=on themselves, so both passes would run them alike: they are `courier_independent`
 (tests/conftest.py) and run, over every tier, in the WB_COURIER=on pass only
-(`channel_tiers(warm=EXEC_TIERS, cold=())`).
+(`channel_tiers(warm=EXEC_TIERS, cold=())`). They are not run over the in-process channel: each
+checks what the courier keeps for a command on the machine (its serve process, a one-call peer's
+`wb_path` script, MaxSessions, host keys), and that channel runs no command and cannot be carried
+by the courier (its receiver lives in the caller).
 
 WB_TEST_SSH_TIERS=inprocess,exec-env (any of ALL_TIERS, comma-separated) runs those tiers only,
 a named one in either courier pass; unset, all of this pass's.
@@ -37,6 +43,7 @@ a named one in either courier pass; unset, all of this pass's.
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Protocol
@@ -46,7 +53,7 @@ import pytest
 
 SSH_TIERS = ("inprocess", "openssh")
 EXEC_TIERS = ("exec-env", "exec-ssh")
-INPROCESS_CHANNEL = "inprocess-channel"  # the CLI suite only (tests/integration/inprocess_channel_cli.py)
+INPROCESS_CHANNEL = "inprocess-channel"  # the CLI and fleet suites (tests/integration/inprocess_channel_cli.py)
 TIERS = SSH_TIERS  # what a module asking for `ssh_machines` runs over by default
 ALL_TIERS = (*SSH_TIERS, *EXEC_TIERS, INPROCESS_CHANNEL)  # the CLI, fleet and courier suites: `channel_tiers()`
 TIERS_ENV = "WB_TEST_SSH_TIERS"
@@ -117,7 +124,11 @@ def make_machines(tier: str, base: Path) -> SshMachines:
         from tests.integration.inprocess_sshd import InProcessSshdFactory
 
         return InProcessSshdFactory(base)
-    if tier in ("exec-env", INPROCESS_CHANNEL):  # the same machines; the in-process channel reads their argv
+    if tier == INPROCESS_CHANNEL:  # the exec-env machines; the in-process channel reads their argv
+        from tests.integration.inprocess_channel_cli import InProcessChannelFactory
+
+        return InProcessChannelFactory(base)
+    if tier == "exec-env":
         from tests.integration.exec_machines import ExecEnvFactory
 
         return ExecEnvFactory(base)
@@ -128,6 +139,21 @@ def make_machines(tier: str, base: Path) -> SshMachines:
     from tests.integration.sshd import SshdFactory
 
     return SshdFactory(base)
+
+
+def wb_command(tier: str) -> list[str]:
+    """How a test starts the caller's `wb` over `tier`: wb itself, or the in-process channel's launcher."""
+    if tier == INPROCESS_CHANNEL:
+        return [sys.executable, "-m", "tests.integration.inprocess_channel_cli"]
+    return [sys.executable, "-m", "courier.main"]
+
+
+def wb_environment(tier: str) -> dict[str, str]:
+    """What the caller's environment needs besides its own for `wb_command(tier)`."""
+    if tier == INPROCESS_CHANNEL:
+        # The launcher is a tests module; it runs the CLI itself, so the courier is never asked.
+        return {"PYTHONPATH": str(Path(__file__).resolve().parents[1]), "WB_COURIER": "off"}
+    return {}
 
 
 def require_tier(tier: str) -> None:

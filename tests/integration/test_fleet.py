@@ -1,10 +1,13 @@
 """The fleet view (docs/cli.md, wb agent list) against a loopback fleet of machines, some of them broken,
-over every tier of tests/ssh_tiers.py (two SSH, two exec).
+over every tier of tests/ssh_tiers.py (two SSH, two exec, the in-process channel).
 
 The broken machines are the same in every tier (one down, one that never answers, one with a
 changed host key, one misconfigured); what each failure says comes from the channel (`CAUSES`):
 over exec, wb checks no host key and relays the exec command's own complaint. A machine with
-a host key exists only where the channel has host keys (not `exec-env`).
+a host key exists only where the channel has host keys (not `exec-env` nor the in-process
+channel). Over the in-process channel, which runs no command, the machine that is down is one
+whose home is gone and the one that never answers holds its answer in the receiver
+(tests/integration/inprocess_channel_cli.py).
 """
 
 from __future__ import annotations
@@ -20,9 +23,18 @@ import pytest
 from tests_support import sample_record
 
 from courier.runs.store import Store
+from tests.integration.inprocess_channel_cli import InProcessChannelFactory
 from tests.integration.inprocess_sshd import keygen
 from tests.json_documents import check_output
-from tests.ssh_tiers import SshMachine, SshMachines, channel_tiers, make_machines
+from tests.ssh_tiers import (
+    INPROCESS_CHANNEL,
+    SshMachine,
+    SshMachines,
+    channel_tiers,
+    make_machines,
+    wb_command,
+    wb_environment,
+)
 
 HEALTHY = 8
 MACHINE_TIMEOUT_S = 6
@@ -31,8 +43,9 @@ MACHINE_TIMEOUT_S = 6
 EXEC_MACHINE_TIMEOUT_S = 12
 
 # The fan-out is the caller's own, the same code warm and cold: each exec tier runs in one
-# courier pass only (tests/ssh_tiers.py, "Time"), exec-env cold and exec-ssh warm.
-ssh_tier = channel_tiers(warm=("exec-ssh",), cold=("exec-env",))
+# courier pass only (tests/ssh_tiers.py, "Time"), exec-env cold and exec-ssh warm; the in-process
+# channel (cold whatever the pass) in the on pass, which is the shorter one.
+ssh_tier = channel_tiers(warm=("exec-ssh", INPROCESS_CHANNEL), cold=("exec-env",))
 
 # What each broken machine's row says, per tier: (`list --all` error contains, `machines --check` error starts with).
 _SSH_CAUSES = {
@@ -45,6 +58,13 @@ CAUSES = {
     "inprocess": _SSH_CAUSES,
     "openssh": _SSH_CAUSES,
     "exec-env": {  # a machine that is gone: `env -C` cannot enter its home, as docker cannot enter a stopped container
+        "down": ('"env" exited with status 125 without a reply: env: cannot change directory', ("remote crashed",)),
+        "slow": _SSH_CAUSES["slow"],
+        "typo": _SSH_CAUSES["typo"],
+    },
+    # The exec-env machines, each reached in the caller's process: the exit rules are exec's, and a
+    # machine that is gone answers as the `env -C` of its argv (tests/integration/inprocess_channel_cli.py).
+    INPROCESS_CHANNEL: {
         "down": ('"env" exited with status 125 without a reply: env: cannot change directory', ("remote crashed",)),
         "slow": _SSH_CAUSES["slow"],
         "typo": _SSH_CAUSES["typo"],
@@ -72,7 +92,10 @@ class Fleet:
     def __init__(self, factory: SshMachines, base: Path, tier: str) -> None:
         self.factory = factory
         self.causes = CAUSES[tier]
-        self.timeout_s = MACHINE_TIMEOUT_S if factory.channel == "ssh" else EXEC_MACHINE_TIMEOUT_S
+        # The in-process channel starts no receiver process, so its fleet answers as fast as an SSH one.
+        spawns = factory.channel == "exec" and tier != INPROCESS_CHANNEL
+        self.timeout_s = EXEC_MACHINE_TIMEOUT_S if spawns else MACHINE_TIMEOUT_S
+        self.command = wb_command(tier)
         self.healthy: dict[str, SshMachine] = {}
         self.runs: dict[str, list[str]] = {}
         for index in range(HEALTHY):
@@ -83,7 +106,6 @@ class Fleet:
         self.down = factory.start("127.0.0.20")
         self.down.stop()
         self.slow = factory.start("127.0.0.21")
-        sleeper = self.slow.script("slow-wb", "cat >/dev/null\nexec sleep 60\n")
         targets = {name: factory.target(server) for name, server in self.healthy.items()}
         if factory.host_keys:
             self.changed = factory.start("127.0.0.22")
@@ -95,7 +117,7 @@ class Fleet:
             factory.known_hosts.write_text(lines)
             targets["rekeyed"] = factory.target(self.changed)
         targets["down"] = factory.target(self.down)
-        targets["slow"] = factory.target(self.slow, wb_path=str(sleeper))
+        targets["slow"] = silent_target(factory, self.slow)
         targets["typo"] = {"host": "-oProxyCommand=x"}
         self.config = factory.write_wb_config("fleet", targets)
         self.home = base / "caller-home"
@@ -107,11 +129,12 @@ class Fleet:
             "WB_HOME": str(self.home),
             "WB_SSH_CONFIG": str(factory.client_config),
             "LANG": "C.UTF-8",
+            **wb_environment(tier),
         }
 
     def wb(self, *args: str) -> subprocess.CompletedProcess[str]:
         done = subprocess.run(
-            [sys.executable, "-m", "courier.main", *args],
+            [*self.command, *args],
             capture_output=True,
             text=True,
             env=self.env,
@@ -120,6 +143,15 @@ class Fleet:
         )
         check_output(args, done)  # every --json output follows its published schema
         return done
+
+
+def silent_target(factory: SshMachines, server: SshMachine) -> dict[str, object]:
+    """A machine that takes the request and never answers: its wb_path reads it and sleeps, or, over
+    the in-process channel (which runs no wb_path), its receiver holds the answer."""
+    if isinstance(factory, InProcessChannelFactory):
+        return factory.silent_target(server)  # type: ignore[arg-type]
+    sleeper = server.script("slow-wb", "cat >/dev/null\nexec sleep 60\n")
+    return factory.target(server, wb_path=str(sleeper))
 
 
 @pytest.fixture(scope="module")
@@ -172,7 +204,7 @@ def test_a_machine_sharing_this_wb_home_is_skipped_as_a_duplicate(fleet: Fleet, 
     env = {**fleet.env, "WB_HOME": str(server.wb_home)}
     config = fleet.factory.write_wb_config("dup", {"self": fleet.factory.target(server)})
     done = subprocess.run(
-        [sys.executable, "-m", "courier.main", "agent", "list", "--all", "--json"],
+        [*fleet.command, "agent", "list", "--all", "--json"],
         capture_output=True,
         text=True,
         env={**env, "WB_CONFIG": str(config)},
