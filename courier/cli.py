@@ -644,9 +644,15 @@ def _command(argv: list[str]) -> typer_core.TyperGroup:
 
 
 def run(argv: list[str]) -> int:
+    """The command line's exit code: `agent list`/`status` by courier/hot.py when it parses them, else typer."""
     hot_code = hot.run(argv)  # the courier's children too: list and status without click
     if hot_code is not None:
         return hot_code
+    return run_typer(argv)
+
+
+def run_typer(argv: list[str]) -> int:
+    """The command line through typer alone (every command, its help and its usage errors)."""
     try:
         if sys.excepthook != typer_main.except_hook:  # what `app(...)` does before it calls the command
             sys.excepthook = typer_main.except_hook
