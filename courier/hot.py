@@ -105,7 +105,7 @@ def run(argv: list[str]) -> int | None:
 
 
 def list_command(to: str | None, all_machines: bool, machine_timeout: str, stalled: bool, as_json: bool) -> None:
-    """`wb agent list` (docs/cli.md#wb-agent-list)."""
+    """`wb agent list` (docs/cli.md, wb agent list)."""
     from courier.commands import check_list_scope, machine_timeout_s, target
     from courier.config import load_config
 
@@ -139,7 +139,7 @@ def list_command(to: str | None, all_machines: bool, machine_timeout: str, stall
 
 
 def status_command(reference: str, to: str | None, machine_timeout: str, as_json: bool) -> None:
-    """`wb agent status` (docs/cli.md#wb-agent-status)."""
+    """`wb agent status` (docs/cli.md, wb agent status)."""
     from courier.commands import machine_timeout_s
     from courier.config import load_config
     from courier.ops.status import status_request, status_text
