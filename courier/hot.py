@@ -108,6 +108,7 @@ def list_command(to: str | None, all_machines: bool, machine_timeout: str, stall
     """`wb agent list` (docs/cli.md, wb agent list)."""
     from courier.commands import check_list_scope, machine_timeout_s, target
     from courier.config import load_config
+    from protocol.models import collector_paused
 
     check_list_scope(to, all_machines)
     bound_s = machine_timeout_s(machine_timeout)
@@ -115,12 +116,14 @@ def list_command(to: str | None, all_machines: bool, machine_timeout: str, stall
     if all_machines:
         from courier.fleet import list_all
 
-        list_all(config, bound_s, as_json=as_json, stalled_only=stalled)
+        # 64 machines × 50 runs: thousands of acyclic results; the collector's passes over the
+        # growing heap free nothing that reference counting does not (docs/benchmarks.md, fleet).
+        with collector_paused():
+            list_all(config, bound_s, as_json=as_json, stalled_only=stalled)
         return
     from courier.ops.list_ import list_lines, list_request, listed
     from courier.render import results_json
     from courier.route import ask
-    from protocol.models import collector_paused
     from protocol.refs import format_reference
 
     machine, _ = target(None, to)
