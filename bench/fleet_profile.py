@@ -41,7 +41,11 @@ def _stat(pid: int) -> tuple[float, float]:
     return (utime + stime) / CLOCK, (cutime + cstime) / CLOCK
 
 
-def _processes(marker: str) -> list[int]:
+def _processes(marker: str, within: str) -> list[int]:
+    """Processes whose command line holds `marker` and whose command line or environment names `within`.
+
+    `within` is this fleet's directory: other runs' serve processes on the same machine are not counted.
+    """
     found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -50,7 +54,13 @@ def _processes(marker: str) -> list[int]:
             cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
         except OSError:
             continue
-        if marker in cmdline:
+        if marker not in cmdline:
+            continue
+        try:
+            environment = (entry / "environ").read_bytes().decode(errors="replace")
+        except OSError:
+            continue
+        if within in cmdline or within in environment:
             found.append(int(entry.name))
     return found
 
@@ -97,8 +107,8 @@ def main(size: int, calls: int, profile: bool = False) -> None:
                     break
                 common.run_timed(listing, env=env, expect=None)
             courier_pid = int(json.loads(done.stdout)["pid"])
-            serves = _processes(SERVE_ARGUMENT)
-            sshds = [pid for pid in _processes("sshd:") if pid not in serves]
+            serves = _processes(SERVE_ARGUMENT, str(base))
+            sshds = [pid for pid in _processes("sshd", str(base)) if pid not in serves]
             own0, children0 = _stat(courier_pid)
             serve0, sshd0 = _cpu(serves), _cpu(sshds)
             walls = []
