@@ -1,10 +1,11 @@
 """Benchmark 8 — the warm path (docs/benchmarks.md#targets; docs/courier.md): the courier running, its connections open.
 
-- remote `wb agent status m1:agt-…` against `ssh host true` (target ≤ 0.15×, issue 19) and
+- remote `wb agent status m1:agt-…` and `wb agent list --to m1` against `ssh host true`
+  (target ≤ 0.15×, issue 19), status also
   against `ssh host true` over an OpenSSH ControlMaster socket (target ≤ 0.5×);
 - `wb agent list --all --json` over 16 loopback machines against the OpenSSH parallel
   fan-out of the same calls (target ≤ 0.2×);
-- local `wb agent status agt-…` wall time (target ≤ 60 ms);
+- local `wb agent status agt-…` wall time (target ≤ 60 ms) and `wb agent list --json` (≤ 40 ms, issue 19);
 - the courier's peak RSS with 16 open connections (information: no target).
 
 "Warm" means what a supervisor that polls sees from its second call on: the courier was
@@ -98,6 +99,28 @@ def run(report: common.Report, base: Path, repetitions: int = 15) -> None:
                 )
             )
 
+            # The issue's own row: `list --to m1` (50 runs) against the same `ssh host true`.
+            listing_one = [common.WB, "agent", "list", "--to", "m1", "--json"]
+            samples = common.interleaved(
+                {
+                    "wb": lambda: common.run_timed(listing_one, env=env),
+                    "ssh": lambda: common.run_timed(machines.ssh_argv(machines.servers[0], "true"), env=env),
+                },
+                repetitions,
+            )
+            wb, ssh = common.median(samples["wb"]), common.median(samples["ssh"])
+            report.add(
+                common.Row(
+                    "8f. warm remote list --to m1",
+                    f"wb agent list --to m1 {common.ms(wb)}",
+                    f"ssh host true {common.ms(ssh)}",
+                    f"{wb / ssh:.2f}x",
+                    "<= 0.15x",
+                    wb / ssh <= 0.15,
+                    f"medians of {repetitions}; {fleet_list.RUNS_PER_MACHINE} runs; courier running, serve mode",
+                )
+            )
+
             # The fairest yardstick for a kept connection: OpenSSH's own, a ControlMaster socket.
             master = base / "cm.sock"
             subprocess.run(_without_flags(machines.ssh_argv(machines.servers[0]), master, "-fN"), env=env, check=True)
@@ -160,6 +183,22 @@ def run(report: common.Report, base: Path, repetitions: int = 15) -> None:
                     "<= 60 ms",
                     wall <= 0.060,
                     f"median of {repetitions}; p90 {common.ms(common.percentile(times, 90))}",
+                )
+            )
+
+            local_list = [common.WB, "agent", "list", "--json"]
+            common.run_timed(local_list, env=env)
+            times = [common.run_timed(local_list, env=env) for _ in range(repetitions)]
+            wall = common.median(times)
+            report.add(
+                common.Row(
+                    "8g. warm local list",
+                    f"wb agent list --json {common.ms(wall)}",
+                    "40 ms",
+                    common.ms(wall),
+                    "<= 40 ms",
+                    wall <= 0.040,
+                    f"median of {repetitions}; p90 {common.ms(common.percentile(times, 90))}; one local run",
                 )
             )
 

@@ -6,7 +6,7 @@ import codecs
 import os
 import sys
 from enum import StrEnum
-from typing import Annotated, NoReturn
+from typing import Annotated
 
 import typer
 import typer._click as typer_click  # typer vendors its own click
@@ -15,7 +15,7 @@ from typer import main as typer_main
 from typer import models as typer_models
 from typer._click import exceptions as click_exceptions
 
-from courier import __version__
+from courier import __version__, cli_io, hot
 from courier.commands import check_list_scope, duration_ms, machine_timeout_s
 from courier.commands import default_duration as _default
 from courier.commands import naming as _naming
@@ -25,16 +25,13 @@ from courier.errors import Finding, Interrupted, UsageError, WbError
 from courier.ops.await_ import await_remedy, await_target, await_text, still_running
 from courier.ops.continue_ import build_continue
 from courier.ops.dispatch import build_dispatch, dispatch_line
-from courier.ops.list_ import list_lines, list_request, listed
 from courier.ops.logs import check_tail, logs_request, logs_text
-from courier.ops.status import status_request, status_text
 from courier.ops.stop import stop_remedy, stop_request
-from courier.render import results_json, to_json
+from courier.render import to_json
 from courier.route import ask, await_result, command_started_at
 from courier.starting import send_dispatch, send_starting
 from courier.text import escape_controls, sanitize
 from protocol import limits
-from protocol.models import collector_paused
 from protocol.refs import format_reference
 
 # Plain help (rich_markup_mode=None): typer's rich help shows every flag as taking a value
@@ -107,23 +104,8 @@ def _wants_json(fmt: Format, json_flag: bool) -> bool:
     return json_flag or fmt == Format.json
 
 
-def _out(text: str) -> None:
-    # EPIPE is handled here, before click's own handler turns it into exit 1.
-    try:
-        sys.stdout.write(text)
-        sys.stdout.flush()
-    except BrokenPipeError:
-        _broken_pipe()
-
-
-def _out_lines(lines: list[str]) -> None:
-    """Write row by row, so a reader that stops early (`| head -1`) is noticed promptly."""
-    try:
-        for line in lines:
-            sys.stdout.write(line)
-        sys.stdout.flush()
-    except BrokenPipeError:
-        _broken_pipe()
+_out = cli_io.out
+_out_lines = cli_io.out_lines
 
 
 # -- agent commands ------------------------------------------------------------------------
@@ -191,10 +173,7 @@ def status(
     json_flag: JsonOpt = False,
 ) -> None:
     """Show the facts of one run."""
-    machine, request = status_request(reference, to)
-    bound_s = machine_timeout_s(machine_timeout)
-    result = ask(_config(), machine, request, timeout_s=bound_s).result_of()
-    _out(to_json(result.to_wire()) if _wants_json(fmt, json_flag) else status_text(result))
+    hot.status_command(reference, to, machine_timeout, _wants_json(fmt, json_flag))
 
 
 @agent_app.command(name="await")
@@ -230,28 +209,7 @@ def list_(
     json_flag: JsonOpt = False,
 ) -> None:
     """List runs, newest first."""
-    check_list_scope(to, all_machines)
-    as_json = _wants_json(fmt, json_flag)
-    bound_s = machine_timeout_s(machine_timeout)
-    config = _config()
-    if all_machines:
-        from courier.fleet import list_all
-
-        list_all(config, bound_s, as_json=as_json, stalled_only=stalled)
-        return
-    machine, _ = _target(None, to)
-    # Thousands of short-lived, acyclic objects: the cyclic collector would only re-walk them.
-    with collector_paused():
-        response = ask(config, machine, list_request(), timeout_s=bound_s)
-        results = listed(response, stalled_only=stalled)
-        if as_json:
-            _out(results_json(results))
-        else:
-            _out_lines(list_lines(results).splitlines(keepends=True))
-    if response.warnings:
-        for warning in response.warnings:
-            _warn(f"{format_reference(machine, warning.agent_id)}: {warning.error}")
-        raise Finding("some run records could not be read (named above); the others are listed")
+    hot.list_command(to, all_machines, machine_timeout, stalled, _wants_json(fmt, json_flag))
 
 
 @agent_app.command()
@@ -604,20 +562,9 @@ def courier_stop() -> None:
 # -- entry ---------------------------------------------------------------------------------
 
 
-def _warn(message: str) -> None:
-    # Messages quote foreign text (a peer's warnings and failures): one sanitiser on the way out.
-    sys.stderr.write(f"warning: {sanitize(message, keep_newlines=True)}\n")
-
-
-def _error(message: str) -> None:
-    sys.stderr.write(f"error: {sanitize(message, keep_newlines=True)}\n")
-
-
-def _broken_pipe() -> NoReturn:
-    # Point stdout at /dev/null so the interpreter's final flush cannot raise again.
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, sys.stdout.fileno())
-    os._exit(141)
+_warn = cli_io.warn
+_error = cli_io.error
+_broken_pipe = cli_io.broken_pipe
 
 
 # -- registration: which click commands are built for one call --------------------------------
@@ -697,6 +644,15 @@ def _command(argv: list[str]) -> typer_core.TyperGroup:
 
 
 def run(argv: list[str]) -> int:
+    """The command line's exit code: `agent list`/`status` by courier/hot.py when it parses them, else typer."""
+    hot_code = hot.run(argv)  # the courier's children too: list and status without click
+    if hot_code is not None:
+        return hot_code
+    return run_typer(argv)
+
+
+def run_typer(argv: list[str]) -> int:
+    """The command line through typer alone (every command, its help and its usage errors)."""
     try:
         if sys.excepthook != typer_main.except_hook:  # what `app(...)` does before it calls the command
             sys.excepthook = typer_main.except_hook
@@ -716,16 +672,7 @@ def run(argv: list[str]) -> int:
     except (typer.Abort, KeyboardInterrupt):
         return 130
     except WbError as exc:
-        try:
-            sys.stdout.flush()
-        except BrokenPipeError:
-            _broken_pipe()
-        if isinstance(exc, Interrupted):  # a hint, not an error: printed exactly, without the prefix
-            # (docs/cli.md#conventions-shared-by-every-command)
-            sys.stderr.write(f"{exc.message}\n")
-        else:
-            _error(exc.message)
-        return exc.exit_code
+        return cli_io.report(exc)
     except click_exceptions.ClickException as exc:
         _error(exc.format_message())
         return exc.exit_code

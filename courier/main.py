@@ -48,6 +48,12 @@ def main() -> None:
     from courier import no_plugins
 
     no_plugins.install()
+    # `wb agent list` and `status` without typer (courier/hot.py); any other argv: typer's.
+    from courier.hot import run as run_hot
+
+    code = run_hot(sys.argv[1:])
+    if code is not None:
+        sys.exit(code)
     from courier.cli import run
 
     sys.exit(run(sys.argv[1:]))

@@ -13,7 +13,6 @@ TransportError (exit 255).
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -38,6 +37,8 @@ class Transport(ABC):
         """Send one request and return the peer's validated reply (in-band refusals included)."""
 
     def ask(self, request: RemoteRequest, *, timeout_s: float | None = None) -> RemoteResponse:
+        import asyncio  # here, not above: a call to this machine never needs an event loop
+
         return asyncio.run(self.ask_async(request, timeout_s=timeout_s))
 
     def prepare(self) -> None:
@@ -65,6 +66,8 @@ class LocalTransport(Transport):
         return perform(validated(request), config=self.config, in_process=True)
 
     async def ask_async(self, request: RemoteRequest, *, timeout_s: float | None = None) -> RemoteResponse:
+        import asyncio
+
         # A fan-out asks this machine beside the others; its own work must not block them.
         return await asyncio.to_thread(self.ask, request)
 

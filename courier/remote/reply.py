@@ -54,17 +54,20 @@ _DECODER = json.JSONDecoder(parse_int=_parse_int, parse_float=_parse_float, pars
 
 
 def nesting_depth(value: Any) -> int:
-    """The deepest container nesting of a decoded value, computed without recursion."""
+    """The deepest container nesting of a decoded value, computed without recursion.
+
+    Level by level, carrying only the containers: a `list --all` reply holds thousands of
+    scalars, and the walk must not touch each one twice (docs/benchmarks.md, fleet).
+    """
     deepest = 0
-    stack: list[tuple[Any, int]] = [(value, 1)]
-    while stack:
-        item, depth = stack.pop()
-        if isinstance(item, dict):
-            deepest = max(deepest, depth)
-            stack.extend((child, depth + 1) for child in item.values())
-        elif isinstance(item, list):
-            deepest = max(deepest, depth)
-            stack.extend((child, depth + 1) for child in item)
+    level = [value] if isinstance(value, (dict, list)) else []
+    while level:
+        deepest += 1
+        below: list[Any] = []
+        for item in level:
+            children = item.values() if isinstance(item, dict) else item
+            below.extend([child for child in children if isinstance(child, (dict, list))])
+        level = below
     return deepest
 
 

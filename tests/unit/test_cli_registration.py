@@ -37,7 +37,7 @@ def test_a_cold_command_builds_only_the_command_it_names(
     empty_home: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     built = _count_builds(monkeypatch)
-    assert cli.run(["agent", "list", "--json"]) == 0
+    assert cli.run_typer(["agent", "list", "--json"]) == 0  # cli.run would take the hot path (no click at all)
     assert json.loads(capsys.readouterr().out) == []
     assert built == ["list"]
 

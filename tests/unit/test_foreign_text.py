@@ -157,6 +157,17 @@ def test_json_output_escapes_every_character_text_output_sanitises() -> None:
     )
 
 
+def test_an_ascii_document_is_escaped_as_any_other() -> None:
+    """ASCII-only JSON takes a shorter pattern (courier/text.py): the same escapes for each of the 128 characters."""
+    from courier.render import to_json
+    from courier.text import _UNSAFE, _json_escape, escape_json_unsafe
+
+    for code in range(128):
+        text = f"a{chr(code)}b"
+        assert escape_json_unsafe(text) == _UNSAFE.sub(_json_escape, text), code
+    assert to_json({"a": "x\x7fy"}) == '{\n  "a": "x\\u007fy"\n}\n'
+
+
 def test_a_lone_surrogate_is_printed_as_its_escape() -> None:
     from courier.render import to_json
 

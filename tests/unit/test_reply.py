@@ -312,3 +312,13 @@ def test_a_reply_kind_the_caller_does_not_know_is_refused_not_dropped(monkeypatc
     request = RemoteRequest(schema_version=1, operation="example")
     with pytest.raises(AssertionError, match="novel"):
         decode_response("m", request, {"schema_version": 1, "operation": "example", "result": result()})
+
+
+@pytest.mark.parametrize(
+    ("value", "depth"),
+    [(1, 0), ("x", 0), ([], 1), ({}, 1), ([1, [2, [3]]], 3), ({"a": [{"b": []}], "c": 1}, 4), ([[], [[{}]]], 4)],
+)
+def test_nesting_depth_counts_the_deepest_container_path(value: object, depth: int) -> None:
+    from courier.remote.reply import nesting_depth
+
+    assert nesting_depth(value) == depth

@@ -1,0 +1,155 @@
+"""The hot read commands without typer: `wb agent list` and `wb agent status`, parsed by hand.
+
+A cold `wb agent list` spent more time importing typer and building its click command than
+reading the store (docs/benchmarks.md). This module parses exactly the documented options of
+these two commands (docs/cli.md) and runs the same command bodies the typer commands run
+(courier/cli.py calls `list_command` and `status_command` below). Anything it does not
+recognise exactly — `--help`, an unknown or repeated option, a missing value, `--`, a second
+argument — it hands back (`parse` returns None) to the typer path, so every usage message,
+help text and exit code stays typer's. Imports no typer, and no asyncio for this machine.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+
+from courier import cli_io
+from courier.errors import Finding, WbError
+
+_FLAGS = {"list": ("--all", "--stalled", "--json"), "status": ("--json",)}
+_VALUED = {"list": ("--to", "--machine-timeout", "--format"), "status": ("--to", "--machine-timeout", "--format")}
+_POSITIONALS = {"list": 0, "status": 1}
+_FORMATS = ("text", "json")
+
+
+@dataclass(frozen=True)
+class HotCall:
+    command: str  # "list" or "status"
+    options: dict[str, str | bool]
+    reference: str | None
+
+
+def parse(argv: list[str]) -> HotCall | None:
+    """`agent list|status …` with only their documented options, each once; else None (typer's)."""
+    if len(argv) < 2 or argv[0] != "agent" or argv[1] not in _FLAGS:
+        return None
+    command = argv[1]
+    options: dict[str, str | bool] = {}
+    positionals: list[str] = []
+    rest = argv[2:]
+    i = 0
+    while i < len(rest):
+        token = rest[i]
+        i += 1
+        if not token.startswith("-"):
+            positionals.append(token)
+            continue
+        name, has_inline, inline = token.partition("=")
+        if name in options:
+            return None  # repeated: typer's rules (the last one wins) and typer's messages
+        if name in _FLAGS[command] and not has_inline:
+            options[name] = True
+        elif name in _VALUED[command]:
+            if has_inline:
+                value = inline
+            elif i < len(rest):
+                value = rest[i]
+                i += 1
+            else:
+                return None  # a missing value: typer's message
+            if not value or value.startswith("-"):
+                return None
+            if name == "--format" and value not in _FORMATS:
+                return None
+            options[name] = value
+        else:
+            return None  # --help, --, an unknown option, a flag given a value
+    if len(positionals) != _POSITIONALS[command]:
+        return None
+    return HotCall(command, options, positionals[0] if positionals else None)
+
+
+def run(argv: list[str]) -> int | None:
+    """The exit code of a hot command run here; None when argv is not one (the typer path runs it)."""
+    call = parse(argv)
+    if call is None:
+        return None
+    from courier.commands import MACHINE_TIMEOUT_DEFAULT
+
+    opts = call.options
+    to = opts.get("--to")
+    machine_timeout = opts.get("--machine-timeout", MACHINE_TIMEOUT_DEFAULT)
+    as_json = bool(opts.get("--json")) or opts.get("--format") == "json"
+    assert isinstance(machine_timeout, str) and (to is None or isinstance(to, str))
+    try:
+        if call.command == "list":
+            list_command(to, bool(opts.get("--all")), machine_timeout, bool(opts.get("--stalled")), as_json)
+        else:
+            assert call.reference is not None
+            status_command(call.reference, to, machine_timeout, as_json)
+        sys.stdout.flush()
+        return 0
+    except BrokenPipeError:
+        cli_io.broken_pipe()
+    except KeyboardInterrupt:
+        return 130
+    except WbError as exc:
+        return cli_io.report(exc)
+    except Exception as exc:
+        cli_io.error(f"internal: {type(exc).__name__}: {exc}")
+        return 1
+
+
+# -- the command bodies (the typer commands in courier/cli.py call these too) ---------------
+
+
+def list_command(to: str | None, all_machines: bool, machine_timeout: str, stalled: bool, as_json: bool) -> None:
+    """`wb agent list` (docs/cli.md, wb agent list)."""
+    from courier.commands import check_list_scope, machine_timeout_s, target
+    from courier.config import load_config
+    from protocol.models import collector_paused
+
+    check_list_scope(to, all_machines)
+    bound_s = machine_timeout_s(machine_timeout)
+    config = load_config()
+    if all_machines:
+        from courier.fleet import list_all
+
+        # 64 machines × 50 runs: thousands of acyclic results; the collector's passes over the
+        # growing heap free nothing that reference counting does not (docs/benchmarks.md, fleet).
+        with collector_paused():
+            list_all(config, bound_s, as_json=as_json, stalled_only=stalled)
+        return
+    from courier.ops.list_ import list_lines, list_request, listed
+    from courier.render import results_json
+    from courier.route import ask
+    from protocol.refs import format_reference
+
+    machine, _ = target(None, to)
+    # Thousands of short-lived, acyclic objects: the cyclic collector would only re-walk them.
+    with collector_paused():
+        response = ask(config, machine, list_request(), timeout_s=bound_s)
+        results = listed(response, stalled_only=stalled)
+        if as_json:
+            cli_io.out(results_json(results))
+        else:
+            cli_io.out_lines(list_lines(results).splitlines(keepends=True))
+    if response.warnings:
+        for warning in response.warnings:
+            cli_io.warn(f"{format_reference(machine, warning.agent_id)}: {warning.error}")
+        raise Finding("some run records could not be read (named above); the others are listed")
+
+
+def status_command(reference: str, to: str | None, machine_timeout: str, as_json: bool) -> None:
+    """`wb agent status` (docs/cli.md, wb agent status)."""
+    from courier.commands import machine_timeout_s
+    from courier.config import load_config
+    from courier.ops.status import status_request, status_text
+    from courier.render import to_json
+    from courier.route import ask
+
+    machine, request = status_request(reference, to)
+    bound_s = machine_timeout_s(machine_timeout)
+    result = ask(load_config(), machine, request, timeout_s=bound_s).result_of()
+    cli_io.out(to_json(result.to_wire()) if as_json else status_text(result))
