@@ -345,7 +345,8 @@ class UnsafeStoreFile(OSError):
 
 def open_private(path: str | Path) -> tuple[int, os.stat_result]:
     """Open a store file for reading without following a link or blocking on a FIFO, and check
-    the open descriptor: a regular file with exactly one link. FileNotFoundError passes through;
+    the open descriptor: a regular file with no other link (none at all when its writer has just
+    replaced it by rename: what was opened is a whole earlier version). FileNotFoundError passes through;
     every other refusal is an UnsafeStoreFile naming the file."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
@@ -358,7 +359,7 @@ def open_private(path: str | Path) -> tuple[int, os.stat_result]:
     if not stat.S_ISREG(info.st_mode):
         kind = "a FIFO" if stat.S_ISFIFO(info.st_mode) else "not a regular file"
         problem = f"{path} is {kind}; refusing to read it"
-    elif info.st_nlink != 1:
+    elif info.st_nlink > 1:  # 0: replaced by its writer's rename since the open; a whole old version
         problem = f"{path} has {info.st_nlink} hard links; refusing a store file linked from elsewhere"
     if problem:
         os.close(fd)
