@@ -117,10 +117,12 @@ def test_a_serve_process_that_died_is_replaced_even_while_its_stdout_stays_open(
 
     async def scenario() -> None:
         peer = _peer(tmp_path)
+        process_a: asyncio.subprocess.Process | None = None
         try:
             await _served_pid(peer)
             await _until(lambda: peer.describe()["mode"] == "serve")
-            first = peer.serve
+            first, process_a = peer.serve, peer._process
+            assert process_a is not None
             pid_a = await _served_pid(peer)
 
             os.kill(pid_a, signal.SIGKILL)  # A's stdin breaks; its reader still waits on the holder's copy of stdout
@@ -131,6 +133,11 @@ def test_a_serve_process_that_died_is_replaced_even_while_its_stdout_stays_open(
             assert pid_b != pid_a and _alive(pid_b)
         finally:
             os.kill(int((tmp_path / "holder.pid").read_text()), signal.SIGKILL)
+            # A's pipes close only once the holder's copies do: wait for that, or the loop would end
+            # with A's pipe transports open (an unclosed-transport warning at garbage collection).
+            if process_a is not None:
+                pipes = (process_a.stdout, process_a.stderr)
+                await _until(lambda: all(pipe is not None and pipe.at_eof() for pipe in pipes))
             await peer.close()
 
     asyncio.run(scenario())
