@@ -14,6 +14,7 @@ import json
 import os
 import signal
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -138,6 +139,29 @@ def test_a_serve_process_that_died_is_replaced_even_while_its_stdout_stays_open(
             if process_a is not None:
                 pipes = (process_a.stdout, process_a.stderr)
                 await _until(lambda: all(pipe is not None and pipe.at_eof() for pipe in pipes))
+            await peer.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_call_right_after_the_serve_process_died_fails_over_at_once(tmp_path: Path) -> None:
+    """Serve process A dies and the loop gets no turn before the next call: the write to A's broken stdin
+    must fail that call over, not leave it waiting for a reply on A's stdout, which A's holder keeps open."""
+
+    async def scenario() -> None:
+        peer = _peer(tmp_path)
+        try:
+            await _served_pid(peer)
+            await _until(lambda: peer.describe()["mode"] == "serve")
+            pid_a = await _served_pid(peer)
+
+            os.kill(pid_a, signal.SIGKILL)
+            while _alive(pid_a):  # blocking on purpose: the loop must not see A's pipes close first
+                time.sleep(0.01)
+            pid = await asyncio.wait_for(_served_pid(peer), 20)  # the holder keeps A's stdout for 120 s
+            assert pid != pid_a
+        finally:
+            os.kill(int((tmp_path / "holder.pid").read_text()), signal.SIGKILL)
             await peer.close()
 
     asyncio.run(scenario())
