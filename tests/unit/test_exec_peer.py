@@ -59,6 +59,14 @@ async def _until(condition: Callable[[], bool], timeout: float = 30) -> None:
         await asyncio.sleep(0.01)
 
 
+async def _until_pipes_closed(process: asyncio.subprocess.Process | None) -> None:
+    """Wait until a serve process's pipes closed: they close only once the holder's copies do, and a loop
+    that ended first would leave their transports open (unclosed-transport warnings at garbage collection)."""
+    if process is not None:
+        pipes = (process.stdout, process.stderr)
+        await _until(lambda: all(pipe is not None and pipe.at_eof() for pipe in pipes))
+
+
 def _alive(pid: int) -> bool:
     try:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
@@ -134,11 +142,7 @@ def test_a_serve_process_that_died_is_replaced_even_while_its_stdout_stays_open(
             assert pid_b != pid_a and _alive(pid_b)
         finally:
             os.kill(int((tmp_path / "holder.pid").read_text()), signal.SIGKILL)
-            # A's pipes close only once the holder's copies do: wait for that, or the loop would end
-            # with A's pipe transports open (an unclosed-transport warning at garbage collection).
-            if process_a is not None:
-                pipes = (process_a.stdout, process_a.stderr)
-                await _until(lambda: all(pipe is not None and pipe.at_eof() for pipe in pipes))
+            await _until_pipes_closed(process_a)
             await peer.close()
 
     asyncio.run(scenario())
@@ -150,9 +154,11 @@ def test_a_call_right_after_the_serve_process_died_fails_over_at_once(tmp_path: 
 
     async def scenario() -> None:
         peer = _peer(tmp_path)
+        process_a: asyncio.subprocess.Process | None = None
         try:
             await _served_pid(peer)
             await _until(lambda: peer.describe()["mode"] == "serve")
+            process_a = peer._process
             pid_a = await _served_pid(peer)
 
             os.kill(pid_a, signal.SIGKILL)
@@ -162,6 +168,7 @@ def test_a_call_right_after_the_serve_process_died_fails_over_at_once(tmp_path: 
             assert pid != pid_a
         finally:
             os.kill(int((tmp_path / "holder.pid").read_text()), signal.SIGKILL)
+            await _until_pipes_closed(process_a)
             await peer.close()
 
     asyncio.run(scenario())
