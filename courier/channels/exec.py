@@ -206,6 +206,10 @@ class ProcessStream:
             await self._process.stdin.drain()
         except OSError as exc:
             raise ConnectionLost(f"{self._machine}: the serve process is gone: {exc.strerror or exc}") from None
+        # asyncio drops a write to a pipe it has just found broken without raising (the error reaches the
+        # stream only a loop turn later): the request never left, and no reply would ever come.
+        if self._process.stdin.is_closing():
+            raise ConnectionLost(f"{self._machine}: the serve process is gone: its input is closed")
 
     async def read(self, size: int) -> bytes:
         assert self._process.stdout is not None

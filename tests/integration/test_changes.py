@@ -12,6 +12,8 @@ from courier.runs.changes import GitFailed, count_dirty, porcelain_paths, summar
 from courier.runs.git import NOT_RUN, TIMED_OUT, run_git
 from protocol.models import ChangeSummary
 
+pytestmark = pytest.mark.courier_independent(cold=True)  # in-process git helpers: no wb command
+
 
 def git(cwd: Path, *args: str) -> str:
     env = {

@@ -11,6 +11,8 @@ from conftest import git, make_clone
 
 from courier.runs.diff import DiffFailed, compute_diff
 
+pytestmark = pytest.mark.courier_independent(cold=True)  # compute_diff in this process: no wb command
+
 EMPTY_BLOB = "e69de29bb2d1d6434b8b29ae775ad8c2e48c5391"
 
 

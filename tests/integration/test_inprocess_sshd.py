@@ -22,6 +22,8 @@ from conftest import pid_alive, wait_for
 from tests.integration.inprocess_sshd import InProcessServer, InProcessSshdFactory
 from tests.ssh_tiers import TIERS_ENV, selected_tiers
 
+pytestmark = pytest.mark.courier_independent(cold=True)  # a plain asyncssh client: no wb command
+
 
 @pytest.fixture(scope="module")
 def factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[InProcessSshdFactory]:

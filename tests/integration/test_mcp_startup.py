@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.courier_independent(cold=True)  # `wb mcp` always runs cold (courier/main.py COLD_COMMANDS)
+
 WB = str(Path(sys.executable).parent / "wb")
 INITIALIZE = {
     "jsonrpc": "2.0",

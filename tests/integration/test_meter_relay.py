@@ -9,8 +9,12 @@ import urllib.error
 import urllib.request
 from typing import Any
 
+import pytest
+
 from courier.demo.model_server import ModelServer
 from courier.runs.meter import LimitRefusal, Meter, ResponseUsage
+
+pytestmark = pytest.mark.courier_independent(cold=True)  # the metering relay in this process: no wb command
 
 SECRET = "sk-relay-test-0123456789"
 

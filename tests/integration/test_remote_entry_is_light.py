@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.courier_independent(cold=True)  # the receiver's private entry, never carried by the courier
+
 HEAVY = (
     "asyncssh", "typer", "rich", "click", "yaml", "cryptography", "mcp", "mcp_types",
     "starlette", "uvicorn", "jsonschema",

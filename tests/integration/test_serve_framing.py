@@ -11,9 +11,12 @@ import subprocess
 import sys
 from typing import Any
 
+import pytest
 from conftest import Machine
 
 from protocol.entry import SERVE_ARGUMENT
+
+pytestmark = pytest.mark.courier_independent(cold=True)  # the serve mode's private entry, never carried by the courier
 
 VERSION = {"schema_version": 1, "operation": "version"}
 

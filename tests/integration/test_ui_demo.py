@@ -18,6 +18,8 @@ from conftest import wait_for
 from test_demo import _assert_clean, _bin_without_codex, _env, _leftovers
 from ui_support import shared_browser, wait_until
 
+pytestmark = pytest.mark.courier_independent  # `wb demo` always runs cold (courier/main.py COLD_COMMANDS)
+
 
 @pytest.fixture
 def driver() -> Any:

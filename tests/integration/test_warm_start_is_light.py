@@ -14,7 +14,10 @@ from pathlib import Path
 import pytest
 from conftest import Machine
 
-pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the courier is Linux-only")
+pytestmark = [
+    pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the courier is Linux-only"),
+    pytest.mark.courier_independent(cold=True),  # each wb here sets WB_COURIER itself
+]
 INSTALLED_WB = Path(sys.executable).parent / "wb"
 # What a warm call must not load: the regex engine, enum (the `socket`/`signal` packages build
 # enums of every constant), the socket and signal packages themselves, and anything of the CLI.

@@ -14,6 +14,7 @@ import json
 import os
 import signal
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -56,6 +57,14 @@ async def _until(condition: Callable[[], bool], timeout: float = 30) -> None:
     while not condition():
         assert asyncio.get_running_loop().time() < deadline, "timed out waiting for a condition"
         await asyncio.sleep(0.01)
+
+
+async def _until_pipes_closed(process: asyncio.subprocess.Process | None) -> None:
+    """Wait until a serve process's pipes closed: they close only once the holder's copies do, and a loop
+    that ended first would leave their transports open (unclosed-transport warnings at garbage collection)."""
+    if process is not None:
+        pipes = (process.stdout, process.stderr)
+        await _until(lambda: all(pipe is not None and pipe.at_eof() for pipe in pipes))
 
 
 def _alive(pid: int) -> bool:
@@ -117,10 +126,12 @@ def test_a_serve_process_that_died_is_replaced_even_while_its_stdout_stays_open(
 
     async def scenario() -> None:
         peer = _peer(tmp_path)
+        process_a: asyncio.subprocess.Process | None = None
         try:
             await _served_pid(peer)
             await _until(lambda: peer.describe()["mode"] == "serve")
-            first = peer.serve
+            first, process_a = peer.serve, peer._process
+            assert process_a is not None
             pid_a = await _served_pid(peer)
 
             os.kill(pid_a, signal.SIGKILL)  # A's stdin breaks; its reader still waits on the holder's copy of stdout
@@ -131,6 +142,33 @@ def test_a_serve_process_that_died_is_replaced_even_while_its_stdout_stays_open(
             assert pid_b != pid_a and _alive(pid_b)
         finally:
             os.kill(int((tmp_path / "holder.pid").read_text()), signal.SIGKILL)
+            await _until_pipes_closed(process_a)
+            await peer.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_call_right_after_the_serve_process_died_fails_over_at_once(tmp_path: Path) -> None:
+    """Serve process A dies and the loop gets no turn before the next call: the write to A's broken stdin
+    must fail that call over, not leave it waiting for a reply on A's stdout, which A's holder keeps open."""
+
+    async def scenario() -> None:
+        peer = _peer(tmp_path)
+        process_a: asyncio.subprocess.Process | None = None
+        try:
+            await _served_pid(peer)
+            await _until(lambda: peer.describe()["mode"] == "serve")
+            process_a = peer._process
+            pid_a = await _served_pid(peer)
+
+            os.kill(pid_a, signal.SIGKILL)
+            while _alive(pid_a):  # blocking on purpose: the loop must not see A's pipes close first
+                time.sleep(0.01)
+            pid = await asyncio.wait_for(_served_pid(peer), 20)  # the holder keeps A's stdout for 120 s
+            assert pid != pid_a
+        finally:
+            os.kill(int((tmp_path / "holder.pid").read_text()), signal.SIGKILL)
+            await _until_pipes_closed(process_a)
             await peer.close()
 
     asyncio.run(scenario())
