@@ -28,7 +28,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from courier.config import Config, Resources, load_config
 from courier.errors import Finding, NotStartable, WbError, error_for_failure_kind
 from courier.executor.placements import ENDED, PLACED, QUEUED, Placement, Placements, now, wants_text
-from courier.executor.ray_node import NAMESPACE, NodeService, RunHolder
+from courier.executor.ray_node import NAMESPACE, NodeService
 from courier.runs.context import Context, Handler
 from protocol.models import NodeFacts, RemoteRequest, RemoteResponse, Result, StopResult, collector_paused, is_terminal
 from protocol.refs import check_run_id
@@ -218,13 +218,16 @@ def place(config: Config, request: RemoteRequest, placement: Placement, options:
     placements.save(placement)
     if placement.pinned_node_id:
         options = {**options, "scheduling_strategy": NodeAffinitySchedulingStrategy(placement.pinned_node_id, False)}
-    try:
-        RunHolder.options(  # type: ignore[attr-defined]
-            name=holder_name(placement.agent_id), namespace=NAMESPACE, lifetime="detached", **options
-        ).remote(request)
-    except (ValueError, ray.exceptions.RayError) as exc:
+    here = ray.get_runtime_context().get_node_id()
+    node = _node_by_id(here) or Node("this node", here, {})
+    try:  # the node's long-lived service creates the holder: see NodeService.place
+        call = service(node).place.remote(holder_name(placement.agent_id), request, options)
+        refused = ray.get(call, timeout=NODE_CALL_S)
+    except ray.exceptions.RayError as exc:
+        refused = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    if refused:
         placements.remove(placement.agent_id)
-        raise NotStartable(f"the Ray cluster refused the run: {exc}") from None
+        raise NotStartable(f"the Ray cluster refused the run: {refused}")
 
 
 def dispatch(request: RemoteRequest, response: RemoteResponse, context: Context) -> None:

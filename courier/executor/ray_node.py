@@ -23,6 +23,7 @@ import contextlib
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import ray
 
@@ -77,6 +78,24 @@ class NodeService:
 
     def node_id(self) -> str:
         return str(ray.get_runtime_context().get_node_id())
+
+    def place(self, name: str, request: RemoteRequest, options: dict[str, Any]) -> str:
+        """Create the run's RunHolder from here; "" when created, else why Ray refused it.
+
+        The head's receiver exits as soon as it has answered, and what an actor is created with
+        belongs to its creator: a task larger than Ray inlines (100 KiB) would be lost with the
+        receiver while the run is still queued, and a creation request still in flight when it
+        exits never reaches Ray (docs/ray.md#how-a-run-reaches-a-node). This service lives as
+        long as its node, so it creates the holder and owns the task.
+        """
+        try:
+            holder = RunHolder.options(  # type: ignore[attr-defined]
+                name=name, namespace=NAMESPACE, lifetime="detached", **options
+            )
+            holder.remote(request)
+        except (ValueError, ray.exceptions.RayError) as exc:
+            return str(exc) or type(exc).__name__
+        return ""
 
 
 @ray.remote(max_restarts=0, max_concurrency=2)  # type: ignore[call-overload]

@@ -43,9 +43,11 @@ START_TIMEOUT_S = 180  # a `ray start` takes 15-20 s on a loaded 2-core machine
 
 # The task-script every node's `command` profiles run: `sleep:N` sleeps N seconds, `wait:PATH`
 # until PATH exists (the test releases its runs), `fail` exits 3, anything else finishes at once.
-# The task arrives on stdin, never on a command line.
+# The task arrives on stdin, never on a command line; what follows its first space is padding
+# (a test's large task) and is ignored.
 TASK_SCRIPT = """#!/bin/sh
 task=$(cat)
+task=${task%% *}
 case "$task" in
   sleep:*) sleep "${task#sleep:}" ;;
   wait:*) while [ ! -e "${task#wait:}" ]; do sleep 0.2; done ;;

@@ -33,10 +33,13 @@ def lab(tmp_path: Path, ray_cluster: RayCluster) -> Machine:
     return machine
 
 
-def dispatch(lab: Machine, profile: str, task: str, worktree: str, repo: str = "acme/widget") -> str:
+def dispatch(lab: Machine, profile: str, task: str, worktree: str, repo: str = "acme/widget", pad: int = 0) -> str:
+    """Dispatch `task` (followed by a space and `pad` bytes of padding the task-script ignores)."""
+    task_file = lab.root / f"task-{worktree}.txt"
+    task_file.write_text(task + (" " + "x" * pad if pad else ""), encoding="utf-8")
     done = lab.wb(
         "agent", "dispatch", "--to", "lab", "--new-worktree", worktree, "--profile", profile, "--repo", repo,
-        "--task", task, timeout=WAIT_S,
+        "--task-file", str(task_file), timeout=WAIT_S,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     ref = done.stdout.split()[0]
@@ -62,9 +65,11 @@ def wait_for(lab: Machine, ref: str, states: set[str]) -> dict[str, Any]:
 
 
 def test_more_runs_than_cpus_queue_then_complete_across_the_nodes(lab: Machine, tmp_path: Path) -> None:
-    # Four cpus in the cluster, six one-cpu runs that wait for a file: two are `queued`.
+    # Four cpus in the cluster, six one-cpu runs that wait for a file: two are `queued`. Their
+    # tasks are larger than what Ray inlines in a call (100 KiB), so a queued run's task must
+    # outlive the short-lived receiver that dispatched it.
     release = tmp_path / "release"
-    refs = [dispatch(lab, "task", f"wait:{release}", f"q{i}") for i in range(6)]
+    refs = [dispatch(lab, "task", f"wait:{release}", f"q{i}", pad=300_000) for i in range(6)]
     results = {ref: status(lab, ref) for ref in refs}
     queued = [ref for ref, result in results.items() if result["state"] == "queued"]
     assert len(queued) >= 2, {ref: r["state"] for ref, r in results.items()}
