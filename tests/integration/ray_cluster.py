@@ -71,6 +71,7 @@ agents:
     fake: {{harness: codex, provider: mock, model: gpt-5.5}}
     task: {{harness: command, command: ["{script}"]}}
     two: {{harness: command, command: ["{script}"], resources: {{cpus: 2}}}}
+    fast: {{harness: codex, provider: mock, model: gpt-5.5, resources: {{cpus: 2}}}}
     tagged: {{harness: command, command: ["{script}"], resources: {{cpus: 1, custom: {{fast: 1}}}}}}
     gpu: {{harness: command, command: ["{script}"], resources: {{cpus: 1, gpus: 1}}}}
     huge: {{harness: command, command: ["{script}"], resources: {{cpus: 64}}}}
