@@ -18,6 +18,7 @@ import pytest
 import yaml
 
 from tests.conftest import CONFIG_TEMPLATE, CREDENTIAL_ENV, Machine, make_machine
+from tests.conftest import wait_for as wait_for_condition
 from tests.integration.ray_cluster import RayCluster
 
 WAIT_S = 240  # a loaded 2-core machine starts Ray workers slowly
@@ -202,3 +203,32 @@ def test_the_same_operations_on_the_head_itself(ray_cluster: RayCluster) -> None
     assert done.returncode == 0, done.stderr
     assert ref in {r["agent_id"] for r in json.loads(done.stdout)}
     assert done.stderr == ""  # Ray's start-up notices stay out of a local command's output
+
+
+@pytest.mark.courier_independent  # it sets WB_COURIER=on itself: one courier pass runs it
+def test_dispatch_to_a_head_travels_over_its_warm_serve_session(tmp_path: Path, ray_cluster: RayCluster) -> None:
+    """A Ray head lists `dispatch-in-serve`: once the courier has its serve process, a dispatch
+    starts no receiver of its own (which would join the cluster afresh, docs/ray.md#cost)."""
+    calls = tmp_path / "calls.log"  # one line per process the courier starts on the head
+    logged = ["sh", "-c", f'printf "%s\\n" "$*" >> {calls}; exec "$@"', "sh", *ray_cluster.head_argv()]
+    machine = make_machine(tmp_path / "warm")
+    config = yaml.safe_load(CONFIG_TEMPLATE.format(credential_env=CREDENTIAL_ENV))
+    config["session_move"] = {"targets": {"lab": {"exec": {"argv": logged}}}}
+    machine.write_config(yaml.safe_dump(config))
+    machine.env["WB_COURIER"] = "on"
+    try:
+        assert machine.wb("machines", "--check", timeout=WAIT_S).returncode == 0
+
+        def mode() -> object:
+            status = json.loads(machine.wb("courier", "status", "--json").stdout)
+            return next((r["mode"] for r in status.get("machines") or [] if r["machine"] == "lab"), None)
+
+        assert wait_for_condition(lambda: mode() == "serve", WAIT_S)
+        before = calls.read_text().count("--wb-internal-agent-remote")
+        refs = [dispatch(machine, "task", "quick", f"warm-{index}") for index in range(2)]
+        assert calls.read_text().count("--wb-internal-agent-remote") == before, calls.read_text()
+        for ref in refs:
+            done = machine.wb("agent", "await", ref, "--json", timeout=WAIT_S)
+            assert done.returncode == 0 and json.loads(done.stdout)["state"] == "completed", done.stdout + done.stderr
+    finally:
+        machine.wb("courier", "stop")
