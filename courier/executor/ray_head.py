@@ -517,9 +517,11 @@ def prune(request: RemoteRequest, response: RemoteResponse, context: Context) ->
 
 def version(request: RemoteRequest, response: RemoteResponse, context: Context) -> None:
     """This machine's own answer, plus `executor: ray` and each node's free/total cpus and gpus."""
+    from courier.capabilities import DISPATCH_IN_SERVE
     from courier.ops.version import version_op
 
     version_op(request, response, context)
+    response.capabilities = [*(response.capabilities or []), DISPATCH_IN_SERVE]
     config = _connected(context)
     response.executor = "ray"
     response.nodes = node_facts(config)
