@@ -2,8 +2,8 @@
 
 Dispatch checks the request as this machine would (the profile, its resources), refuses a
 run no live node could ever take, records the placement (courier/executor/placements.py) and
-creates the run's detached `RunHolder` actor with the run's resources; Ray starts it on a
-node when one has them free, and the actor admits the run there. Every other operation is
+has the head node's service submit the run's holder task with the run's resources; Ray starts
+it on a node when one has them free, and the task admits the run there. Every other operation is
 answered from the nodes' own stores through each node's `NodeService`, merged for `list` and
 `prune`, with `node` set on each Result; the head adds what only it knows: runs still queued,
 runs that ended before they started, and runs whose node is gone.
@@ -11,7 +11,6 @@ runs that ended before they started, and runs whose node is gone.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import tempfile
@@ -208,20 +207,14 @@ def resources_of(config: Config, profile: str) -> Resources:
     return config.profile(profile).resources or Resources()
 
 
-def holder_name(agent_id: str) -> str:
-    return f"run-{agent_id}"
-
-
 def place(config: Config, request: RemoteRequest, placement: Placement, options: dict[str, Any]) -> None:
-    """Record the placement, then create its detached RunHolder (pending until a node has room)."""
+    """Record the placement, then have its holder task submitted (pending until a node has room)."""
     placements = Placements(config.home)
     placements.save(placement)
     if placement.pinned_node_id:
         options = {**options, "scheduling_strategy": NodeAffinitySchedulingStrategy(placement.pinned_node_id, False)}
-    here = ray.get_runtime_context().get_node_id()
-    node = _node_by_id(here) or Node("this node", here, {})
-    try:  # the node's long-lived service creates the holder: see NodeService.place
-        call = service(node).place.remote(holder_name(placement.agent_id), request, options)
+    try:  # the node's long-lived service submits and owns the holder: see NodeService.place
+        call = _head_service().place.remote(placement.agent_id, request, options)
         refused = ray.get(call, timeout=NODE_CALL_S)
     except ray.exceptions.RayError as exc:
         refused = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
@@ -267,7 +260,7 @@ def dispatch(request: RemoteRequest, response: RemoteResponse, context: Context)
 
 
 def continue_(request: RemoteRequest, response: RemoteResponse, context: Context) -> None:
-    """A continuation runs on its parent's node, in the same worktree (a RunHolder pinned to that node)."""
+    """A continuation runs on its parent's node, in the same worktree (a holder task pinned to that node)."""
     config = _config(context)
     connect(_address(config))
     placements = Placements(config.home)
@@ -309,6 +302,12 @@ def continue_(request: RemoteRequest, response: RemoteResponse, context: Context
 
 
 # ----- where a run is, and its Result
+
+
+def _head_service() -> Any:
+    """The service of the node this process runs on (the head's): it submits and owns the holder tasks."""
+    here = ray.get_runtime_context().get_node_id()
+    return service(_node_by_id(here) or Node("this node", here, {}))
 
 
 def _node_by_id(node_id: str) -> Node | None:
@@ -474,15 +473,21 @@ def stop(request: RemoteRequest, response: RemoteResponse, context: Context) -> 
     placements = Placements(config.home)
     placement, node = _placed_node(config, request.agent_id)
     if placement.phase == QUEUED:
-        with contextlib.suppress(ValueError):  # it was just placed, or is gone: look again below
-            ray.kill(ray.get_actor(holder_name(request.agent_id), namespace=NAMESPACE))
-        placement, node = _placed_node(config, request.agent_id)
-        if placement.phase == QUEUED:
+        try:
+            never_started = bool(ray.get(_head_service().cancel.remote(request.agent_id), timeout=NODE_CALL_S))
+        except ray.exceptions.RayError as exc:
+            raise Finding(f"the Ray cluster failed to stop the queued run: {type(exc).__name__}") from None
+        if never_started:
             placement.phase, placement.finished_at = ENDED, now()
             placement.failure = "stopped on request before it started"
             placements.save(placement)
             response.set_result(StopResult(agent_id=request.agent_id, worker_pid=0, state="failed"))
             return
+        # It had just started on a node: stop it there once that node has its record.
+        deadline = time.monotonic() + NODE_CALL_S
+        while placement.phase == QUEUED and time.monotonic() < deadline:
+            time.sleep(AWAIT_POLL_S)
+            placement, node = _placed_node(config, request.agent_id)
     if placement.phase == ENDED:
         raise Finding(f"agent run {request.agent_id} is already failed ({placement.failure})")
     if node is None:
