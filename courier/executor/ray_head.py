@@ -29,8 +29,12 @@ from courier.errors import Finding, NotStartable, WbError, error_for_failure_kin
 from courier.executor.placements import ENDED, PLACED, QUEUED, Placement, Placements, now, wants_text
 from courier.executor.ray_node import NAMESPACE, NodeService
 from courier.runs.context import Context, Handler
+from courier.runs.watch_op import Cursor, Scanner
+from courier.runs.watch_op import answer as answer_watch
+from protocol import limits
 from protocol.models import NodeFacts, RemoteRequest, RemoteResponse, Result, StopResult, collector_paused, is_terminal
 from protocol.refs import check_run_id
+from protocol.timestamps import parse_rfc3339
 
 NODE_LABEL = "wb-node"  # a node's name for wb: `ray start --labels wb-node=NAME` (docs/ray.md#set-up)
 REPO_RESOURCE = "wb-repo:"  # a node holding the canonical clone OWNER/REPO advertises `wb-repo:OWNER/REPO`
@@ -520,6 +524,49 @@ def prune(request: RemoteRequest, response: RemoteResponse, context: Context) ->
         response.result["worktrees"] = worktrees
 
 
+CLUSTER_WATCH_POLL_S = 1.0  # each look is a `list` of every node: once a second, not the local 250 ms
+
+
+def _cluster_scanner(context: Context) -> Scanner:
+    """The watch operation's scanner over the merged cluster list (the nodes' runs and the head's own)."""
+
+    class ClusterScanner(Scanner):
+        def __init__(self) -> None:  # no store of its own: every look asks the nodes
+            pass
+
+        def scan(self) -> dict[str, tuple[Result, float]]:
+            listing = RemoteResponse(schema_version=limits.SCHEMA_VERSION, operation="list")
+            list_(RemoteRequest.of("list"), listing, context)
+            return {result.agent_id: (result, _started(result)) for result in listing.results_of()}
+
+    return ClusterScanner()
+
+
+def _started(result: Result) -> float:
+    try:
+        return parse_rfc3339(result.started_at).timestamp()
+    except ValueError:
+        return 0.0
+
+
+def watch(request: RemoteRequest, response: RemoteResponse, context: Context) -> None:
+    """The watch long-poll (docs/protocol.md#watch) over the whole cluster: its runs on every node,
+    queued ones included, with the cursor and the answer rules of one machine's watch."""
+    cursor = Cursor.decode(request.watch_cursor) if request.watch_cursor else None
+    wait_ms = min(request.wait_timeout_ms or limits.WATCH_WAIT_DEFAULT_MS, limits.FOLLOW_WAIT_MAX_MS)
+    _connected(context)
+    scanner = _cluster_scanner(context)
+    deadline = time.monotonic() + wait_ms / limits.MS_PER_SECOND
+    while True:
+        results, fresh, changed = answer_watch(scanner, cursor, time.time())
+        remaining = deadline - time.monotonic()
+        if changed or remaining <= 0 or context.client_gone():
+            break
+        time.sleep(max(0.001, min(CLUSTER_WATCH_POLL_S, remaining)))
+    response.set_results(results)
+    response.watch_cursor = fresh.encode()
+
+
 def version(request: RemoteRequest, response: RemoteResponse, context: Context) -> None:
     """This machine's own answer, plus `executor: ray` and each node's free/total cpus and gpus."""
     from courier.capabilities import DISPATCH_IN_SERVE
@@ -592,4 +639,5 @@ HANDLERS: dict[str, Handler] = {
     "diff": diff,
     "prune": prune,
     "version": version,
+    "watch": watch,
 }

@@ -8,6 +8,7 @@ head as the exec machine `lab`, as a supervisor would. The slow scenarios run on
 from __future__ import annotations
 
 import json
+import select
 import subprocess
 import sys
 import time
@@ -167,6 +168,28 @@ def test_stop_a_running_run_and_continue_on_the_same_node(lab: Machine) -> None:
     assert done.returncode == 0, done.stderr
     done = lab.wb("agent", "logs", child_ref, timeout=WAIT_S)
     assert done.returncode == 0 and "events.jsonl" in done.stdout, done.stderr
+
+
+def test_watch_through_the_head_follows_the_runs_on_every_node(lab: Machine) -> None:
+    """`wb agent watch --to lab` is the cluster's: a run on w1 (not in the head's own store) is watched to its end."""
+    release = lab.root / "watch-release"
+    ref = dispatch(lab, "tagged", f"wait:{release}", "w-watch")  # `fast`: w1's
+    wait_for(lab, ref, {"running"})
+    watcher = subprocess.Popen(
+        [sys.executable, "-m", "courier.main", "agent", "watch", "--to", "lab", "--json", "--until-idle"],
+        env=lab.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert watcher.stdout is not None
+        ready, _, _ = select.select([watcher.stdout], [], [], WAIT_S)
+        first = json.loads(watcher.stdout.readline()) if ready else {}
+        assert first.get("ref") == ref and first.get("state") == "running", first
+    finally:
+        release.touch()
+    out, err = watcher.communicate(timeout=WAIT_S)
+    assert watcher.returncode == 0, err
+    (finished,) = [json.loads(line) for line in out.splitlines() if json.loads(line).get("ref") == ref]
+    assert (finished["event"], finished["state"], finished["result"]["node"]) == ("finished", "completed", "w1")
 
 
 def test_machines_check_shows_the_executor_and_each_node(lab: Machine) -> None:
