@@ -74,6 +74,7 @@ class NodeService:
         self._holders: dict[str, Any] = {}
         self._claimed: set[str] = set()
         self._cancelled: set[str] = set()
+        self._placed: set[str] = set()  # every run ever submitted here (IDs are unique: a few bytes each)
         self._lock = threading.Lock()
 
     def answer(self, request: RemoteRequest) -> bytes:
@@ -97,10 +98,16 @@ class NodeService:
         in flight when it exits never reaches Ray (docs/ray.md#how-a-run-reaches-a-node). This
         service lives as long as its node, so it submits the holder and owns it.
         """
+        with self._lock:
+            if agent_id in self._placed:  # the same dispatch again (a retried call): one holder per run
+                return ""
+            self._placed.add(agent_id)
         me = ray.get_runtime_context().current_actor
         try:
             ref = hold_run.options(max_retries=0, **options).remote(me, agent_id, request)
         except (ValueError, TypeError, ray.exceptions.RayError) as exc:
+            with self._lock:
+                self._placed.discard(agent_id)
             return str(exc) or type(exc).__name__
         with self._lock:
             self._holders[agent_id] = ref
