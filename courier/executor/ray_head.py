@@ -18,7 +18,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import ray
@@ -80,6 +80,7 @@ class Node:
     name: str
     node_id: str
     total: dict[str, float]
+    labels: dict[str, str] = field(default_factory=dict)
 
 
 def cluster_nodes() -> list[dict[str, Any]]:
@@ -93,7 +94,8 @@ def live_nodes() -> list[Node]:
         if entry.get("Alive"):
             labels = entry.get("Labels") or {}
             node_id = str(entry["NodeID"])
-            nodes.append(Node(str(labels.get(NODE_LABEL) or node_id[:12]), node_id, dict(entry["Resources"])))
+            name = str(labels.get(NODE_LABEL) or node_id[:12])
+            nodes.append(Node(name, node_id, dict(entry["Resources"]), {str(k): str(v) for k, v in labels.items()}))
     return sorted(nodes, key=lambda n: n.name)
 
 
@@ -181,7 +183,29 @@ def ray_options(resources: Resources, repository: str) -> dict[str, Any]:
     options: dict[str, Any] = {"num_cpus": resources.cpus, "num_gpus": resources.gpus, "resources": custom}
     if resources.memory_bytes:
         options["memory"] = resources.memory_bytes
+    if resources.labels:
+        options["label_selector"] = dict(resources.labels)
     return options
+
+
+def labels_match(labels: dict[str, str], selector: dict[str, str]) -> bool:
+    """Whether a node with `labels` satisfies Ray's label_selector `selector` (VALUE, !VALUE, in(…), !in(…))."""
+    for key, expression in selector.items():
+        negated = expression.startswith("!")
+        body = expression.removeprefix("!")
+        if body.startswith("in(") and body.endswith(")"):
+            hit = labels.get(key) in {part.strip() for part in body[3:-1].split(",")}
+        else:
+            hit = labels.get(key) == body
+        if hit == negated:
+            return False
+    return True
+
+
+def wants_of(resources: Resources) -> str:
+    """What the status line says a queued run waits for: its amounts, then its labels."""
+    wants = wants_text(resources.cpus, resources.gpus, resources.memory, dict(resources.custom))
+    return ", ".join([wants, *(f"{key}={value}" for key, value in sorted(resources.labels.items()))])
 
 
 def _needs(options: dict[str, Any]) -> dict[str, float]:
@@ -194,10 +218,21 @@ def _needs(options: dict[str, Any]) -> dict[str, float]:
 def check_feasible(nodes: list[Node], options: dict[str, Any], repository: str, wants: str) -> None:
     """Refuse (exit 1) a run that no live node could take even when idle, naming the shortfall."""
     needs = _needs(options)
-    if any(all(node.total.get(name, 0.0) >= amount for name, amount in needs.items()) for node in nodes):
+    selector: dict[str, str] = options.get("label_selector") or {}
+
+    def fits(node: Node) -> bool:
+        return all(node.total.get(name, 0.0) >= amount for name, amount in needs.items())
+
+    if any(labels_match(node.labels, selector) and fits(node) for node in nodes):
         return
     if not nodes:
         raise NotStartable("the Ray cluster has no live node")
+    if selector and not any(labels_match(node.labels, selector) for node in nodes):
+        wanted = ", ".join(f"{key}={value}" for key, value in sorted(selector.items()))
+        raise NotStartable(
+            f"no node of the Ray cluster has the labels {wanted} (a node's labels are its "
+            f"`ray start --labels`; see docs/ray.md)"
+        )
     if repository and not any(REPO_RESOURCE + repository in node.total for node in nodes):
         raise NotStartable(
             f"no node of the Ray cluster has a canonical clone of {repository} "
@@ -239,7 +274,7 @@ def dispatch(request: RemoteRequest, response: RemoteResponse, context: Context)
     resolved, _network = resolve_profile(config, request.profile)  # refusals name the file and key
     resources = resources_of(config, request.profile)
     options = ray_options(resources, request.repository)
-    wants = wants_text(resources.cpus, resources.gpus, resources.memory, dict(resources.custom))
+    wants = wants_of(resources)
     connect(_address(config))
     check_feasible(live_nodes(), options, request.repository, wants)
     if not agent_id:
@@ -287,7 +322,7 @@ def continue_(request: RemoteRequest, response: RemoteResponse, context: Context
     profile = request.profile or parent.profile
     resources = resources_of(config, profile)
     options = ray_options(resources, parent.repository)
-    wants = wants_text(resources.cpus, resources.gpus, resources.memory, dict(resources.custom))
+    wants = wants_of(resources)
     check_feasible([node], options, parent.repository, wants)
     placement = Placement(
         agent_id=new_id,

@@ -119,8 +119,10 @@ def test_more_runs_than_cpus_queue_then_complete_across_the_nodes(lab: Machine, 
 
 def test_placement_by_custom_resource_and_by_repository(lab: Machine, ray_cluster: RayCluster) -> None:
     tagged = dispatch(lab, "tagged", "quick", "p-tagged")  # needs `fast`: only w1 has it
+    labelled = dispatch(lab, "on-head", "quick", "p-label")  # the node label wb-node=head
     other = dispatch(lab, "task", "quick", "p-other", repo="acme/other")  # only w2 has that clone
     assert wait_for(lab, tagged, {"completed"})["node"] == "w1"
+    assert wait_for(lab, labelled, {"completed"})["node"] == "head"
     result = wait_for(lab, other, {"completed"})
     assert result["node"] == "w2"
     assert result["worktree_dir"].startswith(str(ray_cluster.node("w2").projects_root))
@@ -146,6 +148,13 @@ def test_a_run_no_node_could_ever_take_is_refused_at_dispatch(lab: Machine) -> N
     done = lab.wb(*args, "--profile", "task", "--repo", "acme/nowhere", timeout=WAIT_S)
     assert done.returncode == 1, done.stderr
     assert "no node of the Ray cluster has a canonical clone of acme/nowhere" in done.stderr, done.stderr
+    done = lab.wb(*args, "--profile", "nowhere", "--repo", "acme/widget", timeout=WAIT_S)
+    assert done.returncode == 1, done.stderr
+    assert "no node of the Ray cluster has the labels wb-node=in(gone, lost)" in done.stderr, done.stderr
+    done = lab.wb(*args, "--profile", "not-head", "--repo", "acme/other", timeout=WAIT_S)  # w2: acme/other, no `fast`
+    assert done.returncode == 1 and "could ever take this run: it needs cpus=1, fast=1, wb-node=!head" in done.stderr, (
+        done.stderr
+    )
 
 
 def test_stop_a_running_run_and_continue_on_the_same_node(lab: Machine) -> None:
