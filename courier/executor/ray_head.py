@@ -456,15 +456,20 @@ def list_(request: RemoteRequest, response: RemoteResponse, context: Context) ->
             warnings += reply.warnings or []
         seen = {result.agent_id for result in results}
         placements = Placements(config.home)
+        admitting: set[str] = set()
         for placement in placements.all():
             if placement.agent_id in seen:
                 continue
             if placement.phase == QUEUED:
                 results.append(placement.queued_result())
+                admitting.add(placement.agent_id)
             elif placement.phase == ENDED:
                 results.append(placement.ended_result())
             elif placement.node_id in lost or not any(n.node_id == placement.node_id for n in nodes):
                 results.append(placement.lost_result())
+        # A node being admitted a run has its directory before its record: its list warns that it
+        # cannot read it. The head's queued entry stands for that run (a reply names a run once).
+        warnings = [warning for warning in warnings if warning.agent_id not in admitting]
     results.sort(key=lambda r: r.started_at, reverse=True)
     response.set_results(results)
     response.warnings = warnings or None
