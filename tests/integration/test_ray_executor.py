@@ -265,3 +265,32 @@ def test_dispatch_to_a_head_travels_over_its_warm_serve_session(tmp_path: Path, 
             assert done.returncode == 0 and json.loads(done.stdout)["state"] == "completed", done.stdout + done.stderr
     finally:
         machine.wb("courier", "stop")
+
+
+def test_a_run_being_admitted_is_listed_once(lab: Machine, ray_cluster: RayCluster) -> None:
+    """Mid-admission a node has the run's directory before its record (its own list warns that it
+    cannot read it) while the head still has it queued: the head's list names the run once."""
+    from courier.executor.placements import Placement, Placements, now
+    from protocol.refs import new_run_id
+
+    agent_id = new_run_id()
+    resolved = {
+        "profile": "task",
+        "harness": "command",
+        "provider": "",
+        "model": "",
+        "routing": {"base_url": "", "wire_api": ""},
+    }
+    placements = Placements(ray_cluster.head.wb_home)
+    placements.save(Placement(agent_id, now(), "task", resolved, "acme/widget", "new", "in-transit", "cpus=1"))
+    arriving = ray_cluster.node("w1").wb_home / "agents" / agent_id
+    arriving.parent.mkdir(mode=0o700, exist_ok=True)
+    arriving.mkdir(mode=0o700)
+    try:
+        done = lab.wb("agent", "list", "--to", "lab", "--json", timeout=WAIT_S)
+        assert done.returncode == 0, done.stderr
+        (entry,) = [r for r in json.loads(done.stdout) if r["agent_id"] == agent_id]
+        assert entry["state"] == "queued"
+    finally:
+        arriving.rmdir()
+        placements.remove(agent_id)
