@@ -15,6 +15,9 @@ BUDGET = "budget"  # dispatch/continue honour max_tokens and max_cost_usd (docs/
 USAGE_WAIT = "usage-wait"  # profiles' on_usage_limit is honoured (docs/protocol.md#optional-features)
 # dispatch honours max_running; version answers `placement: true` (docs/cli.md#placement-across-a-fleet)
 PLACEMENT = "placement"
+# A Ray head (docs/ray.md#cost): its dispatch and continue start no CLI on it (a node's holder
+# does), so they may travel over its warm serve session, which keeps its Ray connection.
+DISPATCH_IN_SERVE = "dispatch-in-serve"
 
 
 def capabilities() -> list[str]:

@@ -221,6 +221,11 @@ class UsageLimitSetting(_Entry):
 
 
 _RESOURCE_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.:/-]{0,63}$"
+# Ray node labels (`ray start --labels`): a key with an optional DNS prefix, and a selector value
+# `v`, `!v`, `in(a, b)` or `!in(a, b)` of 1-63 [A-Za-z0-9_.-], alphanumeric at both ends.
+_LABEL_PART = r"[A-Za-z0-9](?:[A-Za-z0-9_.-]{0,61}[A-Za-z0-9])?"
+_LABEL_KEY = rf"^(?:{_LABEL_PART}/)?{_LABEL_PART}$"
+_LABEL_SELECTOR = rf"^!?(?:in\({_LABEL_PART}(?:, ?{_LABEL_PART})*\)|{_LABEL_PART})$"
 # "KiB" … "TiB" are powers of 2**10, "KB" … "TB" powers of 10**3 (built so, not written out).
 _MEMORY_UNITS = {"": 1}
 for _power, _prefix in enumerate("KMGT", start=1):
@@ -235,6 +240,7 @@ class Resources(_Entry):
     gpus: float | int = 0
     memory: str | int | None = None  # bytes, or "4GiB", "512MiB", "2GB"
     custom: dict[str, float | int] = Field(default_factory=dict)
+    labels: dict[str, str] = Field(default_factory=dict)  # Ray's label_selector: the node labels it must have
 
     @field_validator("cpus", "gpus")
     @classmethod
@@ -257,6 +263,16 @@ class Resources(_Entry):
                 raise ValueError(f"custom resource names are 1-64 of [A-Za-z0-9_.:/-] (not wb-repo:…): {name[:70]!r}")
             if isinstance(amount, bool) or not 0 < amount <= 1_000_000:
                 raise ValueError(f"custom.{name} must be a number above 0, at most 1000000")
+        return value
+
+    @field_validator("labels")
+    @classmethod
+    def _labels(cls, value: dict[str, str]) -> dict[str, str]:
+        for key, selector in value.items():
+            if not re.match(_LABEL_KEY, key) or key.startswith("ray.io/"):
+                raise ValueError(f"label names are [PREFIX/]NAME of 1-63 [A-Za-z0-9_.-] (not ray.io/…): {key[:70]!r}")
+            if not isinstance(selector, str) or not re.match(_LABEL_SELECTOR, selector):
+                raise ValueError(f"labels.{key} must be VALUE, !VALUE, in(A, B) or !in(A, B): {str(selector)[:70]!r}")
         return value
 
     @property

@@ -23,7 +23,7 @@ from typing import Any, ClassVar
 from courier.capabilities import SERVE
 from courier.channels.base import DEFAULT_BOUNDS, Bounds, Channel, Outcome, WarmState
 from courier.channels.exits import first_stderr_line
-from courier.channels.serve_lines import FRESH_ENVIRONMENT_OPERATIONS, ServeChannel, capabilities_of, version_payload
+from courier.channels.serve_lines import ServeChannel, capabilities_of, needs_fresh_session, version_payload
 from courier.config import ExecTarget
 from courier.errors import ConnectFailed, ConnectionLost, RemoteWbMissing, TransportError
 from courier.remote.reply import BadReply, find_reply
@@ -254,7 +254,7 @@ class ExecPeer:
         """Over the serve process when there is one (a process that ended is replaced once), else one process."""
         self.calls += 1
         serve = self.serve
-        if serve is not None and not serve.closed and operation not in FRESH_ENVIRONMENT_OPERATIONS:
+        if serve is not None and not serve.closed and not needs_fresh_session(operation, self.capabilities):
             try:
                 return await serve.ask(payload)
             except ConnectionLost:

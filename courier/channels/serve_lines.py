@@ -130,6 +130,19 @@ class ServeChannel:
 FRESH_ENVIRONMENT_OPERATIONS = frozenset({"dispatch", "continue", "version"})
 
 
+def needs_fresh_session(operation: str, capabilities: list[str] | None) -> bool:
+    """Whether `operation` must run as one call in a new session on a peer with these capabilities.
+
+    A peer listing `dispatch-in-serve` (a Ray head: its dispatch and continue start no CLI on
+    it, a node's holder does) takes them on its serve session too (docs/ray.md#cost).
+    """
+    from courier.capabilities import DISPATCH_IN_SERVE
+
+    if operation not in FRESH_ENVIRONMENT_OPERATIONS:
+        return False
+    return operation == "version" or DISPATCH_IN_SERVE not in (capabilities or [])
+
+
 def version_payload() -> bytes:
     from protocol.models import RemoteRequest
 

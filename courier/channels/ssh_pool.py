@@ -26,7 +26,7 @@ from typing import Any
 
 from courier.capabilities import SERVE
 from courier.channels.base import DEFAULT_BOUNDS, Bounds, Outcome
-from courier.channels.serve_lines import FRESH_ENVIRONMENT_OPERATIONS, ServeChannel, capabilities_of, version_payload
+from courier.channels.serve_lines import ServeChannel, capabilities_of, needs_fresh_session, version_payload
 from courier.errors import ConnectionLost, TransportError
 from courier.remote import ssh
 from protocol import limits
@@ -84,7 +84,7 @@ class Peer:
         if not self.persistent:
             connection = await self._shared_connection()
             return await self._session(connection, command, payload, bounds)
-        fresh = operation in FRESH_ENVIRONMENT_OPERATIONS
+        fresh = needs_fresh_session(operation, self.capabilities)
         for attempt in (1, 2):
             connection = await self._connection()
             try:

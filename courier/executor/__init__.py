@@ -16,9 +16,9 @@ from courier.errors import UsageError
 if TYPE_CHECKING:
     from courier.runs.context import Context, Handler
 
-# What the head answers for the cluster; any other operation (watch) is this machine's own.
+# What the head answers for the cluster (every run operation, watch included).
 CLUSTER_OPERATIONS = frozenset(
-    {"dispatch", "status", "await", "list", "logs", "stop", "continue", "diff", "prune", "version"}
+    {"dispatch", "status", "await", "list", "logs", "stop", "continue", "diff", "prune", "version", "watch"}
 )
 EXTRA = "wb[ray]"
 

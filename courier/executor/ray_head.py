@@ -2,8 +2,8 @@
 
 Dispatch checks the request as this machine would (the profile, its resources), refuses a
 run no live node could ever take, records the placement (courier/executor/placements.py) and
-creates the run's detached `RunHolder` actor with the run's resources; Ray starts it on a
-node when one has them free, and the actor admits the run there. Every other operation is
+has the head node's service submit the run's holder task with the run's resources; Ray starts
+it on a node when one has them free, and the task admits the run there. Every other operation is
 answered from the nodes' own stores through each node's `NodeService`, merged for `list` and
 `prune`, with `node` set on each Result; the head adds what only it knows: runs still queued,
 runs that ended before they started, and runs whose node is gone.
@@ -11,7 +11,6 @@ runs that ended before they started, and runs whose node is gone.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import tempfile
@@ -19,7 +18,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import ray
@@ -30,8 +29,12 @@ from courier.errors import Finding, NotStartable, WbError, error_for_failure_kin
 from courier.executor.placements import ENDED, PLACED, QUEUED, Placement, Placements, now, wants_text
 from courier.executor.ray_node import NAMESPACE, NodeService
 from courier.runs.context import Context, Handler
+from courier.runs.watch_op import Cursor, Scanner
+from courier.runs.watch_op import answer as answer_watch
+from protocol import limits
 from protocol.models import NodeFacts, RemoteRequest, RemoteResponse, Result, StopResult, collector_paused, is_terminal
 from protocol.refs import check_run_id
+from protocol.timestamps import parse_rfc3339
 
 NODE_LABEL = "wb-node"  # a node's name for wb: `ray start --labels wb-node=NAME` (docs/ray.md#set-up)
 REPO_RESOURCE = "wb-repo:"  # a node holding the canonical clone OWNER/REPO advertises `wb-repo:OWNER/REPO`
@@ -77,6 +80,7 @@ class Node:
     name: str
     node_id: str
     total: dict[str, float]
+    labels: dict[str, str] = field(default_factory=dict)
 
 
 def cluster_nodes() -> list[dict[str, Any]]:
@@ -90,7 +94,8 @@ def live_nodes() -> list[Node]:
         if entry.get("Alive"):
             labels = entry.get("Labels") or {}
             node_id = str(entry["NodeID"])
-            nodes.append(Node(str(labels.get(NODE_LABEL) or node_id[:12]), node_id, dict(entry["Resources"])))
+            name = str(labels.get(NODE_LABEL) or node_id[:12])
+            nodes.append(Node(name, node_id, dict(entry["Resources"]), {str(k): str(v) for k, v in labels.items()}))
     return sorted(nodes, key=lambda n: n.name)
 
 
@@ -178,7 +183,29 @@ def ray_options(resources: Resources, repository: str) -> dict[str, Any]:
     options: dict[str, Any] = {"num_cpus": resources.cpus, "num_gpus": resources.gpus, "resources": custom}
     if resources.memory_bytes:
         options["memory"] = resources.memory_bytes
+    if resources.labels:
+        options["label_selector"] = dict(resources.labels)
     return options
+
+
+def labels_match(labels: dict[str, str], selector: dict[str, str]) -> bool:
+    """Whether a node with `labels` satisfies Ray's label_selector `selector` (VALUE, !VALUE, in(…), !in(…))."""
+    for key, expression in selector.items():
+        negated = expression.startswith("!")
+        body = expression.removeprefix("!")
+        if body.startswith("in(") and body.endswith(")"):
+            hit = labels.get(key) in {part.strip() for part in body[3:-1].split(",")}
+        else:
+            hit = labels.get(key) == body
+        if hit == negated:
+            return False
+    return True
+
+
+def wants_of(resources: Resources) -> str:
+    """What the status line says a queued run waits for: its amounts, then its labels."""
+    wants = wants_text(resources.cpus, resources.gpus, resources.memory, dict(resources.custom))
+    return ", ".join([wants, *(f"{key}={value}" for key, value in sorted(resources.labels.items()))])
 
 
 def _needs(options: dict[str, Any]) -> dict[str, float]:
@@ -191,10 +218,21 @@ def _needs(options: dict[str, Any]) -> dict[str, float]:
 def check_feasible(nodes: list[Node], options: dict[str, Any], repository: str, wants: str) -> None:
     """Refuse (exit 1) a run that no live node could take even when idle, naming the shortfall."""
     needs = _needs(options)
-    if any(all(node.total.get(name, 0.0) >= amount for name, amount in needs.items()) for node in nodes):
+    selector: dict[str, str] = options.get("label_selector") or {}
+
+    def fits(node: Node) -> bool:
+        return all(node.total.get(name, 0.0) >= amount for name, amount in needs.items())
+
+    if any(labels_match(node.labels, selector) and fits(node) for node in nodes):
         return
     if not nodes:
         raise NotStartable("the Ray cluster has no live node")
+    if selector and not any(labels_match(node.labels, selector) for node in nodes):
+        wanted = ", ".join(f"{key}={value}" for key, value in sorted(selector.items()))
+        raise NotStartable(
+            f"no node of the Ray cluster has the labels {wanted} (a node's labels are its "
+            f"`ray start --labels`; see docs/ray.md)"
+        )
     if repository and not any(REPO_RESOURCE + repository in node.total for node in nodes):
         raise NotStartable(
             f"no node of the Ray cluster has a canonical clone of {repository} "
@@ -208,20 +246,14 @@ def resources_of(config: Config, profile: str) -> Resources:
     return config.profile(profile).resources or Resources()
 
 
-def holder_name(agent_id: str) -> str:
-    return f"run-{agent_id}"
-
-
 def place(config: Config, request: RemoteRequest, placement: Placement, options: dict[str, Any]) -> None:
-    """Record the placement, then create its detached RunHolder (pending until a node has room)."""
+    """Record the placement, then have its holder task submitted (pending until a node has room)."""
     placements = Placements(config.home)
     placements.save(placement)
     if placement.pinned_node_id:
         options = {**options, "scheduling_strategy": NodeAffinitySchedulingStrategy(placement.pinned_node_id, False)}
-    here = ray.get_runtime_context().get_node_id()
-    node = _node_by_id(here) or Node("this node", here, {})
-    try:  # the node's long-lived service creates the holder: see NodeService.place
-        call = service(node).place.remote(holder_name(placement.agent_id), request, options)
+    try:  # the node's long-lived service submits and owns the holder: see NodeService.place
+        call = _head_service().place.remote(placement.agent_id, request, options)
         refused = ray.get(call, timeout=NODE_CALL_S)
     except ray.exceptions.RayError as exc:
         refused = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
@@ -242,7 +274,7 @@ def dispatch(request: RemoteRequest, response: RemoteResponse, context: Context)
     resolved, _network = resolve_profile(config, request.profile)  # refusals name the file and key
     resources = resources_of(config, request.profile)
     options = ray_options(resources, request.repository)
-    wants = wants_text(resources.cpus, resources.gpus, resources.memory, dict(resources.custom))
+    wants = wants_of(resources)
     connect(_address(config))
     check_feasible(live_nodes(), options, request.repository, wants)
     if not agent_id:
@@ -267,7 +299,7 @@ def dispatch(request: RemoteRequest, response: RemoteResponse, context: Context)
 
 
 def continue_(request: RemoteRequest, response: RemoteResponse, context: Context) -> None:
-    """A continuation runs on its parent's node, in the same worktree (a RunHolder pinned to that node)."""
+    """A continuation runs on its parent's node, in the same worktree (a holder task pinned to that node)."""
     config = _config(context)
     connect(_address(config))
     placements = Placements(config.home)
@@ -290,7 +322,7 @@ def continue_(request: RemoteRequest, response: RemoteResponse, context: Context
     profile = request.profile or parent.profile
     resources = resources_of(config, profile)
     options = ray_options(resources, parent.repository)
-    wants = wants_text(resources.cpus, resources.gpus, resources.memory, dict(resources.custom))
+    wants = wants_of(resources)
     check_feasible([node], options, parent.repository, wants)
     placement = Placement(
         agent_id=new_id,
@@ -309,6 +341,12 @@ def continue_(request: RemoteRequest, response: RemoteResponse, context: Context
 
 
 # ----- where a run is, and its Result
+
+
+def _head_service() -> Any:
+    """The service of the node this process runs on (the head's): it submits and owns the holder tasks."""
+    here = ray.get_runtime_context().get_node_id()
+    return service(_node_by_id(here) or Node("this node", here, {}))
 
 
 def _node_by_id(node_id: str) -> Node | None:
@@ -418,15 +456,20 @@ def list_(request: RemoteRequest, response: RemoteResponse, context: Context) ->
             warnings += reply.warnings or []
         seen = {result.agent_id for result in results}
         placements = Placements(config.home)
+        admitting: set[str] = set()
         for placement in placements.all():
             if placement.agent_id in seen:
                 continue
             if placement.phase == QUEUED:
                 results.append(placement.queued_result())
+                admitting.add(placement.agent_id)
             elif placement.phase == ENDED:
                 results.append(placement.ended_result())
             elif placement.node_id in lost or not any(n.node_id == placement.node_id for n in nodes):
                 results.append(placement.lost_result())
+        # A node being admitted a run has its directory before its record: its list warns that it
+        # cannot read it. The head's queued entry stands for that run (a reply names a run once).
+        warnings = [warning for warning in warnings if warning.agent_id not in admitting]
     results.sort(key=lambda r: r.started_at, reverse=True)
     response.set_results(results)
     response.warnings = warnings or None
@@ -474,15 +517,21 @@ def stop(request: RemoteRequest, response: RemoteResponse, context: Context) -> 
     placements = Placements(config.home)
     placement, node = _placed_node(config, request.agent_id)
     if placement.phase == QUEUED:
-        with contextlib.suppress(ValueError):  # it was just placed, or is gone: look again below
-            ray.kill(ray.get_actor(holder_name(request.agent_id), namespace=NAMESPACE))
-        placement, node = _placed_node(config, request.agent_id)
-        if placement.phase == QUEUED:
+        try:
+            never_started = bool(ray.get(_head_service().cancel.remote(request.agent_id), timeout=NODE_CALL_S))
+        except ray.exceptions.RayError as exc:
+            raise Finding(f"the Ray cluster failed to stop the queued run: {type(exc).__name__}") from None
+        if never_started:
             placement.phase, placement.finished_at = ENDED, now()
             placement.failure = "stopped on request before it started"
             placements.save(placement)
             response.set_result(StopResult(agent_id=request.agent_id, worker_pid=0, state="failed"))
             return
+        # It had just started on a node: stop it there once that node has its record.
+        deadline = time.monotonic() + NODE_CALL_S
+        while placement.phase == QUEUED and time.monotonic() < deadline:
+            time.sleep(AWAIT_POLL_S)
+            placement, node = _placed_node(config, request.agent_id)
     if placement.phase == ENDED:
         raise Finding(f"agent run {request.agent_id} is already failed ({placement.failure})")
     if node is None:
@@ -515,11 +564,56 @@ def prune(request: RemoteRequest, response: RemoteResponse, context: Context) ->
         response.result["worktrees"] = worktrees
 
 
+CLUSTER_WATCH_POLL_S = 1.0  # each look is a `list` of every node: once a second, not the local 250 ms
+
+
+def _cluster_scanner(context: Context) -> Scanner:
+    """The watch operation's scanner over the merged cluster list (the nodes' runs and the head's own)."""
+
+    class ClusterScanner(Scanner):
+        def __init__(self) -> None:  # no store of its own: every look asks the nodes
+            pass
+
+        def scan(self) -> dict[str, tuple[Result, float]]:
+            listing = RemoteResponse(schema_version=limits.SCHEMA_VERSION, operation="list")
+            list_(RemoteRequest.of("list"), listing, context)
+            return {result.agent_id: (result, _started(result)) for result in listing.results_of()}
+
+    return ClusterScanner()
+
+
+def _started(result: Result) -> float:
+    try:
+        return parse_rfc3339(result.started_at).timestamp()
+    except ValueError:
+        return 0.0
+
+
+def watch(request: RemoteRequest, response: RemoteResponse, context: Context) -> None:
+    """The watch long-poll (docs/protocol.md#watch) over the whole cluster: its runs on every node,
+    queued ones included, with the cursor and the answer rules of one machine's watch."""
+    cursor = Cursor.decode(request.watch_cursor) if request.watch_cursor else None
+    wait_ms = min(request.wait_timeout_ms or limits.WATCH_WAIT_DEFAULT_MS, limits.FOLLOW_WAIT_MAX_MS)
+    _connected(context)
+    scanner = _cluster_scanner(context)
+    deadline = time.monotonic() + wait_ms / limits.MS_PER_SECOND
+    while True:
+        results, fresh, changed = answer_watch(scanner, cursor, time.time())
+        remaining = deadline - time.monotonic()
+        if changed or remaining <= 0 or context.client_gone():
+            break
+        time.sleep(max(0.001, min(CLUSTER_WATCH_POLL_S, remaining)))
+    response.set_results(results)
+    response.watch_cursor = fresh.encode()
+
+
 def version(request: RemoteRequest, response: RemoteResponse, context: Context) -> None:
     """This machine's own answer, plus `executor: ray` and each node's free/total cpus and gpus."""
+    from courier.capabilities import DISPATCH_IN_SERVE
     from courier.ops.version import version_op
 
     version_op(request, response, context)
+    response.capabilities = [*(response.capabilities or []), DISPATCH_IN_SERVE]
     config = _connected(context)
     response.executor = "ray"
     response.nodes = node_facts(config)
@@ -585,4 +679,5 @@ HANDLERS: dict[str, Handler] = {
     "diff": diff,
     "prune": prune,
     "version": version,
+    "watch": watch,
 }

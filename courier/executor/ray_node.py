@@ -1,14 +1,15 @@
-"""What runs on each Ray node for wb (docs/ray.md#how-a-run-reaches-a-node): two detached actors.
+"""What runs on each Ray node for wb (docs/ray.md#how-a-run-reaches-a-node): a detached actor and a task.
 
-- `NodeService` (one per node, no CPU, pinned to its node): answers a request from the node's
-  own store exactly as that machine's receiver would (status, list, logs, diff, stop, prune…).
-- `RunHolder` (one per run, with the run's resources): its creation *is* the placement. Ray
-  keeps it pending until a node has the resources free, which is the `queued` state; once
-  it is placed, it admits the run on its node (the node's ordinary dispatch: worktree, record,
-  detached owner) and holds the resources until the run is terminal, then ends itself.
+- `NodeService` (one detached actor per node, no CPU, pinned to its node): answers a request
+  from the node's own store exactly as that machine's receiver would (status, list, logs,
+  diff, stop, prune…). The head node's also submits and owns every run's holder task.
+- `hold_run` (one task per run, with the run's resources): its submission *is* the placement.
+  Ray keeps it pending until a node has the resources free, which is the `queued` state; once
+  it starts, it admits the run on its node (the node's ordinary dispatch: worktree, record,
+  detached owner) and holds the resources until the run is terminal, then returns.
 
-Both are detached: they outlive the process that created them (the head's receiver exits as
-soon as it has answered), and a run's owner is started by the node's own dispatch, as on any
+The submitter is the head's long-lived service, not the receiver that dispatched (it exits
+as soon as it has answered), and a run's owner is started by the node's own dispatch, as on any
 machine. The environment is the node's: Ray starts its workers with the environment of
 `ray start`, so WB_HOME, WB_PROJECTS_ROOT and WB_CONFIG are the node's own.
 
@@ -37,7 +38,7 @@ from protocol.models import RemoteRequest, RemoteResponse
 from protocol.timestamps import rfc3339, utc_now
 
 NAMESPACE = "wb"
-HOLD_POLL_S = 1.0  # how often a RunHolder looks whether its run is terminal
+HOLD_POLL_S = 0.25  # how often a holder looks whether its run is terminal (its slot is idle meanwhile)
 
 
 def answer_here(request: RemoteRequest) -> bytes:
@@ -67,6 +68,15 @@ def refusal_path(agent_id: str) -> str:
 
 @ray.remote(num_cpus=0, max_concurrency=16)  # type: ignore[call-overload]  # (actor options are untyped)
 class NodeService:
+    def __init__(self) -> None:
+        # The head's service owns every queued run's holder task: agent_id → its ObjectRef, and
+        # which of them have started (claimed) or were stopped before they did (cancelled).
+        self._holders: dict[str, Any] = {}
+        self._claimed: set[str] = set()
+        self._cancelled: set[str] = set()
+        self._placed: set[str] = set()  # every run ever submitted here (IDs are unique: a few bytes each)
+        self._lock = threading.Lock()
+
     def answer(self, request: RemoteRequest) -> bytes:
         return answer_here(request)
 
@@ -79,50 +89,79 @@ class NodeService:
     def node_id(self) -> str:
         return str(ray.get_runtime_context().get_node_id())
 
-    def place(self, name: str, request: RemoteRequest, options: dict[str, Any]) -> str:
-        """Create the run's RunHolder from here; "" when created, else why Ray refused it.
+    def place(self, agent_id: str, request: RemoteRequest, options: dict[str, Any]) -> str:
+        """Submit the run's holder task from here; "" when submitted, else why Ray refused it.
 
-        The head's receiver exits as soon as it has answered, and what an actor is created with
-        belongs to its creator: a task larger than Ray inlines (100 KiB) would be lost with the
-        receiver while the run is still queued, and a creation request still in flight when it
-        exits never reaches Ray (docs/ray.md#how-a-run-reaches-a-node). This service lives as
-        long as its node, so it creates the holder and owns the task.
+        The head's receiver exits as soon as it has answered, and in Ray a task (and what it
+        was submitted with) belongs to its submitter: a task larger than Ray inlines (100 KiB)
+        would be lost with the receiver while the run is still queued, and a submission still
+        in flight when it exits never reaches Ray (docs/ray.md#how-a-run-reaches-a-node). This
+        service lives as long as its node, so it submits the holder and owns it.
         """
+        with self._lock:
+            if agent_id in self._placed:  # the same dispatch again (a retried call): one holder per run
+                return ""
+            self._placed.add(agent_id)
+        me = ray.get_runtime_context().current_actor
         try:
-            holder = RunHolder.options(  # type: ignore[attr-defined]
-                name=name, namespace=NAMESPACE, lifetime="detached", **options
-            )
-            holder.remote(request)
-        except (ValueError, ray.exceptions.RayError) as exc:
+            ref = hold_run.options(max_retries=0, **options).remote(me, agent_id, request)
+        except (ValueError, TypeError, ray.exceptions.RayError) as exc:
+            with self._lock:
+                self._placed.discard(agent_id)
             return str(exc) or type(exc).__name__
+        with self._lock:
+            self._holders[agent_id] = ref
+        threading.Thread(target=self._forget_when_done, args=(agent_id, ref), daemon=True).start()
         return ""
 
+    def _forget_when_done(self, agent_id: str, ref: Any) -> None:
+        with contextlib.suppress(ray.exceptions.RayError):
+            ray.wait([ref], fetch_local=False)
+        with self._lock:
+            self._holders.pop(agent_id, None)
+            self._claimed.discard(agent_id)
+            self._cancelled.discard(agent_id)
 
-@ray.remote(max_restarts=0, max_concurrency=2)  # type: ignore[call-overload]
-class RunHolder:
-    def __init__(self, request: RemoteRequest) -> None:
-        self.agent_id = request.new_agent_id if request.operation == "continue" else request.agent_id
-        reply = RemoteResponse.model_validate_json(answer_here(request))
-        if reply.failure:
-            # Not admitted here (a worktree in use, a missing credential…): the head reports it.
-            write_private(Path(refusal_path(self.agent_id)), reply.model_dump_json().encode())
-            self._end()
+    def claim(self, agent_id: str) -> bool:
+        """Asked by a holder task as it starts on a node: True to admit its run, False when it was stopped."""
+        with self._lock:
+            if agent_id in self._cancelled:
+                return False
+            self._claimed.add(agent_id)
+            return True
+
+    def cancel(self, agent_id: str) -> bool:
+        """Stop a run that has not started: True when it had not (it never will), False when it has."""
+        with self._lock:
+            if agent_id in self._claimed:
+                return False
+            self._cancelled.add(agent_id)
+            ref = self._holders.get(agent_id)
+        if ref is not None:
+            with contextlib.suppress(ray.exceptions.RayError, ValueError):
+                ray.cancel(ref)  # a pending task leaves Ray's queue; one just started asks claim and ends
+        return True
+
+
+@ray.remote(max_retries=0)
+def hold_run(owner: Any, agent_id: str, request: RemoteRequest) -> None:
+    """The run's holder: it runs with the run's resources, admits the run on this node, and
+    holds those resources until the run is terminal here.
+
+    A Ray task, not an actor: Ray runs tasks in pooled worker processes that it reuses from
+    run to run, where an actor costs a new worker process (an interpreter importing Ray and
+    wb) per run (docs/ray.md#cost). Never retried: a run is admitted once.
+    """
+    if not ray.get(owner.claim.remote(agent_id)):
+        return
+    reply = RemoteResponse.model_validate_json(answer_here(request))
+    if reply.failure:
+        # Not admitted here (a worktree in use, a missing credential…): the head reports it.
+        write_private(Path(refusal_path(agent_id)), reply.model_dump_json().encode())
+        return
+    probe = RemoteRequest.of("status", agent_id=agent_id)
+    while True:
+        reply = RemoteResponse.model_validate_json(answer_here(probe))
+        if reply.failure or reply.result_of().terminal:
             return
-        threading.Thread(target=self._hold, daemon=True).start()
-
-    def _hold(self) -> None:
-        """Keep the resources until the run is terminal on this node, then end this actor."""
-        probe = RemoteRequest.of("status", agent_id=self.agent_id)
-        while True:
-            reply = RemoteResponse.model_validate_json(answer_here(probe))
-            if reply.failure or reply.result_of().terminal:
-                break
-            time.sleep(HOLD_POLL_S)
-        self._end()
-
-    def _end(self) -> None:
-        # A graceful end queued after the constructor (docs: ray.kill's __ray_terminate__).
-        ray.get_runtime_context().current_actor.__ray_terminate__.remote()
-
-    def ping(self) -> str:
-        return self.agent_id
+        time.sleep(HOLD_POLL_S)

@@ -71,9 +71,14 @@ agents:
     fake: {{harness: codex, provider: mock, model: gpt-5.5}}
     task: {{harness: command, command: ["{script}"]}}
     two: {{harness: command, command: ["{script}"], resources: {{cpus: 2}}}}
+    fast: {{harness: codex, provider: mock, model: gpt-5.5, resources: {{cpus: 2}}}}
     tagged: {{harness: command, command: ["{script}"], resources: {{cpus: 1, custom: {{fast: 1}}}}}}
     gpu: {{harness: command, command: ["{script}"], resources: {{cpus: 1, gpus: 1}}}}
     huge: {{harness: command, command: ["{script}"], resources: {{cpus: 64}}}}
+    on-head: {{harness: command, command: ["{script}"], resources: {{cpus: 1, labels: {{wb-node: head}}}}}}
+    not-head: {{harness: command, command: ["{script}"],
+      resources: {{labels: {{wb-node: "!head"}}, custom: {{fast: 1}}}}}}
+    nowhere: {{harness: command, command: ["{script}"], resources: {{labels: {{wb-node: "in(gone, lost)"}}}}}}
 """
 
 

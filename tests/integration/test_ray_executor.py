@@ -8,6 +8,7 @@ head as the exec machine `lab`, as a supervisor would. The slow scenarios run on
 from __future__ import annotations
 
 import json
+import select
 import subprocess
 import sys
 import time
@@ -18,6 +19,7 @@ import pytest
 import yaml
 
 from tests.conftest import CONFIG_TEMPLATE, CREDENTIAL_ENV, Machine, make_machine
+from tests.conftest import wait_for as wait_for_condition
 from tests.integration.ray_cluster import RayCluster
 
 WAIT_S = 240  # a loaded 2-core machine starts Ray workers slowly
@@ -117,8 +119,10 @@ def test_more_runs_than_cpus_queue_then_complete_across_the_nodes(lab: Machine, 
 
 def test_placement_by_custom_resource_and_by_repository(lab: Machine, ray_cluster: RayCluster) -> None:
     tagged = dispatch(lab, "tagged", "quick", "p-tagged")  # needs `fast`: only w1 has it
+    labelled = dispatch(lab, "on-head", "quick", "p-label")  # the node label wb-node=head
     other = dispatch(lab, "task", "quick", "p-other", repo="acme/other")  # only w2 has that clone
     assert wait_for(lab, tagged, {"completed"})["node"] == "w1"
+    assert wait_for(lab, labelled, {"completed"})["node"] == "head"
     result = wait_for(lab, other, {"completed"})
     assert result["node"] == "w2"
     assert result["worktree_dir"].startswith(str(ray_cluster.node("w2").projects_root))
@@ -144,6 +148,13 @@ def test_a_run_no_node_could_ever_take_is_refused_at_dispatch(lab: Machine) -> N
     done = lab.wb(*args, "--profile", "task", "--repo", "acme/nowhere", timeout=WAIT_S)
     assert done.returncode == 1, done.stderr
     assert "no node of the Ray cluster has a canonical clone of acme/nowhere" in done.stderr, done.stderr
+    done = lab.wb(*args, "--profile", "nowhere", "--repo", "acme/widget", timeout=WAIT_S)
+    assert done.returncode == 1, done.stderr
+    assert "no node of the Ray cluster has the labels wb-node=in(gone, lost)" in done.stderr, done.stderr
+    done = lab.wb(*args, "--profile", "not-head", "--repo", "acme/other", timeout=WAIT_S)  # w2: acme/other, no `fast`
+    assert done.returncode == 1 and "could ever take this run: it needs cpus=1, fast=1, wb-node=!head" in done.stderr, (
+        done.stderr
+    )
 
 
 def test_stop_a_running_run_and_continue_on_the_same_node(lab: Machine) -> None:
@@ -166,6 +177,29 @@ def test_stop_a_running_run_and_continue_on_the_same_node(lab: Machine) -> None:
     assert done.returncode == 0, done.stderr
     done = lab.wb("agent", "logs", child_ref, timeout=WAIT_S)
     assert done.returncode == 0 and "events.jsonl" in done.stdout, done.stderr
+
+
+def test_watch_through_the_head_follows_the_runs_on_every_node(lab: Machine) -> None:
+    """`wb agent watch --to lab` is the cluster's: a run on w1 (not in the head's own store) is watched to its end."""
+    release = lab.root / "watch-release"
+    ref = dispatch(lab, "tagged", f"wait:{release}", "w-watch")  # `fast`: w1's
+    wait_for(lab, ref, {"running"})
+    watcher = subprocess.Popen(
+        [sys.executable, "-m", "courier.main", "agent", "watch", "--to", "lab", "--json", "--until-idle"],
+        env=lab.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert watcher.stdout is not None
+        ready, _, _ = select.select([watcher.stdout], [], [], WAIT_S)
+        line = watcher.stdout.readline() if ready else ""
+        first = json.loads(line) if line else {}  # nothing: the watch saw no run (the head's own store)
+        assert first.get("ref") == ref and first.get("state") == "running", first
+    finally:
+        release.touch()
+    out, err = watcher.communicate(timeout=WAIT_S)
+    assert watcher.returncode == 0, err
+    (finished,) = [json.loads(line) for line in out.splitlines() if json.loads(line).get("ref") == ref]
+    assert (finished["event"], finished["state"], finished["result"]["node"]) == ("finished", "completed", "w1")
 
 
 def test_machines_check_shows_the_executor_and_each_node(lab: Machine) -> None:
@@ -202,3 +236,61 @@ def test_the_same_operations_on_the_head_itself(ray_cluster: RayCluster) -> None
     assert done.returncode == 0, done.stderr
     assert ref in {r["agent_id"] for r in json.loads(done.stdout)}
     assert done.stderr == ""  # Ray's start-up notices stay out of a local command's output
+
+
+@pytest.mark.courier_independent  # it sets WB_COURIER=on itself: one courier pass runs it
+def test_dispatch_to_a_head_travels_over_its_warm_serve_session(tmp_path: Path, ray_cluster: RayCluster) -> None:
+    """A Ray head lists `dispatch-in-serve`: once the courier has its serve process, a dispatch
+    starts no receiver of its own (which would join the cluster afresh, docs/ray.md#cost)."""
+    calls = tmp_path / "calls.log"  # one line per process the courier starts on the head
+    logged = ["sh", "-c", f'printf "%s\\n" "$*" >> {calls}; exec "$@"', "sh", *ray_cluster.head_argv()]
+    machine = make_machine(tmp_path / "warm")
+    config = yaml.safe_load(CONFIG_TEMPLATE.format(credential_env=CREDENTIAL_ENV))
+    config["session_move"] = {"targets": {"lab": {"exec": {"argv": logged}}}}
+    machine.write_config(yaml.safe_dump(config))
+    machine.env["WB_COURIER"] = "on"
+    try:
+        assert machine.wb("machines", "--check", timeout=WAIT_S).returncode == 0
+
+        def mode() -> object:
+            status = json.loads(machine.wb("courier", "status", "--json").stdout)
+            return next((r["mode"] for r in status.get("machines") or [] if r["machine"] == "lab"), None)
+
+        assert wait_for_condition(lambda: mode() == "serve", WAIT_S)
+        before = calls.read_text().count("--wb-internal-agent-remote")
+        refs = [dispatch(machine, "task", "quick", f"warm-{index}") for index in range(2)]
+        assert calls.read_text().count("--wb-internal-agent-remote") == before, calls.read_text()
+        for ref in refs:
+            done = machine.wb("agent", "await", ref, "--json", timeout=WAIT_S)
+            assert done.returncode == 0 and json.loads(done.stdout)["state"] == "completed", done.stdout + done.stderr
+    finally:
+        machine.wb("courier", "stop")
+
+
+def test_a_run_being_admitted_is_listed_once(lab: Machine, ray_cluster: RayCluster) -> None:
+    """Mid-admission a node has the run's directory before its record (its own list warns that it
+    cannot read it) while the head still has it queued: the head's list names the run once."""
+    from courier.executor.placements import Placement, Placements, now
+    from protocol.refs import new_run_id
+
+    agent_id = new_run_id()
+    resolved = {
+        "profile": "task",
+        "harness": "command",
+        "provider": "",
+        "model": "",
+        "routing": {"base_url": "", "wire_api": ""},
+    }
+    placements = Placements(ray_cluster.head.wb_home)
+    placements.save(Placement(agent_id, now(), "task", resolved, "acme/widget", "new", "in-transit", "cpus=1"))
+    arriving = ray_cluster.node("w1").wb_home / "agents" / agent_id
+    arriving.parent.mkdir(mode=0o700, exist_ok=True)
+    arriving.mkdir(mode=0o700)
+    try:
+        done = lab.wb("agent", "list", "--to", "lab", "--json", timeout=WAIT_S)
+        assert done.returncode == 0, done.stderr
+        (entry,) = [r for r in json.loads(done.stdout) if r["agent_id"] == agent_id]
+        assert entry["state"] == "queued"
+    finally:
+        arriving.rmdir()
+        placements.remove(agent_id)

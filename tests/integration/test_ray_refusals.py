@@ -54,6 +54,8 @@ def test_bad_profile_resources_are_refused_at_dispatch(machine: Machine) -> None
         "      resources: {memory: lots}\n": 'memory must be bytes or a size such as "4GiB"',
         "      resources: {custom: {'wb-repo:acme/x': 1}}\n": "not wb-repo:",
         "      resources: {cores: 2}\n": "resources.cores",
+        "      resources: {labels: {'ray.io/node-id': x}}\n": "not ray.io/",
+        "      resources: {labels: {zone: 'in(a,'}}\n": "labels.zone must be VALUE, !VALUE, in(A, B) or !in(A, B)",
     }
     for extra, message in cases.items():
         head_config(machine, profile_extra=extra)
