@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
 from courier.runs.store import Record, rfc3339, utc_now
 from protocol.models import Resolved, Routing
 from protocol.refs import new_run_id
@@ -27,3 +31,14 @@ def sample_record(**overrides: object) -> Record:
     )
     body.update(overrides)
     return Record.model_validate(body)
+
+
+def imported_modules(
+    argv: list[str], env: dict[str, str], cwd: Path
+) -> tuple[set[str], subprocess.CompletedProcess[str]]:
+    """The modules `python -X importtime ARGV…` loads (the start-up tests' measure), and the run itself."""
+    done = subprocess.run(
+        [sys.executable, "-X", "importtime", *argv], capture_output=True, text=True, env=env, cwd=cwd, timeout=120
+    )
+    names = {line.split("|")[-1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")}
+    return names, done

@@ -8,7 +8,6 @@ asyncio is for calls to other machines; neither is needed to read this machine's
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 
@@ -16,24 +15,13 @@ import pytest
 from conftest import Machine
 
 from courier.runs.store import Store
-from tests.tests_support import sample_record
+from tests.tests_support import imported_modules, sample_record
 
 INSTALLED_WB = Path(sys.executable).parent / "wb"
 NOT_ON_THE_COLD_READ_PATH = ("typer", "typer._click", "asyncio", "asyncssh", "courier.cli", "courier.fleet")
 RUN_ID = "agt-" + "3" * 32
+pytestmark = pytest.mark.courier_independent(cold=True)  # each wb here sets WB_COURIER itself
 
-
-def _imports(argv: list[str], machine: Machine) -> tuple[set[str], subprocess.CompletedProcess[str]]:
-    done = subprocess.run(
-        [sys.executable, "-X", "importtime", str(INSTALLED_WB), *argv],
-        capture_output=True,
-        text=True,
-        env={**machine.env, "WB_COURIER": "off"},
-        cwd=machine.root,
-        timeout=120,
-    )
-    names = {line.split("|")[-1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")}
-    return names, done
 
 
 @pytest.mark.parametrize(
@@ -42,7 +30,7 @@ def _imports(argv: list[str], machine: Machine) -> tuple[set[str], subprocess.Co
 def test_a_cold_read_of_this_machine_imports_no_typer_and_no_asyncio(argv: list[str], machine: Machine) -> None:
     assert INSTALLED_WB.is_file(), f"wb is not installed beside {sys.executable}"
     Store(machine.home).ensure().create(sample_record(agent_id=RUN_ID, state="completed", exit_code=0), "a task")
-    names, done = _imports(argv, machine)
+    names, done = imported_modules([str(INSTALLED_WB), *argv], {**machine.env, "WB_COURIER": "off"}, machine.root)
     assert done.returncode == 0, done.stderr
     answer = json.loads(done.stdout)
     assert RUN_ID in json.dumps(answer)

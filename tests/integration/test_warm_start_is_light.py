@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 from conftest import Machine
 
+from tests.tests_support import imported_modules
+
 pytestmark = [
     pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the courier is Linux-only"),
     pytest.mark.courier_independent(cold=True),  # each wb here sets WB_COURIER itself
@@ -23,18 +25,6 @@ INSTALLED_WB = Path(sys.executable).parent / "wb"
 # enums of every constant), the socket and signal packages themselves, and anything of the CLI.
 NOT_ON_THE_WARM_PATH = ("re", "enum", "socket", "signal", "selectors", "typer", "pydantic", "asyncio", "json")
 
-
-def _imports(argv: list[str], machine: Machine) -> tuple[set[str], subprocess.CompletedProcess[str]]:
-    done = subprocess.run(
-        [sys.executable, "-X", "importtime", *argv],
-        capture_output=True,
-        text=True,
-        env={**machine.env, "WB_COURIER": "on"},
-        cwd=machine.root,
-        timeout=120,
-    )
-    names = {line.split("|")[-1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")}
-    return names, done
 
 
 def test_a_warm_command_imports_only_the_thin_client(machine: Machine) -> None:
@@ -49,7 +39,9 @@ def test_a_warm_command_imports_only_the_thin_client(machine: Machine) -> None:
     )
     try:
         assert first.returncode == 0, first.stderr
-        names, done = _imports([str(INSTALLED_WB), "agent", "list", "--json"], machine)
+        names, done = imported_modules(
+            [str(INSTALLED_WB), "agent", "list", "--json"], {**machine.env, "WB_COURIER": "on"}, machine.root
+        )
         assert done.returncode == 0, done.stderr
         assert json.loads(done.stdout) == []
         assert "courier.warm.client" in names  # the warm path was taken
