@@ -78,15 +78,20 @@ class Peer:
             return "probing"
         return "session"
 
-    async def call(self, command: str, payload: bytes, operation: str, bounds: Bounds = DEFAULT_BOUNDS) -> Outcome:
-        """One call; for the courier, a connection (or serve session) lost under it is re-established once."""
+    async def call(
+        self, command: str, payload: bytes, operation: str, bounds: Bounds, settings: ssh.Settings
+    ) -> Outcome:
+        """One call; for the courier, a connection (or serve session) lost under it is re-established once.
+
+        `settings`: the ssh config as it applies to the caller's machine now (Pool.call resolved it).
+        """
         self.calls += 1
         if not self.persistent:
             connection = await self._shared_connection()
             return await self._session(connection, command, payload, bounds)
         fresh = needs_fresh_session(operation, self.capabilities)
         for attempt in (1, 2):
-            connection = await self._connection()
+            connection = await self._connection(settings)
             try:
                 serve = self.serve
                 if serve is not None and not serve.closed and not fresh:
@@ -110,15 +115,13 @@ class Peer:
         # Shielded: one caller's deadline must not cancel the handshake the others wait on.
         return await asyncio.shield(self._opening)
 
-    async def _connection(self) -> ssh.Connection:
+    async def _connection(self, settings: ssh.Settings) -> ssh.Connection:
         """The open connection, re-verified; or a new one (concurrent callers share one handshake and its failure)."""
         async with self._connect_lock:
             opening = self._opening
             if opening is None:
                 current = self.connection
-                if current is not None and (
-                    current.closed or not current.host_key_still_trusted(ssh.resolve(self.endpoint))
-                ):
+                if current is not None and (current.closed or not current.host_key_still_trusted(settings)):
                     await self._drop(current)
                     current = None
                 if current is not None:
@@ -293,16 +296,19 @@ class Pool:
         bounds: Bounds = DEFAULT_BOUNDS,
     ) -> Outcome:
         """Run one command over the shared connection for `endpoint`; errors name `endpoint.machine`."""
-        address, connection_key = ssh.connection_key(endpoint)
+        # Resolved once per call (the ssh config parsed once): the pool's key and, for the
+        # courier, the known-hosts files the open connection's key is checked against.
+        settings = ssh.resolve(endpoint)
+        address, connection_key = ssh.connection_key(endpoint, settings)
         key: object = connection_key
         if self.persistent:
-            key = (connection_key, ssh.settings_key(ssh.resolve(endpoint)), command, max_sessions)
+            key = (connection_key, ssh.settings_key(settings), command, max_sessions)
         peer = self.peers.get(key)
         if peer is None:
             handshake = self._handshakes.setdefault(address, asyncio.Lock())
             peer = self.peers[key] = Peer(endpoint, command, max_sessions, handshake, persistent=self.persistent)
         try:
-            return await peer.call(command, payload, operation, bounds)
+            return await peer.call(command, payload, operation, bounds, settings)
         except TransportError as exc:
             raise renamed(exc, peer.endpoint.machine, endpoint.machine) from None
 

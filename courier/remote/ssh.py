@@ -79,6 +79,9 @@ class _Settings:
         return f"{self.hostname}:{self.port}"
 
 
+Settings = _Settings  # what `resolve` returns, for the pool that passes it along
+
+
 def config_paths() -> list[str]:
     explicit = os.environ.get(CONFIG_ENV)
     if explicit:
@@ -141,13 +144,14 @@ def _resolve(endpoint: Endpoint) -> _Settings:
     )
 
 
-def connection_key(endpoint: Endpoint) -> tuple[str, str]:
+def connection_key(endpoint: Endpoint, settings: _Settings | None = None) -> tuple[str, str]:
     """(address, key) of an endpoint: endpoints with one key may share a connection (aliases of one host do).
 
     The key is the user, host and port the ssh config resolves to plus every other option
     that applies (identity, proxy, known hosts, …), so sharing never changes how one connects.
+    `settings`: the endpoint already resolved for this call (the courier resolves once per call).
     """
-    settings = _resolve(endpoint)
+    settings = settings or _resolve(endpoint)
     return settings.address, f"{settings.user}@{settings.address} {settings.config_paths!r} {settings.options}"
 
 
@@ -264,15 +268,14 @@ class Connection:
     def host_key_still_trusted(self, settings: _Settings) -> bool:
         """Whether the key this server presented is trusted by the known-hosts files as they are now.
 
-        Read afresh on every call, so a key removed or changed in known_hosts takes effect at
-        once on an already-open connection (stricter than OpenSSH's ControlMaster).
+        Looked at afresh on every call, so a key removed or changed in known_hosts takes effect
+        at once on an already-open connection (stricter than OpenSSH's ControlMaster).
         """
         key = self._conn.get_server_host_key()
         if key is None:
             return False
-        try:
-            known = asyncssh.import_known_hosts("".join(_read_text(path) for path in settings.known_hosts_files))
-        except (ValueError, asyncssh.Error):
+        known = _known_hosts(settings.known_hosts_files)
+        if known is None:
             return False
         peer = self._conn.get_extra_info("peername")
         addr = str(peer[0]) if peer else ""
@@ -409,6 +412,38 @@ class Connection:
                 cause="connection lost",
             )
         return ConnectionLost(f"{self.where}: the connection was lost: {reason}")
+
+
+# The parsed known-hosts text per list of files, with each file's identity when it was read
+# (device, inode, size, mtime in ns; None for a missing one). Every call stats the files and
+# parses them again only when one changed: the courier's warm calls re-check the server's key
+# each time, and parsing a large known_hosts on each of 64 calls was most of a fleet listing's
+# share in the courier (docs/benchmarks.md, fleet).
+_KnownHostsEntry = tuple[tuple[tuple[int, int, int, int] | None, ...], Any]
+_known_hosts_cache: dict[tuple[str, ...], _KnownHostsEntry] = {}
+
+
+def _file_identity(path: str) -> tuple[int, int, int, int] | None:
+    try:
+        info = os.stat(path)
+    except OSError:
+        return None
+    return info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns
+
+
+def _known_hosts(files: list[str]) -> Any:
+    """asyncssh's parsed known-hosts of `files` as they are on disk now; None when they do not parse."""
+    key = tuple(files)
+    identity = tuple(_file_identity(path) for path in files)
+    cached = _known_hosts_cache.get(key)
+    if cached is not None and cached[0] == identity:
+        return cached[1]
+    try:
+        known = asyncssh.import_known_hosts("".join(_read_text(path) for path in files))
+    except (ValueError, asyncssh.Error):
+        known = None
+    _known_hosts_cache[key] = (identity, known)
+    return known
 
 
 class Stream:
