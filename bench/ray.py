@@ -54,9 +54,7 @@ def caller(base: Path, cluster: RayCluster) -> dict[str, str]:
 
 
 def wb(env: dict[str, str], *args: str) -> str:
-    done = subprocess.run(
-        [common.PYTHON, "-m", "courier.main", *args], env=env, capture_output=True, text=True, timeout=600, check=False
-    )
+    done = subprocess.run([common.WB, *args], env=env, capture_output=True, text=True, timeout=600, check=False)
     if done.returncode != 0:
         raise RuntimeError(f"wb {' '.join(args)} exited {done.returncode}: {done.stderr[-800:]}")
     return done.stdout
@@ -65,6 +63,84 @@ def wb(env: dict[str, str], *args: str) -> str:
 def listed(env: dict[str, str]) -> list[dict[str, Any]]:
     results: list[dict[str, Any]] = json.loads(wb(env, "agent", "list", "--to", "lab", "--json"))
     return results
+
+
+def busy_cpu_s() -> float:
+    """CPU seconds this machine has spent outside idle and iowait since boot (/proc/stat), all cores."""
+    fields = [int(value) for value in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    return (sum(fields[:8]) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
+
+
+_KINDS = (  # (what a process is, a piece of its command line), first match wins
+    ("ray: raylets", "raylet"),
+    ("ray: GCS", "gcs_server"),
+    ("ray: node services (actors)", "NodeService"),
+    ("ray: task workers (holders)", "ray::hold_run"),
+    ("ray: idle workers", "ray::IDLE"),
+    ("ray: task workers (holders)", "default_worker.py"),
+    ("ray: other daemons", "ray/"),
+    ("head: serve process", "--wb-internal-agent-serve"),
+    ("caller: courier", "courier.courier_process"),
+    ("wb owners (alive at the end)", "--wb-internal-agent-run"),
+)
+
+
+Snapshot = dict[int, tuple[str, float]]  # pid → (kind, CPU seconds)
+
+
+def process_cpu() -> Snapshot:
+    """Every live process's kind and CPU seconds so far (processes that ended are not here)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    table: Snapshot = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        kind = next((name for name, part in _KINDS if part in command), "other processes alive at the end")
+        table[int(entry.name)] = (kind, (int(fields[11]) + int(fields[12])) / tick)
+    return table
+
+
+def cpu_by_kind(before: Snapshot, after: Snapshot, busy: float) -> dict[str, float]:
+    """CPU seconds per kind of process between two snapshots; the rest is processes that came and went
+    within the window (each dispatch's `wb` client and courier child, the nodes' git and owner starts,
+    the harness, the benchmark's own polling)."""
+    kinds: dict[str, float] = {}
+    for pid, (kind, cpu) in after.items():
+        kinds[kind] = kinds.get(kind, 0.0) + cpu - (before[pid][1] if pid in before else 0.0)
+    kinds["short-lived processes (the rest)"] = busy - sum(kinds.values())
+    return {kind: round(seconds, 1) for kind, seconds in sorted(kinds.items(), key=lambda item: -item[1])}
+
+
+def timeline(results: list[dict[str, Any]], first: float) -> dict[str, Any]:
+    """Where a slot's time goes: each run's start and end (seconds after the first dispatch) by node,
+    and the gaps on a node between one run's end and the next run's start (the slot's idle time)."""
+    from protocol.timestamps import parse_rfc3339
+
+    by_node: dict[str, list[tuple[float, float]]] = {}
+    for result in results:
+        begun = parse_rfc3339(result["started_at"]).timestamp() - first
+        ended = parse_rfc3339(result["finished_at"]).timestamp() - first
+        by_node.setdefault(str(result.get("node")), []).append((begun, ended))
+    gaps: list[float] = []
+    durations: list[float] = []
+    for spans in by_node.values():
+        spans.sort()
+        durations += [end - begun for begun, end in spans]
+        # With 2 slots per node the k-th run starts after the (k-2)-th ended.
+        ends = sorted(end for _, end in spans)
+        gaps += [spans[k][0] - ends[k - CPUS] for k in range(CPUS, len(spans))]
+    return {
+        "first_start_s": round(min(b for spans in by_node.values() for b, _ in spans), 2),
+        "run_s_median": round(statistics.median(durations), 2),
+        "run_s_max": round(max(durations), 2),
+        "slot_gap_s_median": round(statistics.median(gaps), 2) if gaps else None,
+        "slot_gap_s_max": round(max(gaps), 2) if gaps else None,
+    }
 
 
 def main() -> int:
@@ -90,10 +166,13 @@ def main() -> int:
                 )  # fmt: skip
                 return out.split()[0]
 
+            cpu_before = busy_cpu_s()
+            processes_before = process_cpu()
             first = time.time()
             with ThreadPoolExecutor(PARALLEL) as pool:
                 refs = list(pool.map(one, range(RUNS)))
             report["dispatch_all_s"] = round(time.time() - first, 2)
+            report["cpu_during_dispatch_s"] = round(busy_cpu_s() - cpu_before, 1)
             ids = {ref.split(":", 1)[1] for ref in refs}
             deadline = time.monotonic() + 600
             while True:
@@ -107,6 +186,14 @@ def main() -> int:
 
             last = max(parse_rfc3339(r["finished_at"]).timestamp() for r in results)
             report["makespan_s"] = round(last - first, 2)
+            # Every process of the machine from the first dispatch to the last run's end (the
+            # three nodes, the head's serve process, the courier, this poller): per run, and the
+            # floor that much work puts under the makespan on this machine's cores.
+            busy = busy_cpu_s() - cpu_before
+            report["cpu_per_run_s"] = round(busy / RUNS, 2)
+            report["cpu_floor_s"] = round(busy / (os.cpu_count() or 1), 1)
+            report["cpu_by_kind_s"] = cpu_by_kind(processes_before, process_cpu(), busy)
+            report["timeline"] = timeline(results, first)
             report["ideal_s"] = IDEAL_S
             report["states"] = sorted({r["state"] for r in results})
             report["runs_per_node"] = {
@@ -125,9 +212,7 @@ def main() -> int:
                 timings[name] = {"median_s": round(statistics.median(times), 3), "records": count}
             report["list_600"] = timings
         finally:
-            subprocess.run(
-                [common.PYTHON, "-m", "courier.main", "courier", "stop"], env=warm, capture_output=True, check=False
-            )
+            subprocess.run([common.WB, "courier", "stop"], env=warm, capture_output=True, check=False)
             cluster.stop()
     report["load_after"] = os.getloadavg()
     print(json.dumps(report, indent=2))
