@@ -27,6 +27,9 @@ def main() -> None:
 
         sys.exit(serve_session(sys.argv[2:]))
     if argv1 == OWNER_ARGUMENT:
+        from courier import no_plugins
+
+        no_plugins.install()  # every run's owner validates models: no scan of installed distributions
         from courier.runs.owner import owner_main
 
         sys.exit(owner_main(sys.argv[2:]))

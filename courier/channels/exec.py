@@ -32,6 +32,7 @@ from protocol import limits
 from protocol.entry import REMOTE_ARGUMENT, SERVE_ARGUMENT
 
 _READ_CHUNK = limits.SSH_READ_CHUNK_BYTES
+SERVE_PREPARE_WAIT_S = 10.0  # the longest a call waits for a serve process being prepared
 
 
 class _Overflow(Exception):
@@ -253,6 +254,13 @@ class ExecPeer:
     async def call(self, payload: bytes, operation: str, bounds: Bounds) -> Outcome:
         """Over the serve process when there is one (a process that ended is replaced once), else one process."""
         self.calls += 1
+        side = self._side_task
+        if side is not None and not side.done():
+            # Its serve process is being prepared (the version probe, then its start): a call
+            # arriving meanwhile waits for it, bounded, instead of starting one more process
+            # beside it; on a Ray head each such process joins the cluster as a new driver,
+            # 1-2 s of CPU (docs/ray.md#cost).
+            await asyncio.wait({side}, timeout=SERVE_PREPARE_WAIT_S)
         serve = self.serve
         if serve is not None and not serve.closed and not needs_fresh_session(operation, self.capabilities):
             try:

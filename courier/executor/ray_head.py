@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import ray
@@ -27,6 +28,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from courier.config import Config, Resources, load_config
 from courier.errors import Finding, NotStartable, WbError, error_for_failure_kind
 from courier.executor.placements import ENDED, PLACED, QUEUED, Placement, Placements, now, wants_text
+from courier.executor.ray_keeper import ensure_keeper
 from courier.executor.ray_node import NAMESPACE, NodeService
 from courier.runs.context import Context, Handler
 from courier.runs.watch_op import Cursor, Scanner
@@ -46,11 +48,17 @@ _STAMPED = ("status", "await", "logs", "continue", "dispatch")  # replies whose 
 _connect_lock = threading.Lock()
 
 
-def connect(address: str) -> None:
+# What this process joined: the cluster's address and the head's home (for its keeper), and
+# whether this process is the keeper (courier/executor/ray_keeper.py).
+_joined: dict[str, Any] = {}
+
+
+def connect(address: str, home: Path, *, keeper: bool = False) -> None:
     """Join the cluster once per process (a serve-mode receiver keeps the connection warm)."""
     with _connect_lock:
         if ray.is_initialized():
             return
+        _joined.update(address=address, home=home, keeper=keeper)
         os.environ.setdefault("RAY_BACKEND_LOG_LEVEL", "error")
         # Ray's core writes start-up notices straight to fd 2 (before its log level applies):
         # they are kept aside and shown only when joining fails.
@@ -73,6 +81,8 @@ def connect(address: str) -> None:
                 os.close(saved)
         if failure is not None:
             raise Finding(f"cannot reach the Ray cluster at {address} (agents.executor.ray.address): {failure}")
+        if not keeper:
+            ensure_keeper(home, address)  # started on the head's first contact, not awaited here
 
 
 @dataclass(frozen=True)
@@ -99,15 +109,53 @@ def live_nodes() -> list[Node]:
     return sorted(nodes, key=lambda n: n.name)
 
 
+# Each node's service handle, kept for the process's life (a serve-mode head answers many
+# requests): looking a named actor up is a call to the GCS, and a dispatch asked for the head's
+# twice. A handle whose actor died is forgotten (`forget_service`), and the next call looks again.
+_services: dict[str, Any] = {}
+_services_lock = threading.Lock()
+_keeper_lock = threading.Lock()
+
+
 def service(node: Node) -> Any:
     """The node's NodeService, created on first use and pinned to that node."""
-    return NodeService.options(  # type: ignore[attr-defined]
-        name=f"node-{node.node_id}",
-        namespace=NAMESPACE,
-        lifetime="detached",
-        get_if_exists=True,
-        scheduling_strategy=NodeAffinitySchedulingStrategy(node.node_id, soft=False),
-    ).remote()
+    return service_on(node.node_id)
+
+
+def service_on(node_id: str) -> Any:
+    if node_id not in _services and node_id == _here() and not _joined.get("keeper") and "home" in _joined:
+        # The head's own service submits every holder: its creator must be the keeper
+        # (docs/ray.md#the-keeper), started here when none runs.
+        with _keeper_lock:
+            ensure_keeper(_joined["home"], _joined["address"], lambda: _exists(node_id))
+    with _services_lock:
+        handle = _services.get(node_id)
+        if handle is None:
+            handle = _services[node_id] = NodeService.options(  # type: ignore[attr-defined]
+                name=f"node-{node_id}",
+                namespace=NAMESPACE,
+                lifetime="detached",
+                get_if_exists=True,
+                scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False),
+            ).remote()
+        return handle
+
+
+def _here() -> str:
+    return str(ray.get_runtime_context().get_node_id())
+
+
+def _exists(node_id: str) -> bool:
+    try:
+        ray.get_actor(f"node-{node_id}", namespace=NAMESPACE)
+    except ValueError:
+        return False
+    return True
+
+
+def forget_service(node_id: str) -> None:
+    with _services_lock:
+        _services.pop(node_id, None)
 
 
 class NodeLost(Finding):
@@ -137,6 +185,7 @@ def ask(node: Node, request: RemoteRequest) -> RemoteResponse:
             ray.exceptions.ActorDiedError,
             ray.exceptions.ActorUnschedulableError,  # its service re-made on a node that is going
         ) as exc:
+            forget_service(node.node_id)  # a service re-made (or gone with its node) is looked up afresh
             if all(live.node_id != node.node_id for live in live_nodes()):
                 raise NodeLost(f"node {node.name} lost") from None
             if time.monotonic() >= deadline:
@@ -253,7 +302,7 @@ def place(config: Config, request: RemoteRequest, placement: Placement, options:
     if placement.pinned_node_id:
         options = {**options, "scheduling_strategy": NodeAffinitySchedulingStrategy(placement.pinned_node_id, False)}
     try:  # the node's long-lived service submits and owns the holder: see NodeService.place
-        call = _head_service().place.remote(placement.agent_id, request, options)
+        call = head_service().place.remote(placement.agent_id, request, options)
         refused = ray.get(call, timeout=NODE_CALL_S)
     except ray.exceptions.RayError as exc:
         refused = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
@@ -275,7 +324,7 @@ def dispatch(request: RemoteRequest, response: RemoteResponse, context: Context)
     resources = resources_of(config, request.profile)
     options = ray_options(resources, request.repository)
     wants = wants_of(resources)
-    connect(_address(config))
+    connect(_address(config), config.home)
     check_feasible(live_nodes(), options, request.repository, wants)
     if not agent_id:
         from protocol.refs import new_run_id
@@ -301,7 +350,7 @@ def dispatch(request: RemoteRequest, response: RemoteResponse, context: Context)
 def continue_(request: RemoteRequest, response: RemoteResponse, context: Context) -> None:
     """A continuation runs on its parent's node, in the same worktree (a holder task pinned to that node)."""
     config = _config(context)
-    connect(_address(config))
+    connect(_address(config), config.home)
     placements = Placements(config.home)
     parent = current(config, placements.load(request.agent_id))
     if not parent.terminal:
@@ -343,10 +392,9 @@ def continue_(request: RemoteRequest, response: RemoteResponse, context: Context
 # ----- where a run is, and its Result
 
 
-def _head_service() -> Any:
+def head_service() -> Any:
     """The service of the node this process runs on (the head's): it submits and owns the holder tasks."""
-    here = ray.get_runtime_context().get_node_id()
-    return service(_node_by_id(here) or Node("this node", here, {}))
+    return service_on(_here())
 
 
 def _node_by_id(node_id: str) -> Node | None:
@@ -518,7 +566,7 @@ def stop(request: RemoteRequest, response: RemoteResponse, context: Context) -> 
     placement, node = _placed_node(config, request.agent_id)
     if placement.phase == QUEUED:
         try:
-            never_started = bool(ray.get(_head_service().cancel.remote(request.agent_id), timeout=NODE_CALL_S))
+            never_started = bool(ray.get(head_service().cancel.remote(request.agent_id), timeout=NODE_CALL_S))
         except ray.exceptions.RayError as exc:
             raise Finding(f"the Ray cluster failed to stop the queued run: {type(exc).__name__}") from None
         if never_started:
@@ -664,7 +712,7 @@ def _address(config: Config) -> str:
 
 def _connected(context: Context) -> Config:
     config = _config(context)
-    connect(_address(config))
+    connect(_address(config), config.home)
     return config
 
 

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from courier import __version__
 from courier.errors import WbError
@@ -38,6 +39,8 @@ from protocol.models import RemoteRequest, RemoteResponse
 from protocol.timestamps import rfc3339, utc_now
 
 NAMESPACE = "wb"
+WARM_WORKERS_MAX = 8  # workers started ahead per node, at most
+WARM_HOLD_S = 0.5
 HOLD_POLL_S = 0.25  # how often a holder looks whether its run is terminal (its slot is idle meanwhile)
 
 
@@ -76,6 +79,15 @@ class NodeService:
         self._cancelled: set[str] = set()
         self._placed: set[str] = set()  # every run ever submitted here (IDs are unique: a few bytes each)
         self._lock = threading.Lock()
+
+    def warm(self, nodes: list[tuple[str, int]]) -> None:
+        """Have each node start one pooled worker per cpu for the holders this service submits
+        (node ID, cpus): the first runs then find them started (docs/ray.md#the-keeper)."""
+        for node_id, cpus in nodes:
+            for _ in range(min(cpus, WARM_WORKERS_MAX)):
+                _warm_worker.options(
+                    num_cpus=1, scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False)
+                ).remote()
 
     def answer(self, request: RemoteRequest) -> bytes:
         return answer_here(request)
@@ -143,6 +155,27 @@ class NodeService:
         return True
 
 
+def _claimed(owner: Any, agent_id: str) -> bool:
+    """Ask the head's service whether this run may start, from a thread of this task.
+
+    A task's main thread blocked in `ray.get` lends its CPUs back to the node, and the node
+    then starts another queued holder in a new worker process (an interpreter importing Ray
+    and wb, about 1 s of CPU) that lives only until the pool's idle limit ends it: one extra
+    worker per run (docs/ray.md#cost). A call from another thread keeps the CPUs held.
+    """
+    answer: list[bool] = []
+    asker = threading.Thread(target=lambda: answer.append(bool(ray.get(owner.claim.remote(agent_id)))))
+    asker.start()
+    asker.join()
+    return bool(answer and answer[0])
+
+
+@ray.remote(max_retries=0)
+def _warm_worker() -> None:
+    """Holds a cpu briefly, so that a node starts as many workers as it has cpus, side by side."""
+    time.sleep(WARM_HOLD_S)
+
+
 @ray.remote(max_retries=0)
 def hold_run(owner: Any, agent_id: str, request: RemoteRequest) -> None:
     """The run's holder: it runs with the run's resources, admits the run on this node, and
@@ -152,7 +185,7 @@ def hold_run(owner: Any, agent_id: str, request: RemoteRequest) -> None:
     run to run, where an actor costs a new worker process (an interpreter importing Ray and
     wb) per run (docs/ray.md#cost). Never retried: a run is admitted once.
     """
-    if not ray.get(owner.claim.remote(agent_id)):
+    if not _claimed(owner, agent_id):
         return
     reply = RemoteResponse.model_validate_json(answer_here(request))
     if reply.failure:
