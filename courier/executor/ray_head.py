@@ -132,7 +132,7 @@ def service_on(node_id: str) -> Any:
         handle = _services.get(node_id)
         if handle is None:
             handle = _services[node_id] = NodeService.options(  # type: ignore[attr-defined]
-                name=f"node-{node_id}",
+                name=service_name(node_id),
                 namespace=NAMESPACE,
                 lifetime="detached",
                 get_if_exists=True,
@@ -141,13 +141,17 @@ def service_on(node_id: str) -> Any:
         return handle
 
 
+def service_name(node_id: str) -> str:
+    return f"node-{node_id}"
+
+
 def _here() -> str:
     return str(ray.get_runtime_context().get_node_id())
 
 
 def _exists(node_id: str) -> bool:
     try:
-        ray.get_actor(f"node-{node_id}", namespace=NAMESPACE)
+        ray.get_actor(service_name(node_id), namespace=NAMESPACE)
     except ValueError:
         return False
     return True

@@ -35,15 +35,12 @@ def lock_path(home: Path) -> Path:
     return directory / "keeper.lock"
 
 
-def _held(path: Path) -> bool:
+def _held(home: Path) -> bool:
     """Whether a live keeper holds the lock (a lock is released with its process)."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
+    fd = hold_lock(home)
+    if fd is None:
         return True
-    finally:
-        os.close(fd)  # closing releases a lock taken here
+    os.close(fd)  # closing releases the lock taken to look
     return False
 
 
@@ -53,8 +50,7 @@ def ensure_keeper(home: Path, address: str, head_service_exists: Callable[[], bo
 
     A keeper that cannot start costs only speed: the caller then creates the service itself.
     """
-    path = lock_path(home)
-    if _held(path):
+    if _held(home):
         return
     with open(os.devnull, "r+b") as null:
         subprocess.Popen(  # this interpreter, this module, the cluster's address: no shell, no task
