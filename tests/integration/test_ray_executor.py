@@ -7,14 +7,17 @@ head as the exec machine `lab`, as a supervisor would. The slow scenarios run on
 
 from __future__ import annotations
 
+import contextlib
 import json
 import select
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 import yaml
 
@@ -294,3 +297,41 @@ def test_a_run_being_admitted_is_listed_once(lab: Machine, ray_cluster: RayClust
     finally:
         arriving.rmdir()
         placements.remove(agent_id)
+
+
+def test_holders_run_in_the_pooled_workers_of_the_keepers_job(lab: Machine, ray_cluster: RayCluster) -> None:
+    """docs/ray.md#the-keeper: the head's service belongs to the keeper's live job, so the holders of
+    runs one after another on the head reuse its pooled worker. Under a finished job (the service made
+    by a receiver that exited) Ray ended each holder's worker once idle, and every run started a new one."""
+
+    def workers() -> set[int]:
+        found = set()
+        for process in ray_cluster.node_processes(ray_cluster.head):
+            with contextlib.suppress(psutil.Error):
+                if process.name().startswith("ray::") and "NodeService" not in process.name():
+                    found.add(process.pid)
+        return found
+
+    first = dispatch(lab, "on-head", "sleep:1", "pooled-0")
+    wait_for(lab, first, {"completed"})
+    before = workers()
+    seen: set[int] = set()
+    done = threading.Event()
+
+    def watch() -> None:  # a worker started and ended between two looks would be missed: look often
+        while not done.is_set():
+            seen.update(workers())
+            done.wait(0.05)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        for index in (1, 2):
+            wait_for(lab, dispatch(lab, "on-head", "sleep:1", f"pooled-{index}"), {"completed"})
+    finally:
+        done.set()
+        watcher.join()
+    assert before, "no Ray worker left on the head after its first run: its holder's worker ended once idle"
+    assert not seen - before, (
+        f"new Ray workers started for later runs: {sorted(seen - before)} (before: {sorted(before)})"
+    )

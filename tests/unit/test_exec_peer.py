@@ -194,3 +194,35 @@ def test_a_peer_closed_during_a_call_starts_no_serve_process_after_it(tmp_path: 
         await peer.close()
 
     asyncio.run(scenario())
+
+
+def test_a_call_while_the_serve_process_is_being_prepared_waits_for_it(tmp_path: Path) -> None:
+    """The first call is one process; the version probe after it is held. A call arriving meanwhile
+    travels on the serve process once it is up, rather than as one more process beside it (on a Ray
+    head each such process joins the cluster afresh, docs/ray.md#cost)."""
+
+    async def scenario() -> None:
+        peer = _peer(tmp_path)
+        hold = tmp_path / "hold"
+        try:
+            await _served_pid(peer)  # one process; the peer now probes `version`, then starts its serve process
+            hold.touch()  # the probe (started on the loop's next turn) waits until this file is gone
+            second = asyncio.ensure_future(peer.call(LIST, "list", DEFAULT_BOUNDS))
+            await asyncio.sleep(0.5)
+            assert not second.done() and not (tmp_path / "serve-started").exists()
+            hold.unlink()
+            outcome = await asyncio.wait_for(second, 20)
+            served = peer._process
+            assert served is not None, "no serve process was started"
+            pid = json.loads(outcome.stdout)["pid"]
+            assert pid == served.pid, f"answered by one more process ({pid}), not the serve process ({served.pid})"
+        finally:
+            hold.unlink(missing_ok=True)
+            process = peer._process
+            await peer.close()
+            holder = tmp_path / "holder.pid"
+            if holder.exists():
+                os.kill(int(holder.read_text()), signal.SIGKILL)
+            await _until_pipes_closed(process)
+
+    asyncio.run(scenario())
