@@ -21,6 +21,8 @@ own store.
 from __future__ import annotations
 
 import contextlib
+import os
+import select
 import threading
 import time
 from pathlib import Path
@@ -32,8 +34,9 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from courier import __version__
 from courier.errors import WbError
 from courier.ops import REGISTRY
-from courier.runs.context import Context
-from courier.runs.store import write_private
+from courier.runs import process
+from courier.runs.context import Context, configured_home
+from courier.runs.store import Store, write_private
 from protocol import limits
 from protocol.models import RemoteRequest, RemoteResponse
 from protocol.timestamps import rfc3339, utc_now
@@ -41,7 +44,8 @@ from protocol.timestamps import rfc3339, utc_now
 NAMESPACE = "wb"
 WARM_WORKERS_MAX = 8  # workers started ahead per node, at most
 WARM_HOLD_S = 0.5
-HOLD_POLL_S = 0.25  # how often a holder looks whether its run is terminal (its slot is idle meanwhile)
+HOLD_POLL_S = 0.25  # how often a holder looks whether its run is terminal when it cannot watch the owner
+OWNER_WATCH_S = 2.0  # the longest a holder watching its run's owner goes without looking at the run
 
 
 def answer_here(request: RemoteRequest) -> bytes:
@@ -62,8 +66,6 @@ def answer_here(request: RemoteRequest) -> bytes:
 
 def refusal_path(agent_id: str) -> str:
     """Where a run that its node refused to admit leaves the reason (the head reads it via NodeService)."""
-    from courier.runs.context import configured_home
-
     directory = configured_home() / "ray-refused"
     directory.mkdir(mode=0o700, parents=True, exist_ok=True)
     return str(directory / f"{agent_id}.json")
@@ -192,9 +194,52 @@ def hold_run(owner: Any, agent_id: str, request: RemoteRequest) -> None:
         # Not admitted here (a worktree in use, a missing credential…): the head reports it.
         write_private(Path(refusal_path(agent_id)), reply.model_dump_json().encode())
         return
+    _hold_until_terminal(agent_id)
+
+
+def _hold_until_terminal(agent_id: str) -> None:
+    """Return once the run is terminal on this node, promptly: the slot is idle from then on.
+
+    The holder watches the run's owner process (a pidfd, readable when it exits: the owner writes
+    the terminal record just before) and looks at the run only then, or every OWNER_WATCH_S in
+    case the run ended otherwise. Polling alone left a slot idle for half a poll on average after
+    every run, and cost a status read per poll (docs/ray.md#cost).
+    """
     probe = RemoteRequest.of("status", agent_id=agent_id)
-    while True:
-        reply = RemoteResponse.model_validate_json(answer_here(probe))
-        if reply.failure or reply.result_of().terminal:
-            return
-        time.sleep(HOLD_POLL_S)
+    owner: int | None = None  # a pidfd of the run's owner, once it is known and alive
+    watched = False  # its exit was seen: from then on, poll
+    try:
+        while True:
+            reply = RemoteResponse.model_validate_json(answer_here(probe))
+            if reply.failure or reply.result_of().terminal:
+                return
+            if owner is None and not watched:
+                owner = _owner_pidfd(agent_id)
+            if owner is None:
+                time.sleep(HOLD_POLL_S)
+                continue
+            if select.select([owner], [], [], OWNER_WATCH_S)[0]:
+                os.close(owner)
+                owner, watched = None, True
+    finally:
+        if owner is not None:
+            os.close(owner)
+
+
+def _owner_pidfd(agent_id: str) -> int | None:
+    """A pidfd of the run's owner (Linux 5.3+), or None: not started yet, gone, or no pidfd here."""
+    try:
+        record = Store(configured_home()).load(agent_id)
+    except WbError:
+        return None
+    if not record.owner_pid or not hasattr(os, "pidfd_open"):
+        return None
+    try:
+        handle = os.pidfd_open(record.owner_pid)
+    except OSError:
+        return None
+    # Opened after the pid was read: the pid must still be that owner (not a reused pid).
+    if not process.same_process(record.owner_pid, record.owner_token):
+        os.close(handle)
+        return None
+    return handle
