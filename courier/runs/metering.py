@@ -13,13 +13,13 @@ import threading
 from typing import TYPE_CHECKING
 
 from courier.runs.budget import exceeded
-from courier.runs.meter import LimitRefusal, Meter, ResponseUsage
 from courier.runs.usage_wait import Limit
 from protocol.models import Usage
 
 if TYPE_CHECKING:
     from courier.config import Provider
     from courier.runs.harness.base import EventParser
+    from courier.runs.meter import LimitRefusal, Meter, ResponseUsage
     from courier.runs.store import Record
 
 
@@ -65,6 +65,10 @@ class RunMeter:
         """The provider as the worker sees it: through the relay when a budget or a wait is in force."""
         if self.budget is None and self.policy is None:
             return provider
+        # Imported here: the relay's http, email and ssl modules are ~20 ms of every owner's
+        # start, and only a run through a provider with a budget or a wait in force needs them.
+        from courier.runs.meter import Meter
+
         relay = Meter(provider.base_url, wire_api, self._responded, self._limited)
         self.relay = relay
         return provider.model_copy(update={"base_url": relay.start()})
