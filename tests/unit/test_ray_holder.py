@@ -45,5 +45,6 @@ def test_a_holder_watches_its_runs_owner_and_returns_once_it_exits(
     ended = time.monotonic()
     holder.join(timeout=ray_node.OWNER_WATCH_S)
     assert not holder.is_alive()
-    assert time.monotonic() - ended < ray_node.OWNER_WATCH_S / 2, "the holder noticed the owner's exit only on its timer"
+    waited = time.monotonic() - ended
+    assert waited < ray_node.OWNER_WATCH_S / 2, "the holder noticed the owner's exit only on its timer"
     assert looks == ["status", "status"]
