@@ -34,7 +34,11 @@ def main() -> None:
 
         sys.exit(owner_main(sys.argv[2:]))
     if sys.argv[1:] == ["mcp"]:
-        # The MCP server without the CLI's argument layer: `initialize` waits on nothing but the SDK.
+        # The MCP server without the CLI's argument layer: `initialize` waits on nothing but the SDK,
+        # and on none of the SDK's client and HTTP parts its package inits would import.
+        from courier.bare_packages import register_bare
+
+        register_bare("mcp", "mcp.server")
         from courier.mcp_server import main as serve_mcp
 
         sys.exit(serve_mcp())

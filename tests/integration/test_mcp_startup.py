@@ -30,6 +30,8 @@ TOOLS_LIST = {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}
 # Never needed to answer initialize or tools/list: the CLI's argument layer, the configuration,
 # the transports and SSH.
 NOT_FOR_LISTING = ("typer", "asyncssh", "yaml", "courier.cli", "courier.config", "courier.transport", "courier.route")
+# The SDK's parts a stdio server never uses, which its package inits would import (courier/bare_packages.py).
+NOT_FOR_A_STDIO_SERVER = ("mcp.client", "mcp.server.mcpserver", "mcp.cli")
 
 
 @pytest.fixture
@@ -73,9 +75,11 @@ def serve(
 def test_initialize_is_answered_with_the_sdk_alone(env: dict[str, str], tmp_path: Path) -> None:
     answers, imported = serve(env, tmp_path, INITIALIZE)
     assert answers[1]["result"]["serverInfo"]["name"] == "wb"  # type: ignore[index]
-    assert "mcp" in imported
+    assert "mcp.types" in imported and "mcp.server.lowlevel" in imported
     found = sorted(name for name in imported if name.startswith(("courier.", "protocol")) or name in NOT_FOR_LISTING)
-    assert found == ["courier.errors", "courier.main", "courier.mcp_server", "protocol", "protocol.entry"], found
+    wb_modules = ["courier.bare_packages", "courier.errors", "courier.main", "courier.mcp_server"]
+    assert found == [*wb_modules, "protocol", "protocol.entry"], found
+    assert sorted(imported & set(NOT_FOR_A_STDIO_SERVER)) == []
 
 
 def test_tools_list_is_answered_without_the_cli_the_configuration_or_ssh(env: dict[str, str], tmp_path: Path) -> None:
