@@ -206,21 +206,19 @@ def _hold_until_terminal(agent_id: str) -> None:
     every run, and cost a status read per poll (docs/ray.md#cost).
     """
     probe = RemoteRequest.of("status", agent_id=agent_id)
-    owner: int | None = None  # a pidfd of the run's owner, once it is known and alive
-    watched = False  # its exit was seen: from then on, poll
+    owner: int | None = None  # a pidfd of the run's current owner, while it is alive
     try:
         while True:
             reply = RemoteResponse.model_validate_json(answer_here(probe))
             if reply.failure or reply.result_of().terminal:
                 return
-            if owner is None and not watched:
-                owner = _owner_pidfd(agent_id)
+            if owner is None:
+                owner = _owner_pidfd(agent_id)  # none yet, or gone (a run resumed under a new one is watched again)
             if owner is None:
                 time.sleep(HOLD_POLL_S)
-                continue
-            if select.select([owner], [], [], OWNER_WATCH_S)[0]:
+            elif select.select([owner], [], [], OWNER_WATCH_S)[0]:
                 os.close(owner)
-                owner, watched = None, True
+                owner = None
     finally:
         if owner is not None:
             os.close(owner)
