@@ -529,7 +529,12 @@ def courier_status(fmt: FormatOpt = Format.text, json_flag: JsonOpt = False) -> 
         _out(to_json(found if found is not None else {"running": False, "socket": control.where()}))
         return
     if found is None:
-        _out(f"no courier is running (socket {control.where() or 'unavailable: no WB_HOME yet'})\n")
+        socket = control.where()
+        _out(
+            f"no courier is running (socket {socket})\n"
+            if socket
+            else f"no courier is running, and none can start here: {control.why_nowhere()}\n"
+        )
         return
     from protocol.durations import format_duration_ms
 

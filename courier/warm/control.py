@@ -36,6 +36,11 @@ def where() -> str | None:
     return place.socket_path(os.environ)
 
 
+def why_nowhere() -> str:
+    """Why `where()` is None ("" when it is not)."""
+    return place.no_run_dir_reason(os.environ)
+
+
 def status() -> dict[str, Any] | None:
     reply = _ask(b"status")
     if not reply or reply[0] != b"status" or len(reply) != 2:

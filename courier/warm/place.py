@@ -51,17 +51,30 @@ def run_dir(env: dict[str, str] | os._Environ[str]) -> str | None:
     xdg = env.get("XDG_RUNTIME_DIR", "")
     if xdg and os.path.isabs(xdg) and _private_dir(xdg):
         return os.path.join(xdg, XDG_SUBDIR)
+    home, problem = _usable_home(env)
+    return None if problem else os.path.join(home, RUN_DIR_NAME)
+
+
+def no_run_dir_reason(env: dict[str, str] | os._Environ[str]) -> str:
+    """Why `run_dir` found no directory for the courier, in words a user can act on ("" when it did)."""
+    return "" if run_dir(env) is not None else _usable_home(env)[1]
+
+
+def _usable_home(env: dict[str, str] | os._Environ[str]) -> tuple[str, str]:
+    """The wb home the courier's directory goes under, and what makes it unusable ("" when nothing)."""
     home = env.get("WB_HOME", "")
     if home:
         home = _expand(home, env)
     else:
         user_home = env.get("HOME", "")
         if not user_home:
-            return None
+            return "", "neither WB_HOME nor HOME is set"
         home = os.path.join(user_home, ".wb")
-    if not os.path.isabs(home) or (os.path.lexists(home) and not _private_dir(home)):
-        return None
-    return os.path.join(home, RUN_DIR_NAME)
+    if not os.path.isabs(home):
+        return home, f"the wb home {home} is not an absolute path"
+    if os.path.lexists(home) and not _private_dir(home):
+        return home, f"the wb home {home} is not a private directory of yours (chmod 700 {home})"
+    return home, ""
 
 
 def ensure_run_dir(socket: str) -> bool:

@@ -206,6 +206,20 @@ def test_wb_courier_off_starts_no_courier(machine: Machine) -> None:
     assert done.returncode == 0 and done.stdout.startswith("no courier is running")
 
 
+@ONE_PASS
+def test_courier_status_says_why_no_courier_can_start_under_a_shared_home(machine: Machine) -> None:
+    shared = machine.root / "shared-home"
+    shared.mkdir(mode=0o755)
+    shared.chmod(0o755)
+    done = machine.wb("courier", "status", env={"WB_HOME": str(shared), "XDG_RUNTIME_DIR": ""})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == (
+        f"no courier is running, and none can start here: the wb home {shared} is not a private directory "
+        f"of yours (chmod 700 {shared})\n"
+    )
+    assert list(shared.iterdir()) == []  # nothing created under it
+
+
 # --------------------------------------------------------------------------- lifecycle and faults
 
 
