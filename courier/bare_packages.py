@@ -1,8 +1,8 @@
 """Import a library's submodules without running its package `__init__` (docs/benchmarks.md#mcp-start-up).
 
 The MCP SDK's top-level `mcp/__init__.py` and `mcp/server/__init__.py` only re-export names,
-and to do so they import the SDK's client, its high-level server and its HTTP transports:
-about a third of `wb mcp`'s start-up, none of which a stdio server uses. Registering each
+and to do so they import the SDK's client and its high-level server: about a fifth of
+`wb mcp`'s start-up, none of which a stdio server uses. Registering each
 package as a bare module with the package's search path lets `from mcp.server.lowlevel
 import Server` load that submodule (and what it imports) alone. Only for packages whose
 `__init__` does nothing but re-export; tested through `wb mcp` with the SDK's own client.
