@@ -6,13 +6,16 @@ is needed only by a run through a provider with a budget or a usage-limit wait i
 
 from __future__ import annotations
 
-import subprocess
-import sys
+import os
+from pathlib import Path
+
+from tests_support import imported_modules
 
 RELAY_ONLY = ("http.client", "http.server", "email.utils", "ssl", "courier.runs.meter")
 
 
-def test_the_owner_imports_no_relay_module_until_a_run_needs_the_relay() -> None:
-    probe = f"import sys, courier.runs.owner; print(sorted(set({RELAY_ONLY!r}) & set(sys.modules)))"
-    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
-    assert done.stdout.strip() == "[]", done.stdout
+def test_the_owner_imports_no_relay_module_until_a_run_needs_the_relay(tmp_path: Path) -> None:
+    names, done = imported_modules(["-c", "import courier.runs.owner"], dict(os.environ), tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "courier.runs.owner" in names
+    assert sorted(names & set(RELAY_ONLY)) == []
