@@ -3,10 +3,17 @@
 Ours: `wb agent status m1:agt-…` as a user types it: interpreter start, the CLI, an asyncssh
 connection, the remote `wb --wb-internal-agent-remote`, the reply. Yardstick: `ssh host true`
 with OpenSSH against the same sshd, the same key and the same known_hosts, no multiplexing.
+
+Two floors beside it (information rows): the least an asyncssh client can do, a ten-line
+script that connects with the same key and known_hosts and runs `true`, and the same script
+running the receiver with the status request on stdin. What wb costs above the second is its
+own client: the CLI, wb.yaml and the reply's validation.
 """
 
 from __future__ import annotations
 
+import getpass
+import json
 import sys
 from pathlib import Path
 
@@ -14,6 +21,20 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench import common
+
+# The least asyncssh client: one connection, one command, its stdout; no config file read.
+ASYNCSSH_FLOOR = """
+import asyncio, sys
+import asyncssh
+directory, host, port, command = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+data = sys.stdin.buffer.read()
+async def main():
+    async with asyncssh.connect(host, port=port, username=sys.argv[5], client_keys=[directory + "/client_key"],
+                                known_hosts=directory + "/known_hosts", config=None, agent_path=None) as connection:
+        done = await connection.run(command, input=data.decode(), check=True)
+        sys.stdout.write(str(done.stdout))
+asyncio.run(main())
+"""
 
 
 def run(report: common.Report, base: Path, repetitions: int = 15) -> None:
@@ -23,14 +44,24 @@ def run(report: common.Report, base: Path, repetitions: int = 15) -> None:
         env = machines.env()
         ours = [common.WB, "agent", "status", f"m1:{agent_id}", "--json"]
         yardstick = machines.ssh_argv(server, "true")
+        request = base / "status-request.json"
+        request.write_text(json.dumps({"schema_version": 1, "operation": "status", "agent_id": agent_id}))
+        keys = str(machines.factory.client_config.parent)
+        floor = [common.PYTHON, "-c", ASYNCSSH_FLOOR, keys, server.host, str(server.port)]
+        user = getpass.getuser()
         samples = common.interleaved(
             {
                 "wb": lambda: common.run_timed(ours, env=env),
                 "ssh": lambda: common.run_timed(yardstick, env=env),
+                "floor": lambda: common.run_timed([*floor, "true", user], env=env, stdin_path=request),
+                "receiver": lambda: common.run_timed(
+                    [*floor, "wb --wb-internal-agent-remote", user], env=env, stdin_path=request
+                ),
             },
             repetitions,
         )
     wb, ssh = common.median(samples["wb"]), common.median(samples["ssh"])
+    bare, receiver = common.median(samples["floor"]), common.median(samples["receiver"])
     ratio = wb / ssh
     report.add(
         common.Row(
@@ -43,6 +74,18 @@ def run(report: common.Report, base: Path, repetitions: int = 15) -> None:
             f"medians of {repetitions}",
         )
     )
+    for label, figure in (("`true`", bare), ("the receiver's `status`", receiver)):
+        report.add(
+            common.Row(
+                f"1b. the least asyncssh client running {label}",
+                f"python + asyncssh {common.ms(figure)}",
+                f"ssh host true {common.ms(ssh)}",
+                f"{figure / ssh:.2f}x",
+                "(info)",
+                None,
+                "a floor for any asyncssh client: no CLI, no wb.yaml, no reply validation",
+            )
+        )
 
 
 if __name__ == "__main__":

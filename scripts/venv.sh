@@ -39,4 +39,8 @@ wb_install_venv() {
     PY=python3
   fi
   "$PY" -m pip install -q --disable-pip-version-check -e ".${extras}"
+  # An editable install leaves wb's bytecode to the first import, which PYTHONDONTWRITEBYTECODE=1
+  # forbids: every wb would compile its own sources again (25-35 ms a start). Compile them once,
+  # as a regular `pip install` does (docs/benchmarks.md#bytecode).
+  "$PY" -m compileall -q courier protocol >/dev/null
 }

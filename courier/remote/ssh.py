@@ -23,9 +23,6 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-import asyncssh
-from asyncssh.config import SSHClientConfig, SSHConfig
-
 from courier.channels.base import Outcome
 from courier.errors import (
     AuthFailed,
@@ -37,7 +34,13 @@ from courier.errors import (
     HostKeyUnknown,
     TransportError,
 )
+from courier.remote.library_lookup import preload_asyncssh
 from protocol import limits
+
+preload_asyncssh()  # before asyncssh's first import: no gcc and ld runs (courier/remote/library_lookup.py)
+
+import asyncssh  # noqa: E402
+from asyncssh.config import SSHClientConfig, SSHConfig  # noqa: E402
 
 CONFIG_ENV = "WB_SSH_CONFIG"
 KEEPALIVE_ENV = "WB_SSH_KEEPALIVE_S"

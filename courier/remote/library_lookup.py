@@ -1,0 +1,76 @@
+"""Import asyncssh without the compiler runs of its library probe (docs/benchmarks.md#the-asyncssh-import).
+
+At import, `asyncssh.crypto.pq` asks `ctypes.util.find_library` for liboqs, as "oqs" and as
+"liboqs". On Linux a name that the dynamic linker's cache does not hold sends find_library on
+to gcc and then ld: ten processes (ldconfig, gcc, collect2, ld, twice over) and about 25 ms on a
+quiet machine, more on a busy one, paid by every cold remote call and every courier start. On
+most machines liboqs is not installed at all, and then no probe can find it. So while asyncssh
+is imported, a name is handed to the real find_library only where a file of it could be: the
+linker's cache names it, or a directory the probes search holds a `lib<name>.so*`. Where it
+could be, the answer is find_library's own; where it cannot, it is None, as find_library's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes.util
+import os
+import sys
+import sysconfig
+from collections.abc import Callable, Iterator
+
+_LINKER_CACHE = "/etc/ld.so.cache"
+# The directories gcc's and ld's default search covers on Linux (the multiarch ones added below).
+_DEFAULT_DIRS = ("/lib", "/lib64", "/usr/lib", "/usr/lib64", "/usr/local/lib", "/usr/local/lib64")
+
+
+def _search_dirs() -> list[str]:
+    dirs = [path for key in ("LD_LIBRARY_PATH", "LIBRARY_PATH") for path in os.environ.get(key, "").split(":") if path]
+    dirs.extend(_DEFAULT_DIRS)
+    multiarch = sysconfig.get_config_var("MULTIARCH")
+    if isinstance(multiarch, str) and multiarch:
+        dirs.extend(f"{root}/{multiarch}" for root in ("/lib", "/usr/lib", "/usr/local/lib"))
+        dirs.append(f"/usr/{multiarch}/lib")
+    return dirs
+
+
+def could_be_installed(name: str) -> bool:
+    """Whether any of find_library's probes could find `lib<name>.so` here."""
+    stem = f"lib{name}.so"
+    with contextlib.suppress(OSError), open(_LINKER_CACHE, "rb") as cache:
+        if stem.encode() in cache.read():
+            return True
+    for directory in _search_dirs():
+        with contextlib.suppress(OSError):
+            if any(entry.startswith(stem) for entry in os.listdir(directory)):
+                return True
+    return False
+
+
+def _only_where_it_could_be(real: Callable[[str], str | None]) -> Callable[[str], str | None]:
+    def find_library(name: str) -> str | None:
+        return real(name) if could_be_installed(name) else None
+
+    return find_library
+
+
+@contextlib.contextmanager
+def quick_find_library() -> Iterator[None]:
+    """ctypes.util.find_library, without its compiler runs for a library that is not here."""
+    if not sys.platform.startswith("linux"):  # elsewhere it asks the loader, which is quick
+        yield
+        return
+    real = ctypes.util.find_library
+    ctypes.util.find_library = _only_where_it_could_be(real)  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        ctypes.util.find_library = real
+
+
+def preload_asyncssh() -> None:
+    """Import asyncssh once with the quick probe; a later `import asyncssh` finds it loaded."""
+    if "asyncssh" in sys.modules:
+        return
+    with quick_find_library():
+        import asyncssh  # noqa: F401
