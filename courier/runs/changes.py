@@ -10,6 +10,9 @@
   while the worktree and its own index are never touched.
 - commits: `git rev-list --count <base>..HEAD`.
 
+A worktree with no status entries whose HEAD is still the base commit changed nothing: its
+counts are all zero without asking git for them.
+
 Without a base SHA, the line counts are against HEAD and `commits` is omitted. A git
 failure omits the fields it would have filled; when even `git status` fails (not a git
 worktree, git missing, timeout) there is no summary at all (None).
@@ -131,6 +134,11 @@ def _quoted(path: str) -> str:
     return '"' + path.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
+def _head(worktree_dir: str) -> str | None:
+    done = run_git(["rev-parse", "--verify", "--quiet", "HEAD"], cwd=worktree_dir, timeout=GIT_TIMEOUT_S)
+    return done.stdout.decode("ascii", "replace").strip() if done.returncode == 0 else None
+
+
 def _commits(worktree_dir: str, base: str) -> int | None:
     done = run_git(["rev-list", "--count", f"{base}..HEAD", "--"], cwd=worktree_dir, timeout=GIT_TIMEOUT_S)
     text = done.stdout.strip()
@@ -150,9 +158,16 @@ def summarize_changes(worktree_dir: str, base_sha: str | None, preexisting: int 
         if paths is None:
             return None
         base = base_sha if base_sha is not None and _SHA.fullmatch(base_sha) else None
-        new_files = _new_files(worktree_dir)
-        stat = _shortstat(worktree_dir, base or "HEAD", new_files) if new_files is not None else None
-        commits = _commits(worktree_dir, base) if base is not None else None
+        new_files: list[bytes] | None
+        stat: tuple[int, int] | None
+        if not paths and (base is None or _head(worktree_dir) == base):
+            # Nothing changed, nothing committed (a read-only task's usual end): every count is
+            # zero, known from two git commands instead of five.
+            new_files, stat, commits = [], (0, 0), (0 if base is not None else None)
+        else:
+            new_files = _new_files(worktree_dir)
+            stat = _shortstat(worktree_dir, base or "HEAD", new_files) if new_files is not None else None
+            commits = _commits(worktree_dir, base) if base is not None else None
     except Exception:  # a summary degrades; it never fails the run
         return None
     truncated = len(paths) > limits.CHANGED_FILES_MAX

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -194,3 +195,42 @@ def test_new_files_count_with_their_lines_and_nothing_is_touched(repo: tuple[Pat
     assert (summary.insertions, summary.deletions) == (1 + 2 + 1, 2)  # the binary file adds no lines
     assert summary.files_changed == 5  # README.md, gone.txt, blob.bin, hello.txt, pkg/ (one status entry)
     assert _snapshot(path) == before  # index, status and git dir byte for byte: no lock, no blob, no temp file
+
+
+def _logging_git(tmp_path: Path) -> tuple[dict[str, str], Path]:
+    """A `git` first on PATH that logs each subcommand and runs the real one."""
+    real, log, bin_dir = shutil.which("git"), tmp_path / "git.log", tmp_path / "bin"
+    assert real
+    bin_dir.mkdir()
+    (bin_dir / "git").write_text(f'#!/bin/sh\necho "$1" >> {log}\nexec {real} "$@"\n')
+    (bin_dir / "git").chmod(0o755)
+    return {"PATH": f"{bin_dir}:{os.environ.get('PATH', '/usr/bin:/bin')}"}, log
+
+
+def test_a_worktree_that_changed_nothing_is_summarized_with_two_git_commands(
+    repo: tuple[Path, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path, base = repo
+    env, log = _logging_git(tmp_path)
+    monkeypatch.setenv("PATH", env["PATH"])
+    assert summarize_changes(str(path), base, None) == ChangeSummary(
+        files_changed=0, insertions=0, deletions=0, new_files=0, commits=0
+    )
+    assert log.read_text().split() == ["status", "rev-parse"]
+
+
+def test_a_clean_worktree_whose_head_moved_still_counts_its_commits_and_lines(repo: tuple[Path, str]) -> None:
+    path, base = repo
+    (path / "README.md").write_text("one\n")
+    git(path, "commit", "-q", "-am", "shorter")  # clean again, but one commit past the base
+    assert summarize_changes(str(path), base, None) == ChangeSummary(
+        files_changed=0, insertions=0, deletions=2, new_files=0, commits=1
+    )
+    git(path, "reset", "-q", "--hard", base)
+    git(path, "checkout", "-q", "--detach")
+    (path / "README.md").write_text("one\n")
+    git(path, "commit", "-q", "-am", "again")
+    git(path, "reset", "-q", "--hard", "HEAD~1")  # back at the base: nothing to count
+    assert summarize_changes(str(path), base, None) == ChangeSummary(
+        files_changed=0, insertions=0, deletions=0, new_files=0, commits=0
+    )
