@@ -23,7 +23,7 @@ import yaml
 
 from tests.conftest import CONFIG_TEMPLATE, CREDENTIAL_ENV, Machine, make_machine
 from tests.conftest import wait_for as wait_for_condition
-from tests.integration.ray_cluster import RayCluster
+from tests.integration.ray_cluster import HEAD_PORT, RayCluster
 
 WAIT_S = 240  # a loaded 2-core machine starts Ray workers slowly
 
@@ -139,6 +139,13 @@ def test_placement_by_custom_resource_and_by_repository(lab: Machine, ray_cluste
     assert done.returncode == 0, done.stderr
     candidates = json.dumps(json.loads(done.stdout))
     assert tagged.split(":", 1)[1] in candidates and agent_id in candidates, candidates
+    # ...and the prune itself removes each record from its own node's store.
+    done = lab.wb("agent", "prune", "--older-than", "0s", "--to", "lab", "--json", timeout=WAIT_S)
+    assert done.returncode == 0, done.stderr
+    tagged_id = tagged.split(":", 1)[1]
+    assert not (ray_cluster.node("w1").wb_home / "agents" / tagged_id).exists()
+    assert not (ray_cluster.node("w2").wb_home / "agents" / agent_id).exists()
+    assert lab.wb("agent", "status", other, timeout=WAIT_S).returncode == 1  # an unknown run now
 
 
 def test_a_run_no_node_could_ever_take_is_refused_at_dispatch(lab: Machine) -> None:
@@ -344,3 +351,26 @@ def _is_raylet(process: psutil.Process | None) -> bool:
     with contextlib.suppress(psutil.Error):
         return process is not None and process.name() == "raylet"
     return False
+
+
+# A NodeService of the test's own (not the head's): the claim a starting holder makes and the
+# cancel a stop of a queued run makes, in both orders. Whichever comes first wins, and the
+# other learns it: a stop that arrives as the run starts never leaves it both started and stopped.
+CLAIM_AND_CANCEL = f"""
+import json, logging, ray
+from courier.executor.ray_node import NAMESPACE, NodeService
+ray.init(address="127.0.0.1:{HEAD_PORT}", namespace=NAMESPACE, log_to_driver=False, logging_level=logging.ERROR)
+service = NodeService.remote()
+stopped_first = [ray.get(service.cancel.remote("agt-a")), ray.get(service.claim.remote("agt-a"))]
+started_first = [ray.get(service.claim.remote("agt-b")), ray.get(service.cancel.remote("agt-b"))]
+print(json.dumps({{"stopped_first": stopped_first, "started_first": started_first}}))
+"""
+
+
+def test_a_stop_and_a_start_of_a_queued_run_cannot_both_win(ray_cluster: RayCluster) -> None:
+    argv = [*ray_cluster.head_argv(), sys.executable, "-c", CLAIM_AND_CANCEL]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=WAIT_S, check=False)
+    assert done.returncode == 0, done.stderr
+    outcome = json.loads(done.stdout.strip().splitlines()[-1])
+    assert outcome["stopped_first"] == [True, False]  # stopped before it started: its holder never admits it
+    assert outcome["started_first"] == [True, False]  # started: the stop goes to the running run instead
