@@ -27,6 +27,7 @@ _DEFAULT_DIRS = ("/lib", "/lib64", "/usr/lib", "/usr/lib64", "/usr/local/lib", "
 def _search_dirs() -> list[str]:
     dirs = [path for key in ("LD_LIBRARY_PATH", "LIBRARY_PATH") for path in os.environ.get(key, "").split(":") if path]
     dirs.extend(_DEFAULT_DIRS)
+    dirs.extend(os.path.join(prefix, "lib") for prefix in {sys.prefix, sys.base_prefix})  # a conda-like Python's own
     multiarch = sysconfig.get_config_var("MULTIARCH")
     if isinstance(multiarch, str) and multiarch:
         dirs.extend(f"{root}/{multiarch}" for root in ("/lib", "/usr/lib", "/usr/local/lib"))
