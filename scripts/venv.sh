@@ -42,5 +42,6 @@ wb_install_venv() {
   # An editable install leaves wb's bytecode to the first import, which PYTHONDONTWRITEBYTECODE=1
   # forbids: every wb would compile its own sources again (25-35 ms a start). Compile them once,
   # as a regular `pip install` does (docs/benchmarks.md#bytecode).
-  "$PY" -m compileall -q courier protocol >/dev/null
+  "$PY" -m compileall -q courier protocol >/dev/null ||
+    echo "warning: could not write wb's bytecode here; each wb start compiles its sources" >&2
 }
