@@ -17,9 +17,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+import anyio
 import psutil
 import pytest
 import yaml
+from mcp import ClientSession, StdioServerParameters
+from mcp.client.stdio import stdio_client
 
 from tests.conftest import CONFIG_TEMPLATE, CREDENTIAL_ENV, Machine, make_machine
 from tests.conftest import wait_for as wait_for_condition
@@ -69,6 +72,23 @@ def wait_for(lab: Machine, ref: str, states: set[str]) -> dict[str, Any]:
         time.sleep(0.5)
 
 
+def _queued_through_mcp(lab: Machine, ref: str) -> tuple[str, str]:
+    """(status, list) states of `ref` as `wb mcp` answers them to the MCP SDK's client."""
+
+    async def main() -> tuple[str, str]:
+        params = StdioServerParameters(command=sys.executable, args=["-m", "courier.main", "mcp"], env=lab.env)
+        with anyio.fail_after(WAIT_S):
+            async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
+                await session.initialize()
+                status = (await session.call_tool("status", {"ref": ref})).structured_content or {}
+                listed = (await session.call_tool("list", {"to": "lab"})).structured_content or {}
+        agent_id = ref.split(":", 1)[1]
+        states = [r["state"] for r in listed.get("results", []) if r["agent_id"] in (ref, agent_id)]
+        return str(status.get("state")), str(states[0]) if len(states) == 1 else repr(states)
+
+    return anyio.run(main)
+
+
 def test_more_runs_than_cpus_queue_then_complete_across_the_nodes(lab: Machine, tmp_path: Path) -> None:
     # Four cpus in the cluster, six one-cpu runs that wait for a file: two are `queued`. Their
     # tasks are larger than what Ray inlines in a call (100 KiB), so a queued run's task must
@@ -80,6 +100,9 @@ def test_more_runs_than_cpus_queue_then_complete_across_the_nodes(lab: Machine, 
     assert len(queued) >= 2, {ref: r["state"] for ref, r in results.items()}
     text = lab.wb("agent", "status", queued[-1], timeout=WAIT_S)
     assert "state:    queued (waiting for cpus=1)\n" in text.stdout, text.stdout
+    # An MCP supervisor sees `queued` too: the status tool and the list tool through the head.
+    mcp_seen = _queued_through_mcp(lab, queued[-1])
+    assert mcp_seen == ("queued", "queued"), mcp_seen
 
     # A queued run stopped ends `failed` before it starts; the others are unaffected.
     stopped = queued[0]
