@@ -17,7 +17,6 @@ import ctypes.util
 import os
 import sys
 import sysconfig
-from collections.abc import Callable, Iterator
 
 _LINKER_CACHE = "/etc/ld.so.cache"
 # The directories gcc's and ld's default search covers on Linux (the multiarch ones added below).
@@ -48,30 +47,19 @@ def could_be_installed(name: str) -> bool:
     return False
 
 
-def _only_where_it_could_be(real: Callable[[str], str | None]) -> Callable[[str], str | None]:
+def preload_asyncssh() -> None:
+    """Import asyncssh once with find_library asking only where the library could be; a later
+    `import asyncssh` finds it loaded."""
+    if "asyncssh" in sys.modules:
+        return
+    real = ctypes.util.find_library
+
     def find_library(name: str) -> str | None:
         return real(name) if could_be_installed(name) else None
 
-    return find_library
-
-
-@contextlib.contextmanager
-def quick_find_library() -> Iterator[None]:
-    """ctypes.util.find_library, without its compiler runs for a library that is not here."""
-    if not sys.platform.startswith("linux"):  # elsewhere it asks the loader, which is quick
-        yield
-        return
-    real = ctypes.util.find_library
-    ctypes.util.find_library = _only_where_it_could_be(real)  # type: ignore[assignment]
+    if sys.platform.startswith("linux"):  # elsewhere find_library asks the loader, which is quick
+        ctypes.util.find_library = find_library
     try:
-        yield
+        import asyncssh  # noqa: F401
     finally:
         ctypes.util.find_library = real
-
-
-def preload_asyncssh() -> None:
-    """Import asyncssh once with the quick probe; a later `import asyncssh` finds it loaded."""
-    if "asyncssh" in sys.modules:
-        return
-    with quick_find_library():
-        import asyncssh  # noqa: F401

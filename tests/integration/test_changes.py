@@ -197,22 +197,22 @@ def test_new_files_count_with_their_lines_and_nothing_is_touched(repo: tuple[Pat
     assert _snapshot(path) == before  # index, status and git dir byte for byte: no lock, no blob, no temp file
 
 
-def _logging_git(tmp_path: Path) -> tuple[dict[str, str], Path]:
-    """A `git` first on PATH that logs each subcommand and runs the real one."""
+def _logging_git(tmp_path: Path) -> tuple[str, Path]:
+    """A PATH whose first `git` logs each subcommand and runs the real one, and its log."""
     real, log, bin_dir = shutil.which("git"), tmp_path / "git.log", tmp_path / "bin"
     assert real
     bin_dir.mkdir()
     (bin_dir / "git").write_text(f'#!/bin/sh\necho "$1" >> {log}\nexec {real} "$@"\n')
     (bin_dir / "git").chmod(0o755)
-    return {"PATH": f"{bin_dir}:{os.environ.get('PATH', '/usr/bin:/bin')}"}, log
+    return f"{bin_dir}:{os.environ.get('PATH', '/usr/bin:/bin')}", log
 
 
 def test_a_worktree_that_changed_nothing_is_summarized_with_two_git_commands(
     repo: tuple[Path, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     path, base = repo
-    env, log = _logging_git(tmp_path)
-    monkeypatch.setenv("PATH", env["PATH"])
+    path_with_logging_git, log = _logging_git(tmp_path)
+    monkeypatch.setenv("PATH", path_with_logging_git)
     assert summarize_changes(str(path), base, None) == ChangeSummary(
         files_changed=0, insertions=0, deletions=0, new_files=0, commits=0
     )

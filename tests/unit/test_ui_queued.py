@@ -8,14 +8,14 @@ from __future__ import annotations
 
 from tests_support import sample_record
 
+from courier.runs.store import render
 from courier.ui import pages
 from courier.ui.operations import FleetView
 from protocol.models import Result
 
 
 def _queued() -> Result:
-    record = sample_record(state="queued", queued_for="cpus=2, gpus=1", machine="lab")
-    return Result.model_validate(record.model_dump(mode="json"))
+    return render(sample_record(state="queued", queued_for="cpus=2, gpus=1", machine="lab"))
 
 
 def test_the_fleet_page_shows_what_a_queued_run_waits_for() -> None:
