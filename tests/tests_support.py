@@ -42,3 +42,20 @@ def imported_modules(
     )
     names = {line.split("|")[-1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")}
     return names, done
+
+
+def wb_recording_modules(record: Path, argv: list[str]) -> str:
+    """Python source that runs `wb ARGV…` in this interpreter and writes every loaded module's name
+    to `record` as the process ends: at exit, or just before the os._exit that the receiver and
+    the hot commands end with (courier/main.py: exit_now). For what `-X importtime` cannot see
+    (the receiver points its stderr at /dev/null)."""
+    return (
+        "import atexit, os, sys\n"
+        f"def record(): open({str(record)!r}, 'w').write('\\n'.join(sys.modules))\n"
+        "atexit.register(record)\n"
+        "end = os._exit\n"
+        "os._exit = lambda code: (record(), end(code))\n"
+        f"sys.argv = ['wb', *{argv!r}]\n"
+        "from courier.main import main\n"
+        "main()\n"
+    )

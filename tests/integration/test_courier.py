@@ -26,6 +26,7 @@ from conftest import COURIER_MODULE, REPO_ROOT, Machine, command_process, pid_al
 from tests.integration.inprocess_sshd import keygen
 from tests.integration.sshd import SshdFactory, SshdServer
 from tests.ssh_tiers import EXEC_TIERS, SSH_TIERS, SshMachine, SshMachines, channel_tiers
+from tests.tests_support import wb_recording_modules
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the courier is Linux-only")
 ON = {"WB_COURIER": "on"}
@@ -855,13 +856,7 @@ def test_serve_mode_exits_when_its_wb_is_upgraded(tmp_path: Path, machine: Machi
 def test_serve_mode_imports_nothing_heavy(tmp_path: Path) -> None:
     """The serve mode is the remote entry of the warm path: as light as the one-call receiver."""
     record = tmp_path / "modules.txt"
-    program = (
-        "import atexit, sys\n"
-        f"atexit.register(lambda: open({str(record)!r}, 'w').write('\\n'.join(sys.modules)))\n"
-        "sys.argv = ['wb', '--wb-internal-agent-serve']\n"
-        "from courier.main import main\n"
-        "main()\n"
-    )
+    program = wb_recording_modules(record, ["--wb-internal-agent-serve"])
     requests = b"".join(
         json.dumps({"request_id": f"r{index}", "schema_version": 1, "operation": operation}).encode() + b"\n"
         for index, operation in enumerate(("version", "list", "status"))

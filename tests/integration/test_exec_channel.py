@@ -24,6 +24,7 @@ from conftest import prepare_remote, wait_for
 
 from tests.integration.sshd import SshdFactory, SshdServer, sshd_unavailable_reason
 from tests.json_documents import check_output
+from tests.tests_support import wb_recording_modules
 
 pytestmark = pytest.mark.skipif(sshd_unavailable_reason() is not None, reason=str(sshd_unavailable_reason()))
 
@@ -294,13 +295,7 @@ def test_a_fan_out_over_exec_machines_only_never_imports_asyncssh(caller: Caller
     config.write_text(yaml.safe_dump({"session_move": {"targets": {"local": targets["local"]}}}))
     config.chmod(0o600)
     record = caller.root / "fan-out-modules.txt"
-    program = (
-        "import atexit, sys\n"
-        f"atexit.register(lambda: open({str(record)!r}, 'w').write('\\n'.join(sys.modules)))\n"
-        "sys.argv = ['wb', 'agent', 'list', '--all', '--json']\n"
-        "from courier.main import main\n"
-        "main()\n"
-    )
+    program = wb_recording_modules(record, ["agent", "list", "--all", "--json"])
     done = subprocess.run(
         [sys.executable, "-c", program],
         capture_output=True,

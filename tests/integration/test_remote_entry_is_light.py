@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.tests_support import wb_recording_modules
+
 pytestmark = pytest.mark.courier_independent(cold=True)  # the receiver's private entry, never carried by the courier
 
 HEAVY = (
@@ -34,13 +36,7 @@ def _imported(
         (tmp_path / "wb.yaml").write_text(config)
         (tmp_path / "wb.yaml").chmod(0o600)
     record = tmp_path / "modules.txt"
-    program = (
-        "import atexit, sys\n"
-        f"atexit.register(lambda: open({str(record)!r}, 'w').write('\\n'.join(sys.modules)))\n"
-        "sys.argv = ['wb', '--wb-internal-agent-remote']\n"
-        "from courier.main import main\n"
-        "main()\n"
-    )
+    program = wb_recording_modules(record, ["--wb-internal-agent-remote"])
     done = subprocess.run(
         [sys.executable, "-c", program], input=json.dumps(request).encode(), capture_output=True, env=env, timeout=60
     )
