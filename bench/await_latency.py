@@ -130,7 +130,7 @@ def _running_record(home: Path) -> str:
 def run(report: common.Report, base: Path, local_samples: int = 30, remote_samples: int = 12) -> None:
     home = base / "await-home"
     agent_id = _running_record(home)
-    env = common.base_env(WB_HOME=str(home), WB_CONFIG=str(base / "no-such-wb.yaml"))
+    env = common.no_config_env(base, WB_HOME=str(home))
     local = [one_sample(home, agent_id, agent_id, env) for _ in range(local_samples)]
     p50, p99 = common.percentile(local, 50), common.percentile(local, 99)
     report.add(

@@ -278,6 +278,15 @@ def base_env(**extra: str) -> dict[str, str]:
     return env
 
 
+def no_config_env(base: Path, **extra: str) -> dict[str, str]:
+    """`base_env` for a machine without a wb.yaml: the built-in settings (docs/config.md#where-the-file-is).
+
+    Not a WB_CONFIG naming a missing file: wb refuses that (a file WB_CONFIG names must exist).
+    The default location is under XDG_CONFIG_HOME, pointed at a directory that holds nothing.
+    """
+    return base_env(XDG_CONFIG_HOME=str(base / "no-config-here"), **extra)
+
+
 def ensure_bytecode() -> None:
     """Compile the measured tree's modules, as `pip install` does for a user's wb.
 

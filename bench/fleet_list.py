@@ -66,7 +66,7 @@ def openssh_fanout(machines: common.Fleet, count: int, request: Path, failures: 
 
 def receiver_cpu_s(home: Path, request: Path, repetitions: int = 5) -> float:
     """CPU seconds (user + system) of one `wb --wb-internal-agent-remote` answering `list` over 50 runs."""
-    env = common.base_env(WB_HOME=str(home), WB_CONFIG=str(home / "no-such-wb.yaml"))
+    env = common.no_config_env(home, WB_HOME=str(home))
     samples = []
     for _ in range(repetitions):
         before = resource.getrusage(resource.RUSAGE_CHILDREN)

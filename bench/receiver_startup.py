@@ -87,7 +87,7 @@ def run(report: common.Report, base: Path, repetitions: int = 20) -> None:
     agent_id = common.write_records(home, 1)[0]
     request = base / "status-request.json"
     request.write_text(json.dumps({"schema_version": 1, "operation": "status", "agent_id": agent_id}))
-    env = common.base_env(WB_HOME=str(home), WB_CONFIG=str(base / "no-such-wb.yaml"))
+    env = common.no_config_env(base, WB_HOME=str(home))
     config_dir = base / "receiver-config"
     config_dir.mkdir(mode=0o700)
     config = config_dir / "wb.yaml"

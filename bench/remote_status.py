@@ -3,6 +3,8 @@
 Ours: `wb agent status m1:agt-…` as a user types it: interpreter start, the CLI, an asyncssh
 connection, the remote `wb --wb-internal-agent-remote`, the reply. Yardstick: `ssh host true`
 with OpenSSH against the same sshd, the same key and the same known_hosts, no multiplexing.
+Beside it, issue 19's own cold row: `wb agent list --to m1 --json`, the machine holding 50 runs
+(as the warm benchmark's machines do).
 
 Two floors beside it (information rows): the least an asyncssh client can do, a ten-line
 script that connects with the same key and known_hosts and runs `true`, and the same script
@@ -20,7 +22,7 @@ from pathlib import Path
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench import common
+from bench import common, fleet_list
 
 # The least asyncssh client: one connection, one command, its stdout; no config file read.
 ASYNCSSH_FLOOR = """
@@ -40,9 +42,10 @@ asyncio.run(main())
 def run(report: common.Report, base: Path, repetitions: int = 15) -> None:
     with common.fleet(1, base, name="status") as machines:
         server = machines.servers[0]
-        agent_id = common.write_records(server.wb_home, 1)[0]
+        agent_id = common.write_records(server.wb_home, fleet_list.RUNS_PER_MACHINE)[0]
         env = machines.env()
         ours = [common.WB, "agent", "status", f"m1:{agent_id}", "--json"]
+        listing = [common.WB, "agent", "list", "--to", "m1", "--json"]
         yardstick = machines.ssh_argv(server, "true")
         request = base / "status-request.json"
         request.write_text(json.dumps({"schema_version": 1, "operation": "status", "agent_id": agent_id}))
@@ -52,6 +55,7 @@ def run(report: common.Report, base: Path, repetitions: int = 15) -> None:
         samples = common.interleaved(
             {
                 "wb": lambda: common.run_timed(ours, env=env),
+                "list": lambda: common.run_timed(listing, env=env),
                 "ssh": lambda: common.run_timed(yardstick, env=env),
                 "floor": lambda: common.run_timed([*floor, "true", user], env=env, stdin_path=request),
                 "receiver": lambda: common.run_timed(
@@ -71,6 +75,18 @@ def run(report: common.Report, base: Path, repetitions: int = 15) -> None:
             f"{ratio:.2f}x",
             "<= 1.8x",
             ratio <= 1.8,
+            f"medians of {repetitions}",
+        )
+    )
+    listed = common.median(samples["list"])
+    report.add(
+        common.Row(
+            "1c. remote list round trip (issue 19's cold row)",
+            f"wb agent list --to m1 --json, {fleet_list.RUNS_PER_MACHINE} runs {common.ms(listed)}",
+            f"ssh host true {common.ms(ssh)}",
+            f"{listed / ssh:.2f}x",
+            "<= 1.8x",
+            listed / ssh <= 1.8,
             f"medians of {repetitions}",
         )
     )

@@ -22,8 +22,8 @@ def run(report: common.Report, base: Path, records: int = 10_000, repetitions: i
     small_id = common.write_records(small, 10)[0]
     large_ids = common.write_records(large, records)
     large_id = large_ids[len(large_ids) // 2]
-    env_small = common.base_env(WB_HOME=str(small), WB_CONFIG=str(base / "no-such-wb.yaml"))
-    env_large = common.base_env(WB_HOME=str(large), WB_CONFIG=str(base / "no-such-wb.yaml"))
+    env_small = common.no_config_env(base, WB_HOME=str(small))
+    env_large = common.no_config_env(base, WB_HOME=str(large))
     samples = common.interleaved(
         {
             "list": lambda: common.run_timed([common.WB, "agent", "list", "--json"], env=env_large),
