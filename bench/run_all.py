@@ -24,6 +24,7 @@ from bench import (
     common,
     diff_remote,
     fleet_list,
+    mcp_startup,
     memory,
     receiver_startup,
     remote_status,
@@ -52,6 +53,7 @@ def main() -> int:
             ("fleet list", lambda: fleet_list.run(report, base, repetitions=5 // reps + 1)),
             ("remote diff", lambda: diff_remote.run(report, base, 11 // reps)),
             ("warm path", lambda: warm.run(report, base, 15 // reps)),
+            ("mcp start-up", lambda: mcp_startup.run(report, 9 // reps)),
         ]
         for name, step in steps:
             print(f"{name}…", flush=True)
