@@ -26,24 +26,26 @@ EXTRA = "wb[ray]"
 def cluster_handler(operation: str, context: Context) -> Handler | None:
     """The Ray head's handler of `operation` when this machine's wb.yaml names agents.executor.ray, else None.
 
-    Reads wb.yaml only when it exists (the receiver's hot path), and keeps the loaded
-    configuration in `context` so the handler does not read it again.
+    Reads wb.yaml only when it exists (the receiver's hot path), and then only its settings
+    (`configured_settings`); the whole configuration is loaded, and kept in `context` for the
+    handler, only on a Ray head.
     """
     if operation not in CLUSTER_OPERATIONS:
         return None
     if context.config is None:
-        from courier.paths import config_path
-
-        if not config_path().exists():
-            return None
-        from courier.config import load_config
+        from courier.runs.context import configured_settings
 
         try:
-            context.config = load_config()
+            settings = configured_settings()  # the file's settings alone: no configuration models
         except UsageError:
             if operation == "version":  # `machines --check` still reaches a machine whose wb.yaml is broken
                 return None
             raise
+        if settings is None or settings.ray_address is None:
+            return None
+        from courier.config import load_config
+
+        context.config = load_config()
     if context.config.ray_address is None:
         return None
     if importlib.util.find_spec("ray") is None:

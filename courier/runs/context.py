@@ -12,10 +12,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from courier.paths import HOME_ENV, default_home
 from courier.runs.store import Store
 
 if TYPE_CHECKING:  # the receiver does not import the configuration unless it dispatches
     from courier.config import Config
+    from courier.config_file import Settings
     from protocol.models import RemoteRequest, RemoteResponse
 
 
@@ -39,38 +41,41 @@ class Context:
 Handler = Callable[["RemoteRequest", "RemoteResponse", Context], None]
 
 
-# agents.home per wb.yaml as last read: (path, inode, size, mtime, ctime, WB_HOME) -> home.
-_homes: dict[tuple[str, int, int, int, int, str | None], Path] = {}
+# wb.yaml's settings as last read: (path, inode, size, mtime, ctime, WB_HOME) -> what it said.
+_settings: dict[tuple[str, int, int, int, int, str | None], Settings] = {}
 
 
-def configured_home() -> Path:
-    """agents.home as `load_config().home` resolves it, without reading wb.yaml when there is none.
+def configured_settings() -> Settings | None:
+    """wb.yaml's settings outside its entries (courier/config_file.py), or None when there is no wb.yaml.
 
-    The receiver's hot path (status, await, list, logs, stop) needs only the home. With no
-    wb.yaml, `load_config` would resolve it from WB_HOME or ~/.wb and could refuse nothing,
-    so that answer costs no yaml and no config models; when the file exists it is read by
-    `load_config` exactly as for every other command (same refusals), once for as long as
-    the file stays the same: a receiver asks twice (the operation's store and the reply's
-    home_id), a serve session at every request, and each read is yaml plus the config models.
-    Any write, replacement or chmod of the file changes its inode, mtime or ctime, and it is
-    read again.
+    Read with the same refusals as `load_config`, but without the configuration models
+    (their import and builds were most of the 46 ms a wb.yaml added to the receiver,
+    docs/benchmarks.md#the-interpreters-teardown). Read once for as long as the file stays
+    the same: a receiver asks two or three times (the executor, the operation's store, the
+    reply's home_id), a serve session at every request. Any write, replacement or chmod of
+    the file changes its inode, mtime or ctime, and it is read again.
     """
-    from courier.paths import HOME_ENV, config_path, default_home
+    from courier.config_file import read_settings
+    from courier.paths import config_path
 
     path = config_path()
     if not path.exists():
-        return default_home()
-    from courier.config import load_config
-
+        return None
     try:
         info = path.stat()
     except OSError:
-        return load_config(path).home  # its own message for a file that cannot be read
+        return read_settings(path)  # its own message for a file that cannot be read
     key = (str(path), info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns, os.environ.get(HOME_ENV))
-    if key not in _homes:
-        _homes.clear()
-        _homes[key] = load_config(path).home
-    return _homes[key]
+    if key not in _settings:
+        _settings.clear()
+        _settings[key] = read_settings(path)
+    return _settings[key]
+
+
+def configured_home() -> Path:
+    """agents.home as `load_config().home` resolves it: WB_HOME or ~/.wb without a wb.yaml (no yaml at all)."""
+    settings = configured_settings()
+    return settings.home if settings is not None else default_home()
 
 
 def store_for(context: Context) -> Store:

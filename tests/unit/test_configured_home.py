@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 import courier.config
+import courier.config_file
 from courier.errors import UsageError
 from courier.runs import context
 from courier.runs.context import configured_home
@@ -16,20 +19,20 @@ from courier.runs.context import configured_home
 
 @pytest.fixture
 def reads(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Callable[[], int]:
-    """Point WB_CONFIG at a private wb.yaml and count how often load_config reads it."""
+    """Point WB_CONFIG at a private wb.yaml and count how often it is read."""
     directory = tmp_path / "config"
     directory.mkdir(mode=0o700)
     monkeypatch.setenv("WB_CONFIG", str(directory / "wb.yaml"))
     monkeypatch.delenv("WB_HOME", raising=False)
-    monkeypatch.setattr(context, "_homes", {})
+    monkeypatch.setattr(context, "_settings", {})
     calls: list[Path] = []
-    real = courier.config.load_config
+    real = courier.config_file.read_settings
 
-    def counting(path: Path | None = None) -> courier.config.Config:
-        calls.append(Path(str(path)))
+    def counting(path: Path) -> courier.config_file.Settings:
+        calls.append(path)
         return real(path)
 
-    monkeypatch.setattr(courier.config, "load_config", counting)
+    monkeypatch.setattr(courier.config_file, "read_settings", counting)
     return lambda: len(calls)
 
 
@@ -73,6 +76,41 @@ def test_wb_home_is_resolved_again_when_it_changes(
     assert configured_home() == tmp_path / "from-env-1"
     monkeypatch.setenv("WB_HOME", str(tmp_path / "from-env-2"))
     assert configured_home() == tmp_path / "from-env-2"
+
+
+def test_the_home_comes_without_the_configuration_models(tmp_path: Path) -> None:
+    """A receiver with a wb.yaml: the file's checks and its home, not the providers', profiles' and machines' models."""
+    directory = tmp_path / "config"
+    directory.mkdir(mode=0o700)
+    config = directory / "wb.yaml"
+    config.write_text(f"agents:\n  home: {tmp_path / 'h'}\n  profiles:\n    p: {{harness: codex, provider: openai}}\n")
+    config.chmod(0o600)
+    program = (
+        "import sys\n"
+        "from courier.runs.context import configured_home\n"
+        "print(configured_home())\n"
+        "print('courier.config' in sys.modules, 'yaml' in sys.modules)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", program],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "WB_CONFIG": str(config)},
+        timeout=60,
+        check=True,
+    )
+    assert done.stdout.split() == [str(tmp_path / "h"), "False", "True"]
+
+
+def test_the_same_refusals_as_every_command(tmp_path: Path, reads: Callable[[], int]) -> None:
+    """What load_config refuses outside the entries, configured_home refuses too."""
+    path = _write(tmp_path / "home-a")
+    path.write_text(f"agents:\n  home: {tmp_path}\ncourier:\n  idle: 0s\n")
+    with pytest.raises(UsageError, match=r"courier\.idle") as home_refusal:
+        configured_home()
+    with pytest.raises(UsageError) as config_refusal:
+        courier.config.load_config(path)
+    assert str(home_refusal.value) == str(config_refusal.value)
 
 
 def test_without_a_wb_yaml_nothing_is_read(

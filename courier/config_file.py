@@ -1,0 +1,189 @@
+"""wb.yaml as a file (docs/config.md): its checks, its YAML and the settings outside the entries.
+
+The only module that imports yaml. Everything that goes wrong here refuses the whole file
+(permissions, YAML syntax, duplicate keys, a section that is not a mapping, a bad path,
+courier or executor setting). The entries (providers, profiles, machines) are
+courier/config.py's: pydantic models, each problem kept with its entry, never a refusal.
+So `read_settings` refuses exactly what `load_config` refuses, and the receiver, which needs
+only `agents.home`, reads it here without the configuration models
+(docs/benchmarks.md#the-interpreters-teardown).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import stat
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from courier.errors import UsageError
+from courier.paths import HOME_ENV
+from protocol import limits
+
+if TYPE_CHECKING:
+    import yaml
+
+# yaml is imported when a wb.yaml is read, not with this module: a machine without one
+# (and the receiver's path, see courier.paths) never pays for it.
+
+
+@dataclass
+class Settings:
+    """What wb.yaml says outside its entries, and the entries' sections as read (mappings, unchecked)."""
+
+    home: Path
+    projects_root: Path
+    courier_idle_ms: int = limits.COURIER_IDLE_DEFAULT_MS
+    courier_max_sessions: int = limits.COURIER_MAX_SESSIONS_DEFAULT
+    ray_address: str | None = None  # agents.executor.ray.address (docs/ray.md)
+    providers: dict[str, Any] = field(default_factory=dict)
+    profiles: dict[str, Any] = field(default_factory=dict)
+    targets: dict[str, Any] = field(default_factory=dict)
+
+
+def read_settings(path: Path) -> Settings:
+    """The file at `path` checked and read (an absent file: the built-ins); every refusal is a UsageError."""
+    document: Any = {}
+    if path.exists():
+        import yaml
+
+        _check_file_permissions(path)
+        try:
+            with open(path, "rb") as handle:
+                document = yaml.load(handle, Loader=_unique_key_loader()) or {}
+        except yaml.YAMLError as exc:
+            raise UsageError(f"{path}: {_yaml_problem(exc)}") from None
+        except OSError as exc:
+            raise UsageError(f"{path}: cannot read: {exc.strerror}") from None
+        if not isinstance(document, dict):
+            raise UsageError(f"{path}: the top level must be a mapping")
+    agents = _section(document, "agents", path)
+    session_move = _section(document, "session_move", path)
+    settings = Settings(
+        home=_path_setting(agents, "home", HOME_ENV, Path.home() / ".wb", path),
+        projects_root=_path_setting(agents, "projects_root", "WB_PROJECTS_ROOT", Path.home() / "projects", path),
+        providers=_section(agents, "providers", path, "agents."),
+        profiles=_section(agents, "profiles", path, "agents."),
+        targets=_section(session_move, "targets", path, "session_move."),
+    )
+    courier = _section(document, "courier", path)
+    settings.courier_idle_ms, settings.courier_max_sessions = _courier_settings(courier, path)
+    settings.ray_address = _executor(_section(agents, "executor", path, "agents."), path)
+    return settings
+
+
+_loader_class: type | None = None
+
+
+def _unique_key_loader() -> type[yaml.SafeLoader]:
+    """SafeLoader that refuses duplicate mapping keys instead of keeping the last one (built on first use)."""
+    global _loader_class
+    if _loader_class is None:
+        import yaml
+
+        class _UniqueKeyLoader(yaml.SafeLoader):
+            pass
+
+        _UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+        _loader_class = _UniqueKeyLoader
+    return _loader_class
+
+
+def _construct_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+    import yaml
+
+    seen: set[Any] = set()
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=deep)
+        if key in seen:
+            raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}", key_node.start_mark)
+        seen.add(key)
+    loader.flatten_mapping(node)
+    return dict(loader.construct_pairs(node, deep=deep))
+
+
+def _check_file_permissions(path: Path) -> None:
+    uid = os.getuid()
+    for item in (path, path.parent):
+        info = item.stat()
+        if info.st_uid != uid:
+            raise UsageError(f"{item}: refused: not owned by you (uid {uid}); chown it or use another file")
+        if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+            raise UsageError(f"{item}: refused: writable by group or others; run chmod go-w {item}")
+
+
+def _executor(section: dict[str, Any], path: Path) -> str | None:
+    """`agents.executor.ray.address` (default `auto`), or None when runs start on this machine (docs/ray.md)."""
+    unknown = sorted(set(section) - {"ray"})
+    if unknown:
+        raise UsageError(f"{path}: agents.executor.{unknown[0]}: unknown executor (the one executor is ray)")
+    if "ray" not in section:
+        return None
+    ray = section["ray"] if section["ray"] is not None else {}
+    if not isinstance(ray, dict):
+        raise UsageError(f"{path}: agents.executor.ray: must be a mapping (address: auto or HOST:PORT)")
+    extra = sorted(set(ray) - {"address"})
+    if extra:
+        raise UsageError(f"{path}: agents.executor.ray.{extra[0]}: unknown key (the one key is address)")
+    address = ray.get("address", "auto")
+    if not isinstance(address, str) or not re.fullmatch(r"auto|[A-Za-z0-9][A-Za-z0-9.-]{0,252}:[0-9]{1,5}", address):
+        raise UsageError(f'{path}: agents.executor.ray.address: must be "auto" or HOST:PORT')
+    return address
+
+
+def _yaml_problem(exc: yaml.YAMLError) -> str:
+    """PyYAML's several-line report as one line: where (1-based line and column), then what."""
+    mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+    problem = " ".join(str(getattr(exc, "problem", None) or exc).split())
+    context = getattr(exc, "context", None)
+    if context:
+        problem = f"{problem} ({' '.join(str(context).split())})"
+    if mark is None:
+        return f"invalid YAML: {problem}"
+    return f"invalid YAML at line {mark.line + 1}, column {mark.column + 1}: {problem}"
+
+
+def _courier_settings(section: dict[str, Any], path: Path) -> tuple[int, int]:
+    """`courier.idle` (a duration > 0) and `courier.max_sessions_per_machine` (docs/courier.md)."""
+    idle_ms = limits.COURIER_IDLE_DEFAULT_MS
+    idle = section.get("idle")
+    if idle is not None:
+        from protocol.durations import BadDuration, parse_duration_ms
+
+        try:
+            idle_ms = parse_duration_ms(idle) if isinstance(idle, str) else -1
+        except BadDuration as exc:
+            raise UsageError(f"{path}: courier.idle: {exc}") from None
+        if idle_ms <= 0:
+            raise UsageError(f'{path}: courier.idle: must be a duration string above 0, such as "10m"')
+    sessions = section.get("max_sessions_per_machine")
+    if sessions is None:
+        return idle_ms, limits.COURIER_MAX_SESSIONS_DEFAULT
+    if isinstance(sessions, bool) or not isinstance(sessions, int):
+        raise UsageError(f"{path}: courier.max_sessions_per_machine: must be an integer")
+    if not 1 <= sessions <= limits.COURIER_MAX_SESSIONS_MAX:
+        raise UsageError(
+            f"{path}: courier.max_sessions_per_machine: must be from 1 to {limits.COURIER_MAX_SESSIONS_MAX}"
+        )
+    return idle_ms, sessions
+
+
+def _section(parent: dict[str, Any], key: str, path: Path, prefix: str = "") -> dict[str, Any]:
+    value = parent.get(key)
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise UsageError(f"{path}: {prefix}{key}: must be a mapping")
+    return value
+
+
+def _path_setting(agents: dict[str, Any], key: str, env: str, default: Path, path: Path) -> Path:
+    value = agents.get(key)
+    if value is not None:
+        if not isinstance(value, str) or not value.strip():
+            raise UsageError(f"{path}: agents.{key}: must be a path string")
+        return Path(os.path.expanduser(value))
+    from_env = os.environ.get(env)
+    return Path(os.path.expanduser(from_env)) if from_env else default
