@@ -6,7 +6,7 @@ courier or executor setting). The entries (providers, profiles, machines) are
 courier/config.py's: pydantic models, each problem kept with its entry, never a refusal.
 So `read_settings` refuses exactly what `load_config` refuses, and the receiver, which needs
 only `agents.home`, reads it here without the configuration models
-(docs/benchmarks.md#the-interpreters-teardown).
+(docs/benchmarks.md#wbyamls-settings-alone).
 """
 
 from __future__ import annotations

@@ -41,8 +41,13 @@ class Context:
 Handler = Callable[["RemoteRequest", "RemoteResponse", Context], None]
 
 
-# wb.yaml's settings as last read: (path, inode, size, mtime, ctime, WB_HOME) -> what it said.
-_settings: dict[tuple[str, int, int, int, int, str | None], Settings] = {}
+# wb.yaml's settings as last read: (path, inode, size, mtime, ctime, the environment they fall back on) -> what it said.
+_settings: dict[tuple[str, int, int, int, int, tuple[str | None, ...]], Settings] = {}
+
+
+def _environment() -> tuple[str | None, ...]:
+    """What the settings fall back on where the file names nothing: WB_HOME, WB_PROJECTS_ROOT, HOME."""
+    return tuple(os.environ.get(name) for name in (HOME_ENV, "WB_PROJECTS_ROOT", "HOME"))
 
 
 def configured_settings() -> Settings | None:
@@ -50,10 +55,11 @@ def configured_settings() -> Settings | None:
 
     Read with the same refusals as `load_config`, but without the configuration models
     (their import and builds were most of the 46 ms a wb.yaml added to the receiver,
-    docs/benchmarks.md#the-interpreters-teardown). Read once for as long as the file stays
+    docs/benchmarks.md#wbyamls-settings-alone). Read once for as long as the file stays
     the same: a receiver asks two or three times (the executor, the operation's store, the
     reply's home_id), a serve session at every request. Any write, replacement or chmod of
-    the file changes its inode, mtime or ctime, and it is read again.
+    the file changes its inode, mtime or ctime, and it is read again (as does a change of the
+    environment the settings fall back on).
     """
     from courier.config_file import read_settings
     from courier.paths import config_path
@@ -65,7 +71,7 @@ def configured_settings() -> Settings | None:
         info = path.stat()
     except OSError:
         return read_settings(path)  # its own message for a file that cannot be read
-    key = (str(path), info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns, os.environ.get(HOME_ENV))
+    key = (str(path), info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns, _environment())
     if key not in _settings:
         _settings.clear()
         _settings[key] = read_settings(path)

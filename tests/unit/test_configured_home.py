@@ -14,7 +14,7 @@ import courier.config
 import courier.config_file
 from courier.errors import UsageError
 from courier.runs import context
-from courier.runs.context import configured_home
+from courier.runs.context import configured_home, configured_settings
 
 
 @pytest.fixture
@@ -68,7 +68,7 @@ def test_a_file_made_group_writable_is_refused_at_the_next_ask(tmp_path: Path, r
         configured_home()
 
 
-def test_wb_home_is_resolved_again_when_it_changes(
+def test_the_environment_the_settings_fall_back_on_is_read_again_when_it_changes(
     tmp_path: Path, reads: Callable[[], int], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     _write(None)
@@ -76,6 +76,9 @@ def test_wb_home_is_resolved_again_when_it_changes(
     assert configured_home() == tmp_path / "from-env-1"
     monkeypatch.setenv("WB_HOME", str(tmp_path / "from-env-2"))
     assert configured_home() == tmp_path / "from-env-2"
+    monkeypatch.setenv("WB_PROJECTS_ROOT", str(tmp_path / "projects-2"))
+    settings = configured_settings()
+    assert settings is not None and settings.projects_root == tmp_path / "projects-2"
 
 
 def test_the_home_comes_without_the_configuration_models(tmp_path: Path) -> None:
