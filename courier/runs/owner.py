@@ -115,7 +115,7 @@ class Owner:
         self.secret = b""
         self.events_lost = False
         # budgets and usage limits (docs/cli.md#budgets, docs/cli.md#waiting-out-a-usage-limit)
-        self.meter = RunMeter(record)
+        self.meter = RunMeter(record, stream_reports_messages=self.summary.reports_message_usage)
         self.carried_diagnostics: list[str] = []
         self.carried_tool_calls = 0
         self.worker_s = 0.0  # time spent in workers so far: the run's --timeout bounds it, not the waits
@@ -134,7 +134,8 @@ class Owner:
             return
         assert self.launch is not None
         self.secret = credential.value.encode() if credential else b""
-        env = self.harness.environment(self.launch, worker_environment(credential))
+        # With the relay in front, the worker holds the run's placeholder, never the credential (docs/security.md).
+        env = self.harness.environment(self.launch, worker_environment(self.meter.worker_credential(credential)))
         stdin = self.store.read_task(record.agent_id).encode()
         try:
             while True:
@@ -254,7 +255,7 @@ class Owner:
                 }
             )
             credential = resolve_credential(record.resolved.provider, provider)
-            provider = self.meter.wrap(provider, routing.wire_api)
+            provider = self.meter.wrap(provider, routing.wire_api, credential)
         self.launch = Launch(
             worktree=record.worktree_dir or "",
             run_dir=self.run_dir,
@@ -351,7 +352,7 @@ class Owner:
                         self.store_event(log_fd, line)
                         stored += len(line)
                     self.note_session()
-                    self.meter.check_cost(self.summary)
+                    self.meter.observe(self.summary)  # per-message usage and cost against the budget
             if pending and not skipping:
                 line = self.redact(self.summary.feed(pending))
                 if stored + len(line) <= limits.EVENTS_STORED_MAX_BYTES:
@@ -401,6 +402,7 @@ class Owner:
         record.exit_code = exit_code
         record.result = self.final_message()
         record.tool_calls = self.carried_tool_calls + summary.tool_calls
+        self.meter.settle()
         record.usage = self.meter.usage(summary)
         record.session_id = summary.session_id or record.session_id or record.resume_session_id
         if record.worktree_dir:
