@@ -16,8 +16,9 @@ from courier.capabilities import capabilities
 from courier.config import Config, load_config
 from courier.errors import UsageError
 from courier.ops.status import status_text
+from courier.render import budget_text
 from courier.runs import usage_wait
-from courier.runs.budget import budget_in_force, check_budget, exceeded, usage_limit_policy
+from courier.runs.budget import budget_in_force, check_budget, exceeded, price_of, usage_limit_policy
 from courier.runs.harness.claude import ClaudeEvents
 from courier.runs.harness.codex import EventSummary
 from courier.runs.harness.gemini import GeminiEvents
@@ -59,6 +60,10 @@ def test_a_profile_takes_a_budget_and_on_usage_limit(tmp_path: Path) -> None:
         ("      budget: {tokenz: 5}\n", "tokenz"),
         ("      on_usage_limit: {resume: true, max_wait: 6}\n", "max_wait"),
         ("      on_usage_limit: {resume: true, max_waits: 0}\n", "max_waits must be a whole number from 1"),
+        ("      price: {input_usd_per_mtok: -1, output_usd_per_mtok: 15}\n", "price.input_usd_per_mtok: price rates"),
+        ("      price: {input_usd_per_mtok: 3}\n", "price.output_usd_per_mtok"),
+        ("      price: {input_usd_per_mtok: 3, output_usd_per_mtok: 15, cache: 1}\n", "price.cache"),
+        ("      price: {input_usd_per_mtok: '3', output_usd_per_mtok: 15}\n", "price.input_usd_per_mtok"),
     ],
 )
 def test_a_bad_budget_or_wait_setting_is_refused_naming_the_key(tmp_path: Path, text: str, named: str) -> None:
@@ -66,6 +71,12 @@ def test_a_bad_budget_or_wait_setting_is_refused_naming_the_key(tmp_path: Path, 
     with pytest.raises(UsageError) as caught:
         config.profile("x")
     assert named in caught.value.message and "agents.profiles.x" in caught.value.message
+
+
+def test_a_profile_takes_a_price(tmp_path: Path) -> None:
+    profile = _config(tmp_path, "      price: {input_usd_per_mtok: 3, output_usd_per_mtok: 15}\n").profile("x")
+    assert price_of(profile) == Price(input_usd_per_mtok=3.0, output_usd_per_mtok=15.0)
+    assert price_of(_config(tmp_path, "").profile("x")) is None
 
 
 def test_waiting_is_off_unless_resume_is_true(tmp_path: Path) -> None:
@@ -224,6 +235,14 @@ def test_status_shows_the_budget_after_the_usage() -> None:
     lines = text.splitlines()
     at = next(i for i, line in enumerate(lines) if line.startswith("usage:"))
     assert lines[at + 1] == "budget:   3,210 of 10,000 tokens; $0.0123 of $0.5000"
+
+
+def test_an_unknown_cost_is_shown_as_unknown_never_as_zero() -> None:
+    result = _result(budget={"tokens": 1000, "cost_usd": 0.01}, usage={"input_tokens": 300, "output_tokens": 100})
+    assert budget_text(result) == "400 of 1,000 tokens; cost: unknown of $0.0100"
+    text = status_text(result)
+    assert "usage:    input 300, output 100, cost: unknown\n" in text and "$0.0000" not in text
+    assert budget_text(_result(budget={"cost_usd": 0.01})) == "cost: unknown of $0.0100"
 
 
 def test_status_shows_a_wait_while_the_run_waits() -> None:
