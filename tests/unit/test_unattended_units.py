@@ -7,6 +7,7 @@ from __future__ import annotations
 import email.utils
 import http.client
 import io
+import json
 import time
 from pathlib import Path
 
@@ -19,10 +20,13 @@ from courier.ops.status import status_text
 from courier.render import budget_text
 from courier.runs import usage_wait
 from courier.runs.budget import budget_in_force, check_budget, exceeded, price_of, usage_limit_policy
+from courier.runs.harness.base import MessageUsage
 from courier.runs.harness.claude import ClaudeEvents
 from courier.runs.harness.codex import EventSummary
 from courier.runs.harness.gemini import GeminiEvents
 from courier.runs.meter import ResponseUsage, reset_time, usage_in
+from courier.runs.metering import relay_needed
+from courier.runs.store import Record
 from courier.starting import require_budget_support
 from protocol.models import Budget, Price, RemoteRequest, RemoteResponse, Result, UsageLimitPolicy
 
@@ -272,3 +276,28 @@ def test_a_budget_flag_for_an_older_peer_is_the_upgrade_message(monkeypatch: pyt
         "machine box runs wb 0.9.0, which does not support --max-tokens and --max-cost-usd; upgrade wb there"
     )
     require_budget_support(None, "", starting)  # type: ignore[arg-type]  # this machine: no question asked
+
+
+def test_claude_codes_assistant_lines_report_each_messages_usage_by_its_id() -> None:
+    """What the meter takes as the stream's figure for a response (docs/cli.md#budgets); repeated per content block."""
+    parser = ClaudeEvents()
+    usage = {"input_tokens": 10, "cache_read_input_tokens": 290, "cache_creation_input_tokens": 5, "output_tokens": 1}
+    line = {"type": "assistant", "message": {"id": "msg_1", "content": [], "usage": usage}}
+    parser.feed(json.dumps(line).encode() + b"\n")
+    parser.feed(json.dumps(line).encode() + b"\n")
+    parser.feed(json.dumps({"type": "assistant", "message": {"id": "msg_2", "content": []}}).encode() + b"\n")
+    assert parser.take_message_usage() == [MessageUsage("msg_1", 305, 1, 290)] * 2
+    assert parser.take_message_usage() == []
+
+
+@pytest.mark.parametrize(
+    ("fields", "needed"),
+    [
+        ({}, False),
+        ({"budget": {"tokens": 10}}, True),
+        ({"usage_limit": {"max_waits": 1}}, True),
+    ],
+)
+def test_the_relay_is_in_front_of_a_run_with_a_budget_or_a_wait(fields: dict[str, object], needed: bool) -> None:
+    record = Record.model_validate({**_result().model_dump(exclude_none=True), "timeout_ms": 60_000, **fields})
+    assert relay_needed(record) is needed
