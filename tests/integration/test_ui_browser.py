@@ -171,6 +171,67 @@ def test_an_action_from_another_origin_is_refused_and_a_refusal_shows_the_clis_m
     assert caller.wb("agent", "stop", ref).returncode == 0
 
 
+def _receivers(machine: Machine) -> set[int]:
+    """The far side's `wb --wb-internal-agent-remote` processes of `machine` (its WB_HOME): one per pending call."""
+    import psutil
+
+    found = set()
+    for process in psutil.process_iter(["cmdline"]):
+        try:
+            if "--wb-internal-agent-remote" in (process.info["cmdline"] or []) and (
+                process.environ().get("WB_HOME") == str(machine.home)
+            ):
+                found.add(process.pid)
+        except psutil.Error:
+            continue
+    return found
+
+
+def _open_stream(ui: UiServer, path: str) -> Any:
+    """A page's live stream, open: the socket, once the stream's first comment arrived."""
+    import socket
+
+    root, cookie = ui.sign_in()
+    connection = socket.create_connection((ui.host, ui.port), timeout=30)
+    connection.sendall(f"GET {root}{path} HTTP/1.1\r\nHost: x\r\nCookie: {cookie}\r\n\r\n".encode())
+    seen = b""
+    while b": following" not in seen:
+        chunk = connection.recv(65536)
+        assert chunk, seen
+        seen += chunk
+    return connection
+
+
+def test_closing_a_run_page_ends_its_follow_here_and_on_the_far_machine_within_5s(
+    fleet: tuple[Machine, Machine], ui: UiServer, driver: Any
+) -> None:
+    import psutil
+
+    caller, box = fleet
+    local = dispatch(caller, "scenario:silent", "silent-here")
+    remote = dispatch(caller, "scenario:silent", "silent-box", "--to", "box")
+    driver.get("about:blank")  # no page of this server open: nothing else asks it anything
+    server = psutil.Process(ui.process.pid)
+    assert wait_for(lambda: json.loads(caller.wb("agent", "status", remote, "--json").stdout)["state"] == "running", 60)
+    threads, receivers = server.num_threads(), _receivers(box)
+    for _ in range(2):  # all open at once, then closed; twice
+        streams = [_open_stream(ui, f"/run/{ref}/actions") for ref in [local, remote] * 15]
+        assert wait_for(lambda: len(_receivers(box) - receivers) >= 15, 60)  # each box follow reached the far side
+        following = _receivers(box) - receivers
+        assert server.num_threads() > threads
+        for stream in streams:
+            stream.close()
+        ended = lambda pids=following: not (_receivers(box) & pids) and server.num_threads() <= threads  # noqa: E731
+        assert wait_for(ended, 5), (server.num_threads(), threads, _receivers(box) & following)
+    for _ in range(30):  # one at a time, each closed at once
+        _open_stream(ui, f"/run/{remote}/actions").close()
+        _open_stream(ui, f"/run/{local}/actions").close()
+    assert wait_for(lambda: not (_receivers(box) - receivers) and server.num_threads() <= threads, 5), (
+        server.num_threads(), threads)  # fmt: skip
+    for ref in (local, remote):
+        assert caller.wb("agent", "stop", ref).returncode == 0
+
+
 # -- the browser -------------------------------------------------------------------------------------
 
 
