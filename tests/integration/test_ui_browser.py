@@ -339,6 +339,22 @@ def test_the_run_page_of_a_finished_remote_run_shows_its_diff_per_file_and_hunk(
     assert count(driver, "form#continue") == 1 and count(driver, "form#stop") == 0
 
 
+def test_a_file_whose_path_git_quotes_shows_its_hunks_under_its_real_name(
+    fleet: tuple[Machine, Machine], ui: UiServer
+) -> None:
+    import html
+
+    caller, _ = fleet
+    name = 'caf\u00e9 "quoted"\\.txt'.replace(" ", "_")  # the fake codex takes a name without spaces
+    ref = dispatch(caller, f"scenario:complete file:{name}", "quoted", "--to", "box")
+    assert caller.wb("agent", "await", ref, "--wait-timeout", "60s").returncode == 0
+    status, _, body = ui.http("GET", f"/run/{ref}/diff")
+    assert status == 200, body
+    assert body.count("<section class=file") == 1
+    assert f"<h3>{html.escape(name, quote=True)} " in body  # its real name, not git's quoted form
+    assert '<span class="line add"><span class=mark>+</span>Hello from the fake codex.</span>' in body
+
+
 def test_the_run_page_follows_a_live_run_to_its_end_without_a_reload(
     fleet: tuple[Machine, Machine], ui: UiServer, driver: Any
 ) -> None:
