@@ -9,7 +9,6 @@ error holding markup). One `wb ui --all` serves every test; one browser per sess
 from __future__ import annotations
 
 import json
-import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -424,29 +423,6 @@ def test_markup_from_a_run_or_a_machine_shows_as_text_and_no_script_runs(
     assert "<img id=injected-error" in text_of(driver, "#machines tr[data-machine=down]")
     assert count(driver, "#injected-error") == 0
     assert driver.execute_script("return window.wbInjected") is None and driver.title != "pwned"
-
-
-def test_screenshots_of_both_pages(fleet: tuple[Machine, Machine], ui: UiServer, driver: Any, tmp_path: Path) -> None:
-    """PNGs of the fleet page and a run's page; with WB_UI_SCREENSHOTS=DIR they go there (docs/ui.md)."""
-    caller, _ = fleet
-    ref = dispatch(caller, "scenario:complete file:notes.md", "shown", "--to", "box")
-    assert caller.wb("agent", "await", ref, "--wait-timeout", "60s").returncode == 0
-    running = dispatch(caller, "scenario:hang", "running")
-    into = Path(os.environ.get("WB_UI_SCREENSHOTS") or tmp_path)
-    into.mkdir(parents=True, exist_ok=True)
-    signed_in(driver, ui)
-    assert wait_until(driver, lambda d: count(d, f'#runs tr[data-ref="{running}"]') == 1)
-    driver.save_screenshot(str(into / "fleet.png"))
-    driver.get(ui.home + f"/run/{ref}")
-    assert wait_until(driver, lambda d: count(d, "#diff section.file") == 1)
-    height = min(int(driver.execute_script("return document.documentElement.scrollHeight")), 2400)
-    metrics = {"width": 1280, "height": height, "deviceScaleFactor": 1, "mobile": False}
-    driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", metrics)  # the whole page, the diff included
-    driver.save_screenshot(str(into / "run.png"))
-    driver.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
-    for name in ("fleet.png", "run.png"):
-        assert (into / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert caller.wb("agent", "stop", running).returncode == 0
 
 
 # -- the command's own errors ----------------------------------------------------------------------

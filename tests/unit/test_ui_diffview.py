@@ -106,13 +106,13 @@ def test_every_file_whose_path_git_quotes_shows_its_own_hunks_under_its_real_nam
 
 def test_renames_and_copies_take_the_new_name_and_quoted_header_lines_are_read(tmp_path: Path) -> None:
     repo, _ = _repo(tmp_path)
-    _git(repo, "mv", "gone with space.txt", "r\u00e9named \"it\".txt")
-    (repo / "r\u00e9named \"it\".txt").write_text("old gone with space.txt\nand more\n")
+    _git(repo, "mv", "gone with space.txt", 'r\u00e9named "it".txt')
+    (repo / 'r\u00e9named "it".txt').write_text("old gone with space.txt\nand more\n")
     _git(repo, "add", "-A")
     patch = _git(repo, "-c", "core.quotePath=true", "diff", "--cached", "-M", "--src-prefix=a/", "--dst-prefix=b/")
     assert "rename to " in patch
     (block,) = split_patch(patch)
-    assert block[0] == "r\u00e9named \"it\".txt"
+    assert block[0] == 'r\u00e9named "it".txt'
     assert unquote_path('"a\\tb\\\\c\\"d\\303\\251" rest') == ('a\tb\\c"d\u00e9', " rest")
     assert unquote_path("plain name.txt") == ("plain name.txt", "")
 
