@@ -496,7 +496,7 @@ def demo(
 def ui(
     port: Annotated[int, typer.Option("--port", metavar="N", help="Listen on port N (default: a free one).")] = 0,
     bind: Annotated[
-        str, typer.Option("--bind", metavar="ADDR", help="Listen on ADDR instead of 127.0.0.1 (warned).")
+        str, typer.Option("--bind", metavar="ADDR", help="Listen on ADDR, not 127.0.0.1 (warned unless loopback).")
     ] = "127.0.0.1",
     to: ToOpt = None,
     all_machines: Annotated[bool, typer.Option("--all", help="This machine and every configured machine.")] = False,

@@ -37,7 +37,7 @@ def request(operation: str, **fields: object) -> RemoteRequest:
 _RETRYABLE = (ConnectionLost, CallTimedOut, ConnectFailed)
 
 
-def _retryable(exc: WbError) -> bool:
+def retryable(exc: WbError) -> bool:
     return isinstance(exc, _RETRYABLE) or (isinstance(exc, TransportError) and exc.cause == "remote crashed")
 
 
@@ -67,7 +67,7 @@ def follow(
         try:
             response = ask(config, machine, call)
         except WbError as exc:
-            if not _retryable(exc) or failures >= limits.FOLLOW_RETRIES:  # this machine's never are
+            if not retryable(exc) or failures >= limits.FOLLOW_RETRIES:  # this machine's never are
                 raise
             failures += 1
             warn(f"{exc.message}; following again from byte {offset} (attempt {failures} of {limits.FOLLOW_RETRIES})")

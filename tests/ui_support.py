@@ -31,6 +31,8 @@ class UiServer:
     process: subprocess.Popen[str]
     url: str  # the printed address, with its ?token=
     stderr: list[str] = field(default_factory=list)
+    _session: tuple[str, str] | None = None
+    _drainer: threading.Thread | None = None
 
     @classmethod
     def start(cls, machine: Machine, *args: str, cwd: Path | None = None, host: str = "127.0.0.1") -> UiServer:
@@ -46,7 +48,8 @@ class UiServer:
         assert process.stdout is not None
         line = process.stdout.readline()
         server = cls(process, line.split(" ")[-1].strip())
-        threading.Thread(target=server._drain, daemon=True).start()
+        server._drainer = threading.Thread(target=server._drain, daemon=True)
+        server._drainer.start()
         assert line.startswith(f"wb ui: http://{host}:") and "/?token=" in line, (line, server.finish())
         return server
 
@@ -60,12 +63,30 @@ class UiServer:
         return self.url.split("/?", 1)[0]
 
     @property
+    def host(self) -> str:
+        return str(urlsplit(self.base).hostname)
+
+    @property
     def token(self) -> str:
         return self.url.split("?token=", 1)[1]
 
     @property
     def port(self) -> int:
         return int(urlsplit(self.base).port or 0)
+
+    def sign_in(self) -> tuple[str, str]:
+        """(the session root, the cookie `name=value`) the printed address hands a browser (docs/ui.md, Security)."""
+        if not self._session:
+            status, headers, _ = self.http("GET", "/?token=" + self.token, cookie=False, root=False)
+            assert status == 303, (status, headers)
+            root = headers["location"].rstrip("/")
+            self._session = (root, headers["set-cookie"].split(";", 1)[0])
+        return self._session
+
+    @property
+    def home(self) -> str:
+        """The fleet page's address once signed in (the session root: links under it carry the credential)."""
+        return self.base + self.sign_in()[0]
 
     def finish(self) -> int:
         """Ctrl-C, as a user ends it; the exit status."""
@@ -76,19 +97,34 @@ class UiServer:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
+        if self._drainer is not None:
+            self._drainer.join(10)  # every line it wrote is in `stderr`
         for stream in (self.process.stdout, self.process.stderr):
             if stream is not None:
                 stream.close()
         return self.process.returncode
 
     def http(
-        self, method: str, path: str, *, cookie: bool = True, headers: dict[str, str] | None = None, body: str = ""
+        self,
+        method: str,
+        path: str,
+        *,
+        cookie: bool = True,
+        root: bool = True,
+        headers: dict[str, str] | None = None,
+        body: str = "",
     ) -> tuple[int, dict[str, str], str]:
-        """One plain HTTP request (no browser): status, headers (lower-case names), body."""
-        connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
+        """One plain HTTP request (no browser): status, headers (lower-case names), body.
+
+        `cookie` sends the session cookie, `root` puts `path` under the session root: both, as a
+        signed-in page's own requests do, unless told otherwise.
+        """
         sent = dict(headers or {})
         if cookie:
-            sent["Cookie"] = f"wb_ui_{self.port}={self.token}"
+            sent["Cookie"] = self.sign_in()[1]
+        if root:
+            path = self.sign_in()[0] + path
+        connection = http.client.HTTPConnection(self.host, self.port, timeout=30)
         if body:
             sent.setdefault("Content-Type", "application/x-www-form-urlencoded")
         try:

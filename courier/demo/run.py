@@ -311,13 +311,15 @@ def _demo(sandbox: Sandbox, started: float, spec: DemoHarness, ui: bool = False)
 
     facts = _facts(awaited)
     state = facts.get("state")
-    elapsed = time.monotonic() - started
+    ended = time.monotonic() - started  # the run's part: from the demo's start to its terminal state
     if page is not None:
         _say(out, f"{ref} ended {state}; the page stays up with its diff: {page.url}")
         _say(out, "press Ctrl-C to end the demo")
         page.wait_for_interrupt()
     if state == "completed":
-        _say(out, f"done in {elapsed:.1f}s: {ref} completed on {MACHINE}; cleaning up the sandbox")
+        total = time.monotonic() - started  # the real elapsed time, the page's part included
+        how = f" after {ended:.1f}s, then the page stayed up {total - ended:.1f}s" if page is not None else ""
+        _say(out, f"done in {total:.1f}s: {ref} completed on {MACHINE}{how}; cleaning up the sandbox")
         return 0
     failure = facts.get("failure")
     sys.stderr.write(

@@ -18,15 +18,25 @@ FORM_MAX_BYTES = 2 * limits.TASK_MAX_BYTES
 FORM_MAX_TEXT = f"{FORM_MAX_BYTES // limits.MIB} MiB"
 
 
+FORM_MAX_FIELDS = 16  # the page's forms send at most two
+
+
 class FormTooLarge(Exception):
     pass
+
+
+class FormMalformed(Exception):
+    """A form body the page would never send (too many fields); its text is the one-line answer."""
 
 
 def parse_form(body: bytes) -> dict[str, str]:
     """An application/x-www-form-urlencoded body (the only kind the page's forms send)."""
     if len(body) > FORM_MAX_BYTES:
         raise FormTooLarge
-    fields = parse_qs(body.decode("utf-8", "replace"), keep_blank_values=True, max_num_fields=16)
+    try:
+        fields = parse_qs(body.decode("utf-8", "replace"), keep_blank_values=True, max_num_fields=FORM_MAX_FIELDS)
+    except ValueError:  # "Max number of fields exceeded"
+        raise FormMalformed(f"the form has more than {FORM_MAX_FIELDS} fields; the page's forms send two") from None
     return {key: values[0] for key, values in fields.items()}
 
 

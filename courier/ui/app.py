@@ -12,7 +12,7 @@ from importlib import resources
 
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, RedirectResponse, Response, StreamingResponse
+from starlette.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from courier.config import Config
@@ -44,16 +44,24 @@ def build_app(config: Config, scope: Scope, token: str, port: int) -> TokenGate:
     def html(text: str, status: int = 200) -> HTMLResponse:
         return HTMLResponse(text, status_code=status)
 
+    def root(request: Request) -> str:
+        """The session root the gate mounted the app under (courier/ui/auth.py): every link carries it."""
+        return str(request.scope.get("root_path", ""))
+
+    def not_a_run(request: Request, error: UsageError) -> Response:
+        home = root(request)
+        return html(pages.message_page(home, "not a run", actions.cli_message(error), home + "/"), 404)
+
     def _filters(request: Request) -> tuple[str, str]:
         return request.query_params.get("state", ""), request.query_params.get("machine", "")
 
     async def fleet_page(request: Request) -> Response:
         view = await in_thread(lambda: operations.fleet(config, scope))
-        return html(pages.fleet_page(view, *_filters(request)))
+        return html(pages.fleet_page(root(request), view, *_filters(request)))
 
     async def fleet_fragment(request: Request) -> Response:
         view = await in_thread(lambda: operations.fleet(config, scope))
-        return html(pages.fleet_fragment(view, *_filters(request)))
+        return html(pages.fleet_fragment(root(request), view, *_filters(request)))
 
     async def events(request: Request) -> Response:
         return StreamingResponse(changes.stream(), media_type="text/event-stream", headers=_EVENT_STREAM_HEADERS)
@@ -74,21 +82,21 @@ def build_app(config: Config, scope: Scope, token: str, port: int) -> TokenGate:
         try:
             machine, run_id, ref = _target(request)
         except UsageError as exc:
-            return html(pages.message_page("not a run", actions.cli_message(exc), "/"), 404)
+            return not_a_run(request, exc)
         result, error = await _facts(machine, run_id)
         shown = ""
         if result is not None:
             with contextlib.suppress(WbError):
                 shown = await in_thread(lambda: operations.actions(config, machine, run_id, scope.machine_timeout_s))
-        return html(pages.run_page(ref, result, error, shown, notice), status)  # type: ignore[arg-type]
+        return html(pages.run_page(root(request), ref, result, error, shown, notice), status)  # type: ignore[arg-type]
 
     async def run_facts(request: Request) -> Response:
         try:
             machine, run_id, ref = _target(request)
         except UsageError as exc:
-            return html(pages.facts_fragment("", None, exc.message), 404)
+            return html(pages.facts_fragment(root(request), "", None, exc.message), 404)
         result, error = await _facts(machine, run_id)
-        return html(pages.facts_fragment(ref, result, error))  # type: ignore[arg-type]
+        return html(pages.facts_fragment(root(request), ref, result, error))  # type: ignore[arg-type]
 
     async def run_diff(request: Request) -> Response:
         try:
@@ -102,7 +110,7 @@ def build_app(config: Config, scope: Scope, token: str, port: int) -> TokenGate:
         try:
             machine, run_id, _ = _target(request)
         except UsageError as exc:
-            return html(pages.message_page("not a run", actions.cli_message(exc), "/"), 404)
+            return not_a_run(request, exc)
         stream = follow_lines(config, machine, run_id)
         return StreamingResponse(stream, media_type="text/event-stream", headers=_EVENT_STREAM_HEADERS)
 
@@ -111,7 +119,9 @@ def build_app(config: Config, scope: Scope, token: str, port: int) -> TokenGate:
             return actions.parse_form(await request.body())
         except actions.FormTooLarge:
             too_large = f"error: the form is larger than {actions.FORM_MAX_TEXT}"
-            return html(pages.message_page("too large", too_large, "/"), 413)
+            return html(pages.message_page(root(request), "too large", too_large, root(request) + "/"), 413)
+        except actions.FormMalformed as exc:
+            return PlainTextResponse(f"error: {exc}\n", status_code=400)
 
     async def stop(request: Request) -> Response:
         form = await _form(request)
@@ -120,15 +130,16 @@ def build_app(config: Config, scope: Scope, token: str, port: int) -> TokenGate:
         try:
             machine, run_id, ref = _target(request)
         except UsageError as exc:
-            return html(pages.message_page("not a run", actions.cli_message(exc), "/"), 404)
+            return not_a_run(request, exc)
         if form.get("confirm") != "yes":
-            return html(pages.confirm_stop_page(ref))
+            return html(pages.confirm_stop_page(root(request), ref))
         try:
             bound_s = scope.machine_timeout_s
             message, warnings = await in_thread(lambda: operations.stop(config, machine, run_id, bound_s))
         except WbError as exc:
-            back = pages.run_path(ref)
-            return html(pages.message_page(f"stop {ref}", actions.cli_message(exc), back), actions.refusal_status(exc))
+            back = pages.run_path(root(request), ref)
+            page = pages.message_page(root(request), f"stop {ref}", actions.cli_message(exc), back)
+            return html(page, actions.refusal_status(exc))
         notice = "\n".join([message, *(f"warning: {warning}" for warning in warnings)])
         return await run_page(request, notice)
 
@@ -142,11 +153,11 @@ def build_app(config: Config, scope: Scope, token: str, port: int) -> TokenGate:
             _target(request)
             result = await in_thread(lambda: operations.continue_run(config, reference, task))
         except WbError as exc:
-            back = pages.run_path(reference)
-            page = pages.message_page(f"continue {reference}", actions.cli_message(exc), back)
+            back = pages.run_path(root(request), reference)
+            page = pages.message_page(root(request), f"continue {reference}", actions.cli_message(exc), back)
             return html(page, actions.refusal_status(exc))
         ref = format_reference(result.machine or "", result.agent_id)
-        return RedirectResponse(pages.run_path(ref), status_code=303)
+        return RedirectResponse(pages.run_path(root(request), ref), status_code=303)
 
     async def static_file(request: Request) -> Response:
         name = request.path_params["name"]

@@ -6,12 +6,9 @@ so the parser can be tested on its own.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 
 from protocol.models import DiffResult
-
-_FILE_HEADER = re.compile(r"^diff --git a/(.*) b/(.*)$")
 
 
 @dataclass
@@ -36,16 +33,98 @@ class FileDiff:
     hunks: list[Hunk] = field(default_factory=list)
 
 
+_GIT_ESCAPES = {"a": 7, "b": 8, "t": 9, "n": 10, "v": 11, "f": 12, "r": 13, '"': 34, "\\": 92}
+
+
+def _decode(data: bytearray | bytes) -> str:
+    return bytes(data).decode("utf-8", "surrogateescape")
+
+
+def unquote_path(text: str) -> tuple[str, str]:
+    """(the path, the rest of the line) of a path git may have C-quoted (`"a\\"b\\303\\251.txt"`).
+
+    core.quotePath (the patch is made with it on) quotes a path holding a control character, a
+    quote, a backslash or a non-ASCII byte (as octal escapes of its UTF-8 bytes); an unquoted
+    path is returned whole, for the caller to cut.
+    """
+    if not text.startswith('"'):
+        return text, ""
+    out = bytearray()
+    position = 1
+    while position < len(text):
+        char = text[position]
+        if char == '"':
+            return _decode(out), text[position + 1 :]
+        if char == "\\" and position + 1 < len(text):
+            following = text[position + 1]
+            if following in "01234567" and position + 3 < len(text):
+                out.append(int(text[position + 1 : position + 4], 8) & 0xFF)
+                position += 4
+                continue
+            out.append(_GIT_ESCAPES.get(following, ord(following) if following.isascii() else 63))
+            position += 2
+            continue
+        out += char.encode("utf-8", "surrogateescape")
+        position += 1
+    return text, ""  # no closing quote: not git's quoting after all
+
+
+def _strip_prefix(path: str, prefix: str) -> str | None:
+    return path[len(prefix) :] if path.startswith(prefix) else None
+
+
+def _header_path(rest: str) -> str:
+    """The file of `diff --git <rest>`: `a/P b/P` (P unquoted, perhaps with spaces) or quoted names."""
+    if rest.startswith('"'):
+        first, tail = unquote_path(rest)
+        second, _ = unquote_path(tail.lstrip(" "))
+        return _strip_prefix(second, "b/") or _strip_prefix(first, "a/") or second
+    if rest.endswith('"'):  # an unquoted old name, a quoted new one
+        cut = rest.rfind(' "')
+        second, _ = unquote_path(rest[cut + 1 :])
+        return _strip_prefix(second, "b/") or second
+    # Both names unquoted: the same path twice (no renames), so the line is `a/` + P + ` b/` + P.
+    half = (len(rest) - len("a/ b/")) // 2
+    if half >= 0 and rest[: 2 + half] == "a/" + rest[2 + half + 3 :] and rest[2 + half : 2 + half + 3] == " b/":
+        return rest[2 : 2 + half]
+    return rest.rsplit(" b/", 1)[-1]
+
+
+def _marker_path(rest: str, prefix: str) -> str | None:
+    """The path of a `--- a/P` or `+++ b/P` line; None for /dev/null (git ends a path with a space with a tab)."""
+    if rest.startswith('"'):
+        path, _ = unquote_path(rest)
+    else:
+        path = rest[:-1] if rest.endswith("\t") else rest
+    if path == "/dev/null":
+        return None
+    return _strip_prefix(path, prefix) or path
+
+
+def _named_path(lines: list[str]) -> str | None:
+    """The file's name from the lines before its first hunk: the new name, else the old (a deleted file)."""
+    new = old = None
+    for line in lines:
+        if line.startswith("@@"):
+            break
+        if line.startswith("+++ "):
+            new = _marker_path(line[4:], "b/")
+        elif line.startswith("--- "):
+            old = _marker_path(line[4:], "a/")
+        elif line.startswith(("rename to ", "copy to ")):
+            new = unquote_path(line.split(" to ", 1)[1])[0]
+    return new or old
+
+
 def split_patch(patch: str) -> list[tuple[str, list[str]]]:
-    """(path, the file's lines) per `diff --git` block, in the patch's order."""
+    """(path, the file's lines) per `diff --git` block, in the patch's order, each under its real name."""
     blocks: list[tuple[str, list[str]]] = []
     for line in patch.split("\n"):
-        header = _FILE_HEADER.match(line)
-        if header:
-            blocks.append((header.group(2), []))
+        if line.startswith("diff --git "):
+            blocks.append((_header_path(line[len("diff --git ") :]), []))
         elif blocks:
             blocks[-1][1].append(line)
-    return blocks
+    return [(_named_path(lines) or path, lines) for path, lines in blocks]
 
 
 def _hunks(lines: list[str]) -> tuple[list[Hunk], bool]:

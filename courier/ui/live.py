@@ -2,9 +2,9 @@
 
 `Changes` runs one `courier.watch.Watch` for the server's machines (one pending call per
 machine, as `wb agent watch` keeps) and hands each event to every open fleet page, which
-then fetches its rows again. `follow_lines` runs `logs --follow`'s loop (courier/supervise.py)
-for one run's page. Both run the CLI's blocking code on daemon threads, so Ctrl-C never
-waits for a machine that does not answer.
+then fetches its rows again; it runs the CLI's blocking code on a daemon thread, so Ctrl-C
+never waits for a machine that does not answer. `follow_lines` runs `logs --follow`'s loop
+(courier/supervise.py) for one run's page on the event loop, so closing the page cancels it.
 """
 
 from __future__ import annotations
@@ -14,16 +14,17 @@ import contextlib
 import json
 import queue
 import threading
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from typing import TypeVar
 
 from courier.config import Config
-from courier.errors import WbError
+from courier.errors import UsageError, WbError
+from protocol import limits
 from protocol.documents import MachineErrorEvent
+from protocol.models import RemoteRequest, RemoteResponse
 
 T = TypeVar("T")
 KEEPALIVE_S = 15.0
-_END = object()
 
 
 async def in_thread(work: Callable[[], T]) -> T:
@@ -121,53 +122,99 @@ class Changes:
             self.subscribers.discard(mine)
 
 
-class _Gone(Exception):
-    """The page went away: the follow thread ends at its next output."""
+# A follow call to this machine runs on a thread that cannot be cancelled: it waits at most this
+# long, so a page that went away leaves no thread behind for longer (docs/ui.md, "Live").
+LOCAL_FOLLOW_CHUNK_MS = 2000
+
+
+async def _ask(config: Config, machine: str, call: RemoteRequest) -> RemoteResponse:
+    """One call on the event loop: cancelling it ends the channel's child (the far side's receiver) at once."""
+    from courier.route import raise_failure
+    from courier.transport import transport_for
+
+    if machine:
+        response = await transport_for(config, machine).ask_async(call)
+    else:
+        response = await in_thread(lambda: transport_for(config, machine).ask(call))
+    raise_failure(machine, response, call.operation)
+    return response
+
+
+async def follow_events(config: Config, machine: str, run_id: str) -> AsyncGenerator[tuple[str, str], None]:
+    """`logs --follow`'s loop (courier/supervise.py `follow`) as (kind, text) pairs, on the event loop.
+
+    Each call is awaited here, not on a thread of its own, so when the page goes away (Starlette
+    cancels its stream) the pending call is cancelled with it: the exec or SSH child that carries
+    it is ended, here and with it the receiver on the far machine. A call to this machine waits at
+    most LOCAL_FOLLOW_CHUNK_MS, so its thread ends within that.
+    """
+    from courier.route import await_chunk_ms, upgrade_message
+    from courier.supervise import request, retryable, terminal_line
+    from courier.text import sanitize
+
+    offset, failures = 0, 0
+    while True:
+        chunk_ms = await_chunk_ms() if machine else min(await_chunk_ms(), LOCAL_FOLLOW_CHUNK_MS)
+        call = request("logs", agent_id=run_id, follow=True, follow_from=offset, wait_timeout_ms=chunk_ms)
+        try:
+            response = await _ask(config, machine, call)
+        except WbError as exc:
+            if not retryable(exc) or failures >= limits.FOLLOW_RETRIES:
+                raise
+            failures += 1
+            again = f"following again from byte {offset} (attempt {failures} of {limits.FOLLOW_RETRIES})"
+            yield "warning", f"{exc.message}; {again}"
+            await asyncio.sleep(min(2.0**failures / 4, 5.0))
+            continue
+        failures = 0
+        if response.next_offset is None:
+            raise UsageError(upgrade_message(machine, response.wb_version, "logs --follow"))
+        for line in sanitize(response.logs or "", keep_newlines=True).splitlines():
+            yield "line", line.removeprefix("  ")  # logs indents each action; the page does not
+        offset = response.next_offset
+        result = response.result_of()
+        if result.terminal:
+            yield "line", terminal_line(result).rstrip("\n")
+            return
 
 
 async def follow_lines(config: Config, machine: str, run_id: str) -> AsyncIterator[str]:
-    """The run's worker actions as `logs --follow` prints them, one event a line; `end` once it is terminal."""
-    from courier.supervise import follow
+    """The run's worker actions as `logs --follow` prints them, one event a line; `end` once it is terminal.
 
-    loop = asyncio.get_running_loop()
-    lines: asyncio.Queue[tuple[str, str] | object] = asyncio.Queue()
-    gone = threading.Event()
-
-    def put(item: object) -> None:
-        with contextlib.suppress(RuntimeError):
-            loop.call_soon_threadsafe(lines.put_nowait, item)
-
-    def write(text: str) -> None:
-        if gone.is_set():
-            raise _Gone
-        for line in text.splitlines():
-            put(("line", line.removeprefix("  ")))  # logs indents each action; the page does not
-
-    def run() -> None:
-        try:
-            follow(config, machine, run_id, write, warn=lambda message: put(("warning", message)))
-        except _Gone:
-            return
-        except WbError as exc:
-            put(("error", exc.message))
-        except Exception as exc:  # shown on the page, as the CLI would print it
-            put(("error", f"internal: {type(exc).__name__}: {exc}"))
-        put(_END)
-
-    threading.Thread(target=run, daemon=True, name=f"wb ui follow {run_id}").start()
+    A keepalive comment every KEEPALIVE_S while the machine is silent. When the page goes away,
+    Starlette cancels this generator's task: the follow's pending call is cancelled in `finally`
+    and nothing of it outlives the page.
+    """
+    events = follow_events(config, machine, run_id)
+    pending: asyncio.Task[tuple[str, str]] | None = None
     try:
         yield ": following\n\n"
         while True:
-            try:
-                item = await asyncio.wait_for(lines.get(), KEEPALIVE_S)
-            except TimeoutError:
+            if pending is None:
+                pending = asyncio.ensure_future(anext(events))
+            done, _ = await asyncio.wait({pending}, timeout=KEEPALIVE_S)
+            if not done:
                 yield ": keepalive\n\n"
                 continue
-            if item is _END:
+            task, pending = pending, None
+            try:
+                kind, text = task.result()
+            except StopAsyncIteration:
                 yield sse("terminal", "end")
                 return
-            assert isinstance(item, tuple)
-            kind, text = str(item[0]), str(item[1])
+            except WbError as exc:
+                yield sse(exc.message, "error")
+                yield sse("terminal", "end")
+                return
+            except Exception as exc:  # shown on the page, as the CLI would print it
+                yield sse(f"internal: {type(exc).__name__}: {exc}", "error")
+                yield sse("terminal", "end")
+                return
             yield sse(text, "" if kind == "line" else kind)
     finally:
-        gone.set()
+        if pending is not None:
+            pending.cancel()
+            with contextlib.suppress(BaseException):
+                await pending
+        with contextlib.suppress(BaseException):
+            await events.aclose()

@@ -30,8 +30,9 @@ def esc(text: object) -> str:
     return html.escape(sanitize(str(text).replace("\t", _TAB), keep_newlines=True), quote=True)
 
 
-def run_path(ref: str) -> str:
-    return "/run/" + quote(ref, safe=":")
+def run_path(root: str, ref: str) -> str:
+    """A run's page under the session root (courier/ui/auth.py: the root is the page's credential)."""
+    return root + "/run/" + quote(ref, safe=":")
 
 
 def node_of(result: Result) -> str | None:
@@ -49,14 +50,14 @@ def shown_state(result: Result) -> str:
     return text
 
 
-def page(title: str, body: str, *, page_kind: str, extra: str = "") -> str:
+def page(root: str, title: str, body: str, *, page_kind: str, extra: str = "") -> str:
     return (
         "<!doctype html>\n<html lang=en><head><meta charset=utf-8>"
         '<meta name=viewport content="width=device-width, initial-scale=1">'
         f"<title>{esc(title)}</title>"
-        '<link rel=stylesheet href="/static/ui.css"><script src="/static/ui.js" defer></script></head>'
-        f'<body data-page="{page_kind}"{extra}>'
-        f'<header><a class=brand href="/">wb</a> <span>{esc(title)}</span></header>'
+        f'<link rel=stylesheet href="{esc(root)}/static/ui.css"><script src="{esc(root)}/static/ui.js" defer></script>'
+        f'</head><body data-page="{page_kind}"{extra}>'
+        f'<header><a class=brand href="{esc(root)}/">wb</a> <span>{esc(title)}</span></header>'
         f"<main>{body}</main></body></html>\n"
     )
 
@@ -70,12 +71,12 @@ def matches(result: Result, state: str, machine: str) -> bool:
     return not machine or (result.machine or LOCAL) == machine
 
 
-def fleet_page(view: FleetView, state: str, machine: str) -> str:
+def fleet_page(root: str, view: FleetView, state: str, machine: str) -> str:
     query = urlencode({key: value for key, value in (("state", state), ("machine", machine)) if value})
-    fragment = "/fleet" + (f"?{query}" if query else "")
-    body = _filters(view, state, machine) + f'<div id=fleet data-fragment="{esc(fragment)}">'
-    body += fleet_fragment(view, state, machine) + "</div>"
-    return page("fleet", body, page_kind="fleet", extra=' data-live="/events"')
+    fragment = root + "/fleet" + (f"?{query}" if query else "")
+    body = _filters(root, view, state, machine) + f'<div id=fleet data-fragment="{esc(fragment)}">'
+    body += fleet_fragment(root, view, state, machine) + "</div>"
+    return page(root, "fleet", body, page_kind="fleet", extra=f' data-live="{esc(root)}/events"')
 
 
 def _options(name: str, label: str, values: list[tuple[str, str]], chosen: str) -> str:
@@ -86,20 +87,20 @@ def _options(name: str, label: str, values: list[tuple[str, str]], chosen: str) 
     return f'<label>{esc(name)} <select name="{esc(name)}">{options}</select></label>'
 
 
-def _filters(view: FleetView, state: str, machine: str) -> str:
+def _filters(root: str, view: FleetView, state: str, machine: str) -> str:
     states = {"running", "stalled", "queued", "waiting", "completed", "failed"}
     states |= {result.state for result in view.results} | ({state} if state else set())
     machines = [(row.machine or LOCAL, row.machine or "this machine") for row in view.rows]
     return (
-        '<form id=filters method=get action="/">'
+        f'<form id=filters method=get action="{esc(root)}/">'
         + _options("state", "every state", [(s, s) for s in sorted(states)], state)
         + _options("machine", "every machine", machines, machine)
         + " <button type=submit>filter</button></form>"
     )
 
 
-def fleet_fragment(view: FleetView, state: str, machine: str) -> str:
-    return _machine_table(view.rows) + _run_table([r for r in view.results if matches(r, state, machine)])
+def fleet_fragment(root: str, view: FleetView, state: str, machine: str) -> str:
+    return _machine_table(view.rows) + _run_table(root, [r for r in view.results if matches(r, state, machine)])
 
 
 def _machine_table(rows: list[MachineRow]) -> str:
@@ -125,22 +126,22 @@ _RUN_COLUMNS = (
 )  # fmt: skip
 
 
-def _run_table(results: list[Result]) -> str:
+def _run_table(root: str, results: list[Result]) -> str:
     if not results:
         return "<section><h2>Runs</h2><p id=no-runs>no dispatched agent runs</p></section>"
     head = "".join(f"<th>{esc(name)}</th>" for name in _RUN_COLUMNS)
-    rows = "".join(_run_row(result) for result in results)
+    rows = "".join(_run_row(root, result) for result in results)
     return f"<section><h2>Runs</h2><table id=runs><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table></section>"
 
 
-def _run_row(result: Result) -> str:
+def _run_row(root: str, result: Result) -> str:
     ref = ref_of(result)
     where = result.machine or "this machine"
     node = node_of(result)
     if node:
         where += f" (node {node})"
     cells = [
-        f'<a href="{esc(run_path(ref))}">{esc(ref)}</a>',
+        f'<a href="{esc(run_path(root, ref))}">{esc(ref)}</a>',
         esc(where),
         esc(f"{result.resolved.harness} / {result.profile}"),
         f'<span class="state state-{esc(phase_of(result))}">{esc(shown_state(result))}</span>',
@@ -194,20 +195,20 @@ def _files(result: Result) -> str:
 # -- a run's page ----------------------------------------------------------------------------------
 
 
-def run_page(ref: str, result: Result | None, error: str | None, actions: str, notice: str = "") -> str:
-    path = run_path(ref)
+def run_page(root: str, ref: str, result: Result | None, error: str | None, actions: str, notice: str = "") -> str:
+    path = run_path(root, ref)
     body = f'<h1 id=ref>{esc(ref)}</h1>'
     if notice:
         body += f'<p id=notice class=notice role=status>{esc(notice)}</p>'
     body += f'<section><h2>Facts</h2><div id=facts data-fragment="{esc(path)}/facts">'
-    body += facts_fragment(ref, result, error) + "</div></section>"
+    body += facts_fragment(root, ref, result, error) + "</div></section>"
     body += (
         f'<section><h2>Worker actions</h2><pre id=actions data-live="{esc(path)}/actions">'
         f"{esc(actions)}</pre></section>"
     )
     body += f'<section><h2>Diff</h2><div id=diff data-fragment="{esc(path)}/diff">'
     body += '<p class=muted>loading the diff… (<a href="' + esc(path) + '/diff">open it</a>)</p></div></section>'
-    return page(ref, body, page_kind="run")
+    return page(root, ref, body, page_kind="run")
 
 
 def status_facts(result: Result) -> list[tuple[str, str]]:
@@ -225,16 +226,16 @@ def status_facts(result: Result) -> list[tuple[str, str]]:
     return facts
 
 
-def facts_fragment(ref: str, result: Result | None, error: str | None) -> str:
+def facts_fragment(root: str, ref: str, result: Result | None, error: str | None) -> str:
     if result is None:
         return f"<p class=error id=facts-error>error: {esc(error or 'no answer')}</p>"
     rows = "".join(f"<dt>{esc(label)}</dt><dd>{esc(value)}</dd>" for label, value in status_facts(result))
     out = f'<dl id=status data-state="{esc(result.state)}" data-terminal="{str(result.terminal).lower()}">{rows}</dl>'
-    return out + _controls(ref, result)
+    return out + _controls(root, ref, result)
 
 
-def _controls(ref: str, result: Result) -> str:
-    path = esc(run_path(ref))
+def _controls(root: str, ref: str, result: Result) -> str:
+    path = esc(run_path(root, ref))
     if not result.terminal:
         return (
             f'<form id=stop method=post action="{path}/stop" data-confirm="Stop {esc(ref)}? Its worker is signalled.">'
@@ -247,20 +248,20 @@ def _controls(ref: str, result: Result) -> str:
     )
 
 
-def confirm_stop_page(ref: str) -> str:
+def confirm_stop_page(root: str, ref: str) -> str:
     """Without script, a stop asks once more here (with script, the browser's confirm dialog does)."""
-    path = esc(run_path(ref))
+    path = esc(run_path(root, ref))
     body = (
         f"<h1>Stop {esc(ref)}?</h1><p>Its worker is signalled and the run recorded as stopped.</p>"
         f'<form id=stop-confirmed method=post action="{path}/stop"><input type=hidden name=confirm value=yes>'
         f'<button type=submit>yes, stop it</button> <a href="{path}">no, back to the run</a></form>'
     )
-    return page(f"stop {ref}", body, page_kind="confirm")
+    return page(root, f"stop {ref}", body, page_kind="confirm")
 
 
-def message_page(title: str, message: str, back: str) -> str:
+def message_page(root: str, title: str, message: str, back: str) -> str:
     body = f'<p id=message class=error>{esc(message)}</p><p><a href="{esc(back)}">back</a></p>'
-    return page(title, body, page_kind="message")
+    return page(root, title, body, page_kind="message")
 
 
 def diff_fragment(diff: DiffResult | None, error: str | None) -> str:

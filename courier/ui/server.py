@@ -8,6 +8,7 @@ and the command exits 130.
 
 from __future__ import annotations
 
+import ipaddress
 import socket
 import sys
 from collections.abc import Callable
@@ -17,7 +18,6 @@ from courier.errors import UsageError
 from courier.ui.opener import open_in_browser, remove
 from courier.ui.operations import Scope
 
-LOOPBACK = "127.0.0.1"
 # How long open pages' streams may hold up Ctrl-C.
 GRACEFUL_SHUTDOWN_S = 1
 
@@ -44,6 +44,14 @@ def bind(address: str, port: int) -> socket.socket:
     sock.listen(socket.SOMAXCONN)
     sock.set_inheritable(True)
     return sock
+
+
+def is_loopback(address: str) -> bool:
+    """127.0.0.0/8 or ::1: only this machine can reach it, so no exposure warning (a name is not trusted)."""
+    try:
+        return ipaddress.ip_address(address).is_loopback
+    except ValueError:
+        return False
 
 
 def address_of(address: str, port: int) -> str:
@@ -73,7 +81,7 @@ def serve(
     sock = bind(bind_address, port)
     port = sock.getsockname()[1]
     token = new_token()
-    if bind_address != LOOPBACK:
+    if not is_loopback(bind_address):
         warn(f"wb ui listens on {bind_address}: anyone who can reach it and learns the token sees and stops your runs")
     url = f"{address_of(bind_address, port)}/?token={token}"
     write(f"wb ui: {url}\n")

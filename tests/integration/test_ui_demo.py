@@ -4,10 +4,12 @@ diff, in a real headless browser; Ctrl-C then ends the demo with the run's statu
 from __future__ import annotations
 
 import contextlib
+import re
 import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -54,6 +56,7 @@ def test_demo_ui_shows_the_run_live_with_its_diff(base: Path, driver: Any) -> No
 
     reader = threading.Thread(target=read, daemon=True)
     reader.start()
+    stayed_up = interrupted = 0.0
     try:
         assert wait_for(lambda: any(line.startswith("  page     http://127.0.0.1:") for line in lines), 60), lines
         url = next(line for line in lines if line.startswith("  page ")).split()[-1]
@@ -65,10 +68,12 @@ def test_demo_ui_shows_the_run_live_with_its_diff(base: Path, driver: Any) -> No
                           == "completed", 90), (lines, driver.page_source)  # fmt: skip
         ref = driver.find_element(By.CSS_SELECTOR, row).get_attribute("data-ref")
         assert wait_for(lambda: any("the page stays up" in line for line in lines), 60), lines
+        stayed_up = time.monotonic()
         driver.find_element(By.CSS_SELECTOR, f"{row} a").click()
         assert wait_until(driver, lambda d: d.find_elements(By.CSS_SELECTOR, "#diff section.file"))
         assert driver.find_element(By.CSS_SELECTOR, "#diff section.file h3").text.startswith("hello.txt")
         assert ref in driver.find_element(By.ID, "ref").text
+        interrupted = time.monotonic()
         demo.send_signal(signal.SIGINT)
         assert demo.wait(60) == 0
     finally:
@@ -80,5 +85,11 @@ def test_demo_ui_shows_the_run_live_with_its_diff(base: Path, driver: Any) -> No
         demo.stdout.close()
         stderr = demo.stderr.read()
         demo.stderr.close()
-    assert "done in" in "".join(lines), (lines, stderr)
+    # The time printed is the real elapsed time: the minutes on the page count, and it says which part was the run's.
+    (done,) = [line for line in lines if line.startswith("done in ")]
+    found = re.match(r"done in ([0-9.]+)s: demo:agt-\S+ completed on demo after ([0-9.]+)s, then the page stayed up "
+                     r"([0-9.]+)s; cleaning up the sandbox$", done.strip())  # fmt: skip
+    assert found, (done, stderr)
+    total, run, page = (float(found.group(n)) for n in (1, 2, 3))
+    assert page >= interrupted - stayed_up - 0.1 and abs(total - run - page) <= 0.15, done
     _assert_clean(base, env)

@@ -20,7 +20,7 @@ def _queued() -> Result:
 
 def test_the_fleet_page_shows_what_a_queued_run_waits_for() -> None:
     result = _queued()
-    html = pages.fleet_page(FleetView(rows=[], results=[result]), state="", machine="")
+    html = pages.fleet_page("/s/k", FleetView(rows=[], results=[result]), state="", machine="")
     assert 'data-state="queued"' in html
     assert "queued (waiting for cpus=2, gpus=1)" in html
     assert '<option value="queued">queued</option>' in html
@@ -30,6 +30,6 @@ def test_a_queued_run_can_be_filtered_for_and_stopped_not_continued() -> None:
     result = _queued()
     assert pages.matches(result, "queued", "")
     assert not pages.matches(result, "running", "")
-    facts = pages.facts_fragment(f"lab:{result.agent_id}", result, None)
+    facts = pages.facts_fragment("/s/k", f"lab:{result.agent_id}", result, None)
     assert "queued (waiting for cpus=2, gpus=1)" in facts
     assert "id=stop" in facts and "id=continue" not in facts
