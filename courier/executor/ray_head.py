@@ -308,7 +308,7 @@ def _amount(name: str, value: float) -> str:
 
 def _shortfall(candidates: list[Node], needs: dict[str, float]) -> str:
     """What no candidate has enough of, with the most one has; or that none has all of it at once."""
-    short = {name: max(node.total.get(name, 0.0) for node in candidates) for name, amount in needs.items()}
+    short = {name: max(node.total.get(name, 0.0) for node in candidates) for name in needs}
     short = {name: most for name, most in short.items() if most < needs[name]}
     if not short:
         return "no one node has all of it at once"
@@ -447,7 +447,7 @@ def continue_(request: RemoteRequest, response: RemoteResponse, context: Context
     resources = resources_of(config, profile)
     options = ray_options(resources)  # pinned to the parent's node, which has the worktree (and its clone)
     wants = wants_of(resources)
-    check_feasible([node], [node], options, "", wants, [])
+    check_feasible([node], [node], options, parent.repository, wants, [])
     placement = Placement(
         agent_id=new_id,
         created_at=now(),
