@@ -39,8 +39,7 @@ from protocol.refs import check_run_id
 from protocol.timestamps import parse_rfc3339
 
 NODE_LABEL = "wb-node"  # a node's name for wb: `ray start --labels wb-node=NAME` (docs/ray.md#set-up)
-REPO_RESOURCE = "wb-repo:"  # a node holding the canonical clone OWNER/REPO advertises `wb-repo:OWNER/REPO`
-REPO_SHARE = 0.001  # what one run takes of it: a node advertising 1 takes up to 1000 runs of that repository
+NODE_ID_LABEL = "ray.io/node-id"  # Ray's own label of every node: its node ID (Ray 2.60)
 NODE_CALL_S = 60.0  # the bound of one call to a node's service
 AWAIT_POLL_S = 0.5
 
@@ -229,16 +228,46 @@ def raise_in_band(response: RemoteResponse) -> None:
 # ----- placement
 
 
-def ray_options(resources: Resources, repository: str) -> dict[str, Any]:
+def ray_options(resources: Resources, holders: list[Node] | None = None) -> dict[str, Any]:
+    """The holder task's Ray options: the run's resources, its labels, and with `holders` the nodes it may start on.
+
+    `holders` (the nodes that have the run's canonical clone, asked at this dispatch) becomes a
+    selector on Ray's own `ray.io/node-id` label of every node, beside the profile's labels (which
+    never name `ray.io/…`): Ray keeps the run pending until one of them has its resources free.
+    """
     custom = {name: float(amount) for name, amount in resources.custom.items()}
-    if repository:
-        custom[REPO_RESOURCE + repository] = REPO_SHARE
     options: dict[str, Any] = {"num_cpus": resources.cpus, "num_gpus": resources.gpus, "resources": custom}
     if resources.memory_bytes:
         options["memory"] = resources.memory_bytes
-    if resources.labels:
-        options["label_selector"] = dict(resources.labels)
+    selector = dict(resources.labels)
+    if holders is not None:
+        # No space after a comma: Ray 2.60 reads " <id>" as a node ID of the wrong length and aborts the submitter.
+        selector[NODE_ID_LABEL] = "in(" + ",".join(sorted(node.node_id for node in holders)) + ")"
+    if selector:
+        options["label_selector"] = selector
     return options
+
+
+def clone_holders(nodes: list[Node], repository: str) -> tuple[list[Node], list[str]]:
+    """The nodes that have the canonical clone of `repository` now, each node's service asked in
+    parallel (docs/ray.md#repositories); and, for the nodes that did not answer, why."""
+    deadline = time.monotonic() + NODE_CALL_S
+    calls: list[tuple[Node, Any]] = []
+    silent: list[str] = []
+    for node in nodes:
+        try:
+            calls.append((node, service(node).has_clone.remote(repository)))
+        except (ray.exceptions.RayError, AttributeError) as exc:  # AttributeError: a service of an older wb
+            silent.append(f"{node.name}: {type(exc).__name__}")
+    holders = []
+    for node, call in calls:
+        try:
+            if ray.get(call, timeout=max(1.0, deadline - time.monotonic())):
+                holders.append(node)
+        except ray.exceptions.RayError as exc:
+            forget_service(node.node_id)  # a service gone with its worker is looked up afresh next time
+            silent.append(f"{node.name}: {type(exc).__name__}")
+    return holders, silent
 
 
 def labels_match(labels: dict[str, str], selector: dict[str, str]) -> bool:
@@ -268,16 +297,35 @@ def _needs(options: dict[str, Any]) -> dict[str, float]:
     return {name: amount for name, amount in needs.items() if amount > 0}
 
 
-def check_feasible(nodes: list[Node], options: dict[str, Any], repository: str, wants: str) -> None:
-    """Refuse (exit 1) a run that no live node could take even when idle, naming the shortfall."""
+_NAMES = {"CPU": "cpus", "GPU": "gpus"}  # Ray's resource names as a profile's `resources` says them
+
+
+def _amount(name: str, value: float) -> str:
+    if name == "memory":
+        return f"{_NAMES.get(name, name)}={value / 2**30:.3g}GiB"
+    return f"{_NAMES.get(name, name)}={value:g}"
+
+
+def _shortfall(candidates: list[Node], needs: dict[str, float]) -> str:
+    """What no candidate has enough of, with the most one has; or that none has all of it at once."""
+    short = {name: max(node.total.get(name, 0.0) for node in candidates) for name in needs}
+    short = {name: most for name, most in short.items() if most < needs[name]}
+    if not short:
+        return "no one node has all of it at once"
+    names = ", ".join(_NAMES.get(name, name) for name in short)
+    return f"short of {names} (the most on one node: {', '.join(_amount(n, most) for n, most in short.items())})"
+
+
+def check_feasible(
+    nodes: list[Node], holders: list[Node], options: dict[str, Any], repository: str, wants: str, silent: list[str]
+) -> None:
+    """Refuse (exit 1) a run that no live node could take even when idle, naming the shortfall.
+
+    `holders`: the nodes with the run's canonical clone (`nodes` when the run names none);
+    `silent`: the nodes that did not say whether they have it.
+    """
     needs = _needs(options)
-    selector: dict[str, str] = options.get("label_selector") or {}
-
-    def fits(node: Node) -> bool:
-        return all(node.total.get(name, 0.0) >= amount for name, amount in needs.items())
-
-    if any(labels_match(node.labels, selector) and fits(node) for node in nodes):
-        return
+    selector = {key: value for key, value in (options.get("label_selector") or {}).items() if key != NODE_ID_LABEL}
     if not nodes:
         raise NotStartable("the Ray cluster has no live node")
     if selector and not any(labels_match(node.labels, selector) for node in nodes):
@@ -286,13 +334,34 @@ def check_feasible(nodes: list[Node], options: dict[str, Any], repository: str, 
             f"no node of the Ray cluster has the labels {wanted} (a node's labels are its "
             f"`ray start --labels`; see docs/ray.md)"
         )
-    if repository and not any(REPO_RESOURCE + repository in node.total for node in nodes):
+    if repository and not holders:
+        unanswered = f"; no answer from node {', '.join(silent)}" if silent else ""
         raise NotStartable(
-            f"no node of the Ray cluster has a canonical clone of {repository} "
-            f"(a node that has one advertises the resource {REPO_RESOURCE}{repository}; see docs/ray.md)"
+            f"no node of the Ray cluster has a canonical clone of {repository} (clone it under a "
+            f"node's projects root as <projects_root>/{repository}: the next dispatch finds it; see docs/ray.md)"
+            f"{unanswered}"
         )
-    best = ", ".join(f"{n.name}: cpus={n.total.get('CPU', 0):g}, gpus={n.total.get('GPU', 0):g}" for n in nodes[:8])
-    raise NotStartable(f"no node of the Ray cluster could ever take this run: it needs {wants}; the nodes have {best}")
+    candidates = [node for node in holders if labels_match(node.labels, selector)]
+    labelled = ", ".join(f"{key}={value}" for key, value in sorted(selector.items()))
+    if not candidates:  # some node has the clone, some the labels, none both
+        cloned = ", ".join(node.name for node in holders[:8])
+        raise NotStartable(
+            f"no node of the Ray cluster could ever take this run: none of the nodes with a canonical "
+            f"clone of {repository} ({cloned}) has the labels {labelled}"
+        )
+    scope = f"the nodes with a canonical clone of {repository}" if repository else "the nodes"
+    if selector:
+        scope += f" and the labels {labelled}" if repository else f" with the labels {labelled}"
+    if any(all(node.total.get(name, 0.0) >= amount for name, amount in needs.items()) for node in candidates):
+        return
+    have = ", ".join(
+        f"{node.name} ({', '.join(_amount(name, node.total.get(name, 0.0)) for name in needs)})"
+        for node in candidates[:8]
+    )
+    raise NotStartable(
+        f"no node of the Ray cluster could ever take this run: it needs {wants}; "
+        f"{_shortfall(candidates, needs)}; {scope}: {have}"
+    )
 
 
 def resources_of(config: Config, profile: str) -> Resources:
@@ -326,10 +395,12 @@ def dispatch(request: RemoteRequest, response: RemoteResponse, context: Context)
         return
     resolved, _network = resolve_profile(config, request.profile)  # refusals name the file and key
     resources = resources_of(config, request.profile)
-    options = ray_options(resources, request.repository)
     wants = wants_of(resources)
     connect(_address(config), config.home)
-    check_feasible(live_nodes(), options, request.repository, wants)
+    nodes = live_nodes()
+    holders, silent = clone_holders(nodes, request.repository) if request.repository else (nodes, [])
+    options = ray_options(resources, holders if request.repository else None)
+    check_feasible(nodes, holders, options, request.repository, wants, silent)
     if not agent_id:
         from protocol.refs import new_run_id
 
@@ -374,9 +445,9 @@ def continue_(request: RemoteRequest, response: RemoteResponse, context: Context
         return
     profile = request.profile or parent.profile
     resources = resources_of(config, profile)
-    options = ray_options(resources, parent.repository)
+    options = ray_options(resources)  # pinned to the parent's node, which has the worktree (and its clone)
     wants = wants_of(resources)
-    check_feasible([node], options, parent.repository, wants)
+    check_feasible([node], [node], options, parent.repository, wants, [])
     placement = Placement(
         agent_id=new_id,
         created_at=now(),
@@ -577,7 +648,9 @@ def stop(request: RemoteRequest, response: RemoteResponse, context: Context) -> 
             placement.phase, placement.finished_at = ENDED, now()
             placement.failure = "stopped on request before it started"
             placements.save(placement)
-            response.set_result(StopResult(agent_id=request.agent_id, worker_pid=0, state="failed"))
+            # `state` is the run's state when the stop was asked, as for a running run: `queued`
+            # tells the caller it never started (`<ref>: stopped before it started`).
+            response.set_result(StopResult(agent_id=request.agent_id, worker_pid=0, state="queued"))
             return
         # It had just started on a node: stop it there once that node has its record.
         deadline = time.monotonic() + NODE_CALL_S

@@ -35,10 +35,12 @@ from courier import __version__
 from courier.errors import WbError
 from courier.ops import REGISTRY
 from courier.runs import process
-from courier.runs.context import Context, configured_home
+from courier.runs.context import Context, configured_home, configured_settings
 from courier.runs.store import Store, write_private
+from courier.runs.worktrees import clone_path
 from protocol import limits
 from protocol.models import RemoteRequest, RemoteResponse
+from protocol.refs import check_repository
 from protocol.timestamps import rfc3339, utc_now
 
 NAMESPACE = "wb"
@@ -62,6 +64,21 @@ def answer_here(request: RemoteRequest) -> bytes:
     response.now = rfc3339(utc_now())
     response.wb_version = __version__
     return response.encode()
+
+
+def holds_clone(repository: str) -> bool:
+    """Whether `<projects_root>/OWNER/REPO` is a clone on this node, looked at on every call.
+
+    The head asks it of every node at each dispatch (docs/ray.md#repositories): a clone made
+    under the projects root counts from the next dispatch on, with nothing declared to Ray and
+    no restart of the node. The projects root is the node's own (its wb.yaml, else
+    WB_PROJECTS_ROOT, else ~/projects), as the node's own dispatch resolves it.
+    """
+    from courier.config_file import read_settings
+    from courier.paths import config_path
+
+    settings = configured_settings() or read_settings(config_path())  # no wb.yaml: the built-ins
+    return (clone_path(settings.projects_root, check_repository(repository)) / ".git").exists()
 
 
 def refusal_path(agent_id: str) -> str:
@@ -102,6 +119,10 @@ class NodeService:
 
     def node_id(self) -> str:
         return str(ray.get_runtime_context().get_node_id())
+
+    def has_clone(self, repository: str) -> bool:
+        """Whether this node has the canonical clone of `repository` now (docs/ray.md#repositories)."""
+        return holds_clone(repository)
 
     def place(self, agent_id: str, request: RemoteRequest, options: dict[str, Any]) -> str:
         """Submit the run's holder task from here; "" when submitted, else why Ray refused it.

@@ -32,6 +32,8 @@ def stop_message(machine: str, stopped: StopResult) -> str:
     from protocol.refs import format_reference
 
     ref = format_reference(machine, stopped.agent_id)
+    if stopped.state == "queued":  # a Ray head's run that no node had started (docs/ray.md#stop-of-a-queued-run)
+        return f"{ref}: stopped before it started"
     if stopped.state != "running":
         return f"{ref}: its worker is already gone; recorded as {sanitize(stopped.state)}"
     if stopped.worker_pid:

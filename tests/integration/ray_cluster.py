@@ -7,10 +7,10 @@ interface is `lo`: a holder process (`unshare --net sleep`) keeps the namespace,
 The test reaches the head as a machine through an `exec` target whose argv is exactly that
 (`nsenter --net=… -- env -i … wb`), a realistic way to reach a head node.
 
-Each node is its own wb installation: its own WB_HOME, projects root, wb.yaml and custom
-resources (`wb-repo:OWNER/REPO` for each canonical clone it holds, docs/ray.md), so records of
-different nodes never share a store. Ray's workers inherit the environment of `ray start`,
-which is how a run placed on a node gets that node's WB_HOME.
+Each node is its own wb installation: its own WB_HOME, projects root (with its canonical
+clones, declared to Ray by nothing: the head asks each node, docs/ray.md#repositories), wb.yaml
+and custom resources, so records of different nodes never share a store. Ray's workers inherit
+the environment of `ray start`, which is how a run placed on a node gets that node's WB_HOME.
 
 Stopping: `ray stop` finds Ray's processes by name on the whole machine, so it would also stop
 another cluster; this fixture ends exactly the processes inside its namespace (SIGTERM, then
@@ -125,7 +125,7 @@ class RayNode:
         }
 
     def resources(self) -> dict[str, float]:
-        return {**{f"wb-repo:{repo}": 1000.0 for repo in self.repositories}, **self.custom}
+        return dict(self.custom)  # its clones are not among them: the head finds them itself
 
     def prepare(self, port: int) -> None:
         for sub in ("wbhome", "projects", "home"):
@@ -137,8 +137,13 @@ class RayNode:
         self.config_path.write_text(NODE_CONFIG.format(port=port, script=script, credential_env=CREDENTIAL_ENV))
         self.config_path.chmod(0o600)
         for repo in self.repositories:
-            clone = make_clone(self.projects_root / repo)
-            git(clone, "remote", "add", "origin", f"git@github.com:{repo}.git")
+            self.clone(repo)
+
+    def clone(self, repo: str) -> Path:
+        """A canonical clone of `repo` under this node's projects root (also while the cluster runs)."""
+        clone = make_clone(self.projects_root / repo)
+        git(clone, "remote", "add", "origin", f"git@github.com:{repo}.git")
+        return clone
 
 
 @dataclass

@@ -108,6 +108,7 @@ def test_more_runs_than_cpus_queue_then_complete_across_the_nodes(lab: Machine, 
     stopped = queued[0]
     done = lab.wb("agent", "stop", stopped, timeout=WAIT_S)
     assert done.returncode == 0, done.stderr
+    assert done.stdout == f"{stopped}: stopped before it started\n", done.stdout  # not "its worker is already gone"
     result = status(lab, stopped)
     assert (result["state"], result["failure"]) == ("failed", "stopped on request before it started")
 
@@ -171,13 +172,38 @@ def test_placement_by_custom_resource_and_by_repository(lab: Machine, ray_cluste
     assert lab.wb("agent", "status", other, timeout=WAIT_S).returncode == 1  # an unknown run now
 
 
+def test_a_clone_made_under_a_nodes_projects_root_is_used_at_the_next_dispatch(
+    lab: Machine, ray_cluster: RayCluster
+) -> None:
+    """Nothing is declared to Ray about clones (no `wb-repo:` resource, no label, no restart): the
+    head asks every node at each dispatch, so a clone made on w1 while the cluster runs is w1's run."""
+    args = ("agent", "dispatch", "--to", "lab", "--new-worktree", "late-0", "--profile", "task", "--task", "quick")
+    done = lab.wb(*args, "--repo", "acme/late", timeout=WAIT_S)
+    assert done.returncode == 1, done.stderr
+    assert "no node of the Ray cluster has a canonical clone of acme/late" in done.stderr, done.stderr
+    w1 = ray_cluster.node("w1")
+    w1.clone("acme/late")
+    ref = dispatch(lab, "task", "quick", "late-1", repo="acme/late")
+    result = wait_for(lab, ref, {"completed"})
+    assert result["node"] == "w1", result
+    assert result["worktree_dir"].startswith(str(w1.projects_root)), result
+
+
 def test_a_run_no_node_could_ever_take_is_refused_at_dispatch(lab: Machine) -> None:
     args = ("agent", "dispatch", "--to", "lab", "--new-worktree", "never", "--task", "quick")
     done = lab.wb(*args, "--profile", "huge", "--repo", "acme/widget", timeout=WAIT_S)
     assert done.returncode == 1, done.stderr
-    assert "could ever take this run: it needs cpus=64" in done.stderr, done.stderr
+    assert "could ever take this run: it needs cpus=64; short of cpus (the most on one node: cpus=2)" in done.stderr, (
+        done.stderr
+    )
     done = lab.wb(*args, "--profile", "gpu", "--repo", "acme/widget", timeout=WAIT_S)
-    assert done.returncode == 1 and "it needs cpus=1, gpus=1" in done.stderr, done.stderr
+    assert done.returncode == 1 and "it needs cpus=1, gpus=1; short of gpus " in done.stderr, done.stderr
+    done = lab.wb(*args, "--profile", "two", "--repo", "acme/other", timeout=WAIT_S)  # acme/other: w2 alone, 1 cpu
+    assert done.returncode == 1, done.stderr
+    assert (
+        "it needs cpus=2; short of cpus (the most on one node: cpus=1); the nodes with a canonical clone of "
+        "acme/other: w2 (cpus=1)" in done.stderr
+    ), done.stderr
     done = lab.wb(*args, "--profile", "task", "--repo", "acme/nowhere", timeout=WAIT_S)
     assert done.returncode == 1, done.stderr
     assert "no node of the Ray cluster has a canonical clone of acme/nowhere" in done.stderr, done.stderr
@@ -185,7 +211,8 @@ def test_a_run_no_node_could_ever_take_is_refused_at_dispatch(lab: Machine) -> N
     assert done.returncode == 1, done.stderr
     assert "no node of the Ray cluster has the labels wb-node=in(gone, lost)" in done.stderr, done.stderr
     done = lab.wb(*args, "--profile", "not-head", "--repo", "acme/other", timeout=WAIT_S)  # w2: acme/other, no `fast`
-    assert done.returncode == 1 and "could ever take this run: it needs cpus=1, fast=1, wb-node=!head" in done.stderr, (
+    assert done.returncode == 1, done.stderr
+    assert "could ever take this run: it needs cpus=1, fast=1, wb-node=!head; short of fast " in done.stderr, (
         done.stderr
     )
 

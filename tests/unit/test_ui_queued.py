@@ -33,3 +33,15 @@ def test_a_queued_run_can_be_filtered_for_and_stopped_not_continued() -> None:
     facts = pages.facts_fragment("/s/k", f"lab:{result.agent_id}", result, None)
     assert "queued (waiting for cpus=2, gpus=1)" in facts
     assert "id=stop" in facts and "id=continue" not in facts
+
+
+def test_a_stop_of_a_queued_run_says_it_stopped_before_it_started() -> None:
+    """A Ray head answers the stop of a queued run with the state it had, `queued`
+    (docs/ray.md#stop-of-a-queued-run); the caller says so in words, not "its worker is already gone"."""
+    from courier.ops.stop import stop_document, stop_message
+    from protocol.models import StopResult
+
+    stopped = StopResult(agent_id=_queued().agent_id, worker_pid=0, state="queued")
+    assert stop_message("lab", stopped) == f"lab:{stopped.agent_id}: stopped before it started"
+    document = stop_document("lab", stopped)
+    assert (document.message, document.state) == (f"lab:{stopped.agent_id}: stopped before it started", "queued")
