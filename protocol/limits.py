@@ -104,6 +104,10 @@ WATCH_RETRY_FIRST_S = 1.0
 WATCH_RETRY_MAX_S = 30.0
 # The MCP watch tool's cursor remembers at most this many ended runs per machine (not to report them twice).
 WATCH_ENDED_KEPT = 1200
+# `watch --exec`: CMD runs at most this long (`--exec-timeout`); past it, its process group is killed.
+WATCH_EXEC_TIMEOUT_DEFAULT_MS = 60 * MS_PER_SECOND
+# A killed CMD not reaped within this long is left behind (reported), never waited on further.
+WATCH_EXEC_REAP_S = 5.0
 # An older peer without the `watch` capability: its `list` is polled this often instead.
 WATCH_LIST_POLL_S = 1.0
 # A byte offset on the wire (`follow_from`): what a signed 64-bit file offset can hold.

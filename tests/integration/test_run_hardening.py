@@ -251,7 +251,8 @@ def test_no_spelling_of_the_credential_is_left_in_any_file_whatever_its_format(m
     assert leaks == []
     database = run_dir / "harness-home" / "state_5.sqlite"
     with contextlib.closing(sqlite3.connect(f"file:{database}?mode=ro", uri=True)) as connection:
-        cells = [*connection.execute("SELECT body, raw FROM logs ORDER BY id"), *connection.execute("SELECT * FROM threads")]
+        logs = connection.execute("SELECT body, raw FROM logs ORDER BY id").fetchall()
+        cells = [*logs, *connection.execute("SELECT * FROM threads")]
     assert cells == [
         ("sent key [redacted]", b"[redacted]"),
         ('{"header":"[redacted]"}', b"[redacted]"),
