@@ -49,6 +49,8 @@ TIMEOUT_MAX_MS = 168 * MS_PER_HOUR
 AWAIT_DEFAULT_MS = 1 * MS_PER_HOUR
 # MCP `await` (docs/mcp.md): below the 60 s request timeout common MCP clients apply.
 MCP_AWAIT_DEFAULT_MS = 45 * MS_PER_SECOND
+# ... and at most this long: `0` (no bound) or a longer wait_timeout is taken as this.
+MCP_AWAIT_MAX_MS = 50 * MS_PER_SECOND
 # `wb mcp`: threads for the tools' blocking steps (a waiting `await` holds none between polls).
 MCP_BLOCKING_THREADS = 16
 AWAIT_CHUNK_MS = 5 * MS_PER_MINUTE
