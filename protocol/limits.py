@@ -121,6 +121,9 @@ SSH_KEEPALIVE_COUNT_MAX = 3
 # Sessions run at once over one shared connection: below OpenSSH's default MaxSessions (10).
 SSH_CHANNELS_PER_CONNECTION_MAX = 8
 CLOCK_OFFSET_WARN_MS = 5000
+# `machines --check` text: an offset within the round trip plus this much is below what one
+# `version` call can tell (the peer stamps `now` somewhere inside the round trip, after its start-up), shown `ok`.
+CLOCK_OFFSET_RESOLUTION_S = 1.0
 
 # Hostile-reply containment: a reply nested deeper than this is refused
 # before the JSON decoder can recurse into it.
