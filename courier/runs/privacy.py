@@ -337,7 +337,7 @@ def _redact_sqlite_file(path: Path, secret: bytes, problems: list[str]) -> None:
 
     temp = path.with_name(f".{path.name}.{secrets.token_hex(6)}.redact")
     try:
-        connection = sqlite3.connect(f"file:{path}?mode=rw", uri=True, isolation_level=None)
+        connection = sqlite3.connect(str(path), isolation_level=None)  # it exists: lstat above
         try:
             _mask_sqlite_cells(connection, secret)
             # Always rewritten: a deleted row's text may linger in a freed page, which no cell shows.
