@@ -407,9 +407,6 @@ class Turn:
 
 def main(argv: list[str] | None = None) -> None:
     options = parse_args(sys.argv[1:] if argv is None else argv)
-    if not sys.stdin.isatty():
-        sys.stderr.write("Reading additional input from stdin...\n")  # as real Codex does (docs/codex-notes.md)
-        sys.stderr.flush()
     task = sys.stdin.buffer.read().decode("utf-8", "replace")
     if not task.strip():
         startup_error("No prompt provided via stdin.")
