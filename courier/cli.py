@@ -65,6 +65,7 @@ TIMEOUT_DEFAULT = _default(limits.TIMEOUT_DEFAULT_MS)
 AWAIT_DEFAULT = _default(limits.AWAIT_DEFAULT_MS)
 MACHINE_TIMEOUT_DEFAULT = _default(limits.MACHINE_TIMEOUT_DEFAULT_MS)
 PLACEMENT_TIMEOUT_DEFAULT = _default(limits.PLACEMENT_TIMEOUT_DEFAULT_MS)
+EXEC_TIMEOUT_DEFAULT = _default(limits.WATCH_EXEC_TIMEOUT_DEFAULT_MS)
 ToOpt = Annotated[str | None, typer.Option("--to", metavar="MACHINE", help="Ask this configured machine.")]
 MachineTimeoutOpt = Annotated[
     str, typer.Option("--machine-timeout", metavar="DURATION", help="Give up on a machine not answering by then.")
@@ -421,16 +422,32 @@ def watch_(
         typer.Option("--exec", metavar="CMD", help="Run CMD per finished run (Result JSON on stdin; no shell)."),
     ] = None,
     until_idle: Annotated[bool, typer.Option("--until-idle", help="Exit 0 once no watched run is running.")] = False,
+    exec_timeout: Annotated[
+        str,
+        typer.Option("--exec-timeout", metavar="DURATION", help="Kill a CMD of --exec still running by then."),
+    ] = EXEC_TIMEOUT_DEFAULT,
 ) -> None:
     """Print run transitions as they happen (dispatched, started, stalled, waiting, finished)."""
     from courier.watch import hook_argv, watch
 
     check_list_scope(to, all_machines)
     hook = hook_argv(exec_cmd) if exec_cmd is not None else None
+    exec_timeout_ms = duration_ms(exec_timeout, "--exec-timeout")
+    if exec_timeout_ms <= 0:
+        raise UsageError("--exec-timeout must be more than 0")
     config = _config()
     machine, _ = _target(None, to)
     machines = ["", *sorted(config.targets)] if all_machines else [machine]
-    watch(config, machines, as_json=json_flag, hook=hook, until_idle=until_idle, write=_out, warn=_warn)
+    watch(
+        config,
+        machines,
+        as_json=json_flag,
+        hook=hook,
+        until_idle=until_idle,
+        write=_out,
+        warn=_warn,
+        exec_timeout_s=exec_timeout_ms / 1000,
+    )
 
 
 # -- fleet, demo ---------------------------------------------------------------------------

@@ -412,8 +412,9 @@ _LABEL = re.compile(r"[a-z0-9][a-z0-9_-]{0,31}")
 AUTO = "auto"  # `--to auto[:LABEL]` (docs/cli.md#placement-across-a-fleet): never a machine's name
 
 
-class _Placed(_Entry):
-    """What `--to auto` reads of a machine, under its `ssh:` or `exec:` block (docs/config.md#targets)."""
+class Placement(_Entry):
+    """What `--to auto` reads of a machine: `slots` and `labels` on the target itself, beside its
+    `ssh:` or `exec:` block (docs/config.md#targets)."""
 
     slots: int | None = None  # how many runs `--to auto` places there at once; None: unlimited
     labels: list[str] = []
@@ -435,6 +436,16 @@ class _Placed(_Entry):
                     "starting with a letter or digit"
                 )
         return value
+
+
+PLACEMENT_KEYS = ("slots", "labels")
+
+
+class _Placed(_Entry):
+    """A machine's channel block, with the placement read from beside it (never from inside it)."""
+
+    slots: int | None = None
+    labels: list[str] = []
 
 
 class Target(_Placed):
@@ -694,8 +705,21 @@ def _targets(section: dict[str, Any], path: Path) -> dict[str, AnyTarget | Probl
             needs = "at least " + next(name for name, spec in model.model_fields.items() if spec.is_required())
             out[str(name)] = Problem(f"{path}: {key}.{kind}: must be a mapping with {needs}", kind)
             continue
+        misplaced = [field for field in PLACEMENT_KEYS if field in block]
+        if misplaced:
+            # Beside the block, as docs/config.md#targets says: inside it they are an error, never ignored.
+            wrong = [f"{key}.{kind}.{field}: {field} belongs on the target ({key}.{field})" for field in misplaced]
+            out[str(name)] = Problem(f"{path}: " + "; ".join(wrong), kind)
+            continue
         try:
-            out[str(name)] = model.model_validate(block)
+            target = model.model_validate(block)
         except ValidationError as exc:
             out[str(name)] = Problem(_problem(path, f"{key}.{kind}", exc).message, kind)
+            continue
+        try:
+            placement = Placement.model_validate({field: body[field] for field in PLACEMENT_KEYS if field in body})
+        except ValidationError as exc:
+            out[str(name)] = Problem(_problem(path, key, exc).message, kind)
+            continue
+        out[str(name)] = target.model_copy(update={"slots": placement.slots, "labels": placement.labels})
     return out

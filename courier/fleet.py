@@ -218,14 +218,19 @@ class ProbeRow:
     harnesses: list[str] | None = None  # from the peer's capabilities; [] when it lists none
     executor: str | None = None  # "ray" on a Ray head (docs/ray.md#machines---check)
     nodes: list[NodeFacts] | None = None
+    # Text only (`--check`): the user and port the connection uses, as the ssh config resolves them.
+    # JSON keeps wb.yaml's values (docs/cli.md, machines).
+    resolved: tuple[str, int] | None = field(default=None, repr=False)
 
     def document(self) -> MachineProbe:
-        return MachineProbe(**self.__dict__)
+        return MachineProbe(**{key: value for key, value in self.__dict__.items() if key != "resolved"})
 
     def address(self) -> list[str]:
         """The HOST, USER and PORT cells; an exec machine shows its command under HOST."""
         if self.argv is not None:
             return [clip_bytes(shlex.join(self.argv), _ARGV_SHOWN_MAX_BYTES), "-", "-"]
+        if self.resolved is not None:
+            return [self.host or "-", self.resolved[0], str(self.resolved[1])]
         return [self.host or "-", self.user or "-", str(self.port or "-")]
 
 
@@ -262,7 +267,11 @@ def probe_machines(config: Config, *, check: bool, machine_timeout_s: float) -> 
         if isinstance(entry, Problem):
             rows.append(ProbeRow(machine=machine, channel=entry.channel, error=entry.message))
         else:
-            rows.append(ProbeRow(machine=machine, ok=True, **direct_channel(machine, entry).machines_row()))
+            channel = direct_channel(machine, entry)
+            row = ProbeRow(machine=machine, ok=True, **channel.machines_row())
+            if check:
+                row.resolved = channel.resolved_address()
+            rows.append(row)
     if check and rows:
         deadline = time.monotonic() + machine_timeout_s
         answers = asyncio.run(_ask_all(config, _machines(config), "version", deadline))
@@ -310,7 +319,7 @@ def _machines_table(rows: list[ProbeRow], check: bool) -> str:
                 r.wb_version or "-",
                 str(r.schema_version or "-"),
                 f"{r.rtt_ms}ms" if r.rtt_ms is not None else "-",
-                f"{r.clock_offset_ms:+d}ms" if r.clock_offset_ms is not None else "-",
+                clock_cell(r.clock_offset_ms, r.rtt_ms),
                 ",".join(r.harnesses) if r.harnesses else "-",
             ]
         line.append(sanitize(r.error or ""))
@@ -322,6 +331,16 @@ def _machines_table(rows: list[ProbeRow], check: bool) -> str:
         + "\n"
         for row in table
     ) + "".join(executor_lines(r) for r in rows)
+
+
+def clock_cell(offset_ms: int | None, rtt_ms: int | None) -> str:
+    """The CLOCK cell: `ok` when the offset is within what one call can measure (|offset| ≤ RTT + 1 s:
+    the peer stamps its clock somewhere inside the round trip), else the signed offset."""
+    if offset_ms is None:
+        return "-"
+    if abs(offset_ms) <= (rtt_ms or 0) + limits.CLOCK_OFFSET_RESOLUTION_S * limits.MS_PER_SECOND:
+        return "ok"
+    return f"{offset_ms:+d}ms"
 
 
 def executor_lines(row: ProbeRow) -> str:

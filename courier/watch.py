@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import json
 import os
 import queue
 import shlex
+import signal
 import subprocess
 import sys
 import threading
@@ -152,6 +154,14 @@ class MachineState:
         state = cls(tracker, str(body.get("c", "")), {str(item) for item in listed}, str(body.get("m", "")))
         state.answered, state.skipped, state.live = bool(body.get("a")), bool(body.get("k")), tracker.live()
         return state
+
+
+def check_configured(config: Config, machines: list[str]) -> None:
+    """A machine that is not configured is a usage error, as in every command; `machine_error` and
+    its retry are for configured machines that fail (docs/cli.md, wb agent watch)."""
+    for machine in machines:
+        if machine and machine not in config.targets:
+            config.target(machine)  # raises the usual error, naming the configured machines
 
 
 class Watch:
@@ -315,11 +325,15 @@ def hook_argv(command: str) -> list[str]:
 
 
 class Hooks:
-    """Runs --exec once per finished event, in order, on one thread; failures are reported, never fatal."""
+    """Runs --exec once per finished event, in order, on one thread, each within its bound;
+    failures are reported, never fatal."""
 
-    def __init__(self, argv: list[str], warn: Callable[[str], None]) -> None:
+    def __init__(self, argv: list[str], warn: Callable[[str], None], timeout_s: float) -> None:
         self.argv = argv
         self.warn = warn
+        self.timeout_s = timeout_s
+        self.current: subprocess.Popen[bytes] | None = None  # the CMD running now
+        self.abandoned = threading.Event()  # a killed CMD did not end: drain no longer waits
         self.pending: queue.Queue[RunEvent | None] = queue.Queue()
         self.thread = threading.Thread(target=self._work, daemon=True, name="watch --exec")
         self.thread.start()
@@ -328,8 +342,19 @@ class Hooks:
         self.pending.put(event)
 
     def drain(self) -> None:
+        """Run what is pending, each CMD within its bound, then return; a CMD that outlives even its
+        kill is not waited on (the thread is a daemon)."""
         self.pending.put(None)
-        self.thread.join()
+        while self.thread.is_alive():
+            self.thread.join(0.2)
+            if self.abandoned.is_set():
+                return
+
+    def kill(self) -> None:
+        """Kill the CMD running now, its group with it (watch is interrupted: none outlives it)."""
+        child = self.current
+        if child is not None:
+            _kill_group(child.pid)
 
     def _work(self) -> None:
         while (event := self.pending.get()) is not None:
@@ -341,14 +366,55 @@ class Hooks:
         env = {**os.environ, "WB_REF": event.ref, "WB_STATE": event.state}
         shown = shlex.join(self.argv)
         try:
-            # Its stdout goes to stderr: stdout is the event stream a supervisor parses.
-            done = subprocess.run(self.argv, input=document, env=env, stdout=sys.stderr, check=False)
+            # Its stdout goes to stderr: stdout is the event stream a supervisor parses. Its own
+            # session, so that past its bound the whole group it made is killed, not only CMD.
+            child = subprocess.Popen(
+                self.argv, stdin=subprocess.PIPE, stdout=sys.stderr, env=env, start_new_session=True
+            )
         except OSError as exc:
             self.warn(f"--exec {shown} for {event.ref} could not be started: {exc.strerror or exc}; watching goes on")
             return
-        if done.returncode != 0:
-            how = f"status {done.returncode}" if done.returncode > 0 else f"signal {-done.returncode}"
-            self.warn(f"--exec {shown} for {event.ref} exited with {how}; watching goes on")
+        self.current = child
+        try:
+            self._wait(child, document, shown, event.ref)
+        finally:
+            self.current = None
+
+    def _wait(self, child: subprocess.Popen[bytes], document: bytes, shown: str, ref: str) -> None:
+        deadline = time.monotonic() + self.timeout_s
+        # On a thread of its own: a CMD that never reads a large Result must not block its bound.
+        threading.Thread(target=_feed, args=(child, document), daemon=True, name="watch --exec stdin").start()
+        try:
+            code = child.wait(max(deadline - time.monotonic(), 0))
+        except subprocess.TimeoutExpired:
+            _kill_group(child.pid)
+            self.warn(
+                f"--exec {shown} for {ref} ran past its {self.timeout_s:g}s bound (--exec-timeout) "
+                "and was killed; watching goes on"
+            )
+            try:
+                child.wait(limits.WATCH_EXEC_REAP_S)
+            except subprocess.TimeoutExpired:
+                self.warn(f"--exec {shown} for {ref} (PID {child.pid}) did not end when killed; left behind")
+                self.abandoned.set()
+            return
+        if code != 0:
+            how = f"status {code}" if code > 0 else f"signal {-code}"
+            self.warn(f"--exec {shown} for {ref} exited with {how}; watching goes on")
+
+
+def _feed(child: subprocess.Popen[bytes], document: bytes) -> None:
+    """The Result on CMD's stdin, then EOF; a CMD that does not read it (or has exited) is no error."""
+    assert child.stdin is not None
+    with contextlib.suppress(OSError):  # BrokenPipeError included
+        child.stdin.write(document)
+    with contextlib.suppress(OSError):
+        child.stdin.close()
+
+
+def _kill_group(pid: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGKILL)
 
 
 def watch(
@@ -360,10 +426,12 @@ def watch(
     until_idle: bool,
     write: Callable[[str], None],
     warn: Callable[[str], None],
+    exec_timeout_s: float = limits.WATCH_EXEC_TIMEOUT_DEFAULT_MS / limits.MS_PER_SECOND,
 ) -> None:
     """Print every event until Ctrl-C (KeyboardInterrupt, exit 130), or with `until_idle` until no run is live."""
+    check_configured(config, machines)
     fleet = Watch(config, machines, warn)
-    hooks = Hooks(hook, warn) if hook else None
+    hooks = Hooks(hook, warn, exec_timeout_s) if hook else None
     fleet.start()
     try:
         while True:
@@ -377,6 +445,10 @@ def watch(
                     hooks.submit(event)
             if until_idle and fleet.events.empty() and fleet.idle():
                 break
+    except BaseException:
+        if hooks is not None:
+            hooks.kill()
+        raise
     finally:
         fleet.stop()
     if hooks is not None:
@@ -410,6 +482,7 @@ def watch_once(
     config: Config, machines: list[str], cursor: str | None, wait_s: float, warn: Callable[[str], None]
 ) -> WatchDocument:
     """The events seen within `wait_s` (returning soon after the first), and the cursor to go on from."""
+    check_configured(config, machines)
     states = decode_cursor(cursor, machines) if cursor else None
     wait_ms = max(1, min(int(wait_s * 1000), watch_wait_ms()))
     fleet = Watch(config, machines, warn, states, wait_ms=wait_ms)

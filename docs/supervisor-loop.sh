@@ -6,6 +6,8 @@
 # produced in its own run-<time>/: the patches, and the accepted ones staged in worktrees of
 # checkout/ (run-<time>/accepted-<machine>/). It can be run again at once: its worktree
 # names are its own, and step 6 removes old runs' records, worktrees and branches.
+# A machine that fails a step is named ("<machine>: not …", the reason above it on stderr) and
+# the loop goes on with the others; it exits 0 once it has gone through them all.
 # The judgement here is deliberately simple (did the change add a file under tests/?); wb
 # reports facts and never judges, so this is where your own review goes.
 set -euo pipefail
@@ -56,5 +58,14 @@ for machine in "${dispatched[@]}"; do
 done
 
 # 6. Prune: forget old runs everywhere, with their worktrees and wb/<name> branches (never a
-#    live run's, never one a kept record still uses).
-wb agent prune --older-than "${PRUNE_AFTER:-168h}" --all --worktrees
+#    live run's, never one a kept record still uses). A machine that cannot be reached now keeps
+#    its old runs until a later run prunes them; wb names it in a `warning: <machine> …` line.
+pruned=0
+wb agent prune --older-than "${PRUNE_AFTER:-168h}" --all --worktrees 2> "$run/prune.err" || pruned=$?
+cat "$run/prune.err" >&2
+if [ "$pruned" -eq 1 ]; then  # 1: pruned where it could; each machine it could not is a warning
+  sed -n 's/^warning: \([A-Za-z0-9._-]*\).*/\1: not pruned (the reason is above); the next run prunes it/p' \
+    "$run/prune.err" | sort -u
+elif [ "$pruned" -ne 0 ]; then
+  exit "$pruned"
+fi

@@ -49,6 +49,8 @@ TIMEOUT_MAX_MS = 168 * MS_PER_HOUR
 AWAIT_DEFAULT_MS = 1 * MS_PER_HOUR
 # MCP `await` (docs/mcp.md): below the 60 s request timeout common MCP clients apply.
 MCP_AWAIT_DEFAULT_MS = 45 * MS_PER_SECOND
+# ... and at most this long: `0` (no bound) or a longer wait_timeout is taken as this.
+MCP_AWAIT_MAX_MS = 50 * MS_PER_SECOND
 # `wb mcp`: threads for the tools' blocking steps (a waiting `await` holds none between polls).
 MCP_BLOCKING_THREADS = 16
 AWAIT_CHUNK_MS = 5 * MS_PER_MINUTE
@@ -104,6 +106,10 @@ WATCH_RETRY_FIRST_S = 1.0
 WATCH_RETRY_MAX_S = 30.0
 # The MCP watch tool's cursor remembers at most this many ended runs per machine (not to report them twice).
 WATCH_ENDED_KEPT = 1200
+# `watch --exec`: CMD runs at most this long (`--exec-timeout`); past it, its process group is killed.
+WATCH_EXEC_TIMEOUT_DEFAULT_MS = 60 * MS_PER_SECOND
+# A killed CMD not reaped within this long is left behind (reported), never waited on further.
+WATCH_EXEC_REAP_S = 5.0
 # An older peer without the `watch` capability: its `list` is polled this often instead.
 WATCH_LIST_POLL_S = 1.0
 # A byte offset on the wire (`follow_from`): what a signed 64-bit file offset can hold.
@@ -115,6 +121,9 @@ SSH_KEEPALIVE_COUNT_MAX = 3
 # Sessions run at once over one shared connection: below OpenSSH's default MaxSessions (10).
 SSH_CHANNELS_PER_CONNECTION_MAX = 8
 CLOCK_OFFSET_WARN_MS = 5000
+# `machines --check` text: an offset within the round trip plus this much is below what one
+# `version` call can tell (the peer stamps `now` somewhere inside the round trip, after its start-up), shown `ok`.
+CLOCK_OFFSET_RESOLUTION_S = 1.0
 
 # Hostile-reply containment: a reply nested deeper than this is refused
 # before the JSON decoder can recurse into it.

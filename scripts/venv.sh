@@ -15,6 +15,7 @@ _wb_make_venv() {
   # A venv without a working pip (python3-venv missing: ensurepip is absent) is no venv.
   [ -x .venv/bin/python ] && .venv/bin/python -m pip --version >/dev/null 2>&1 && return 0
   rm -rf .venv
+  echo "creating the virtual environment .venv (python3 -m venv)"
   python3 -m venv .venv >/dev/null 2>&1 && return 0
   rm -rf .venv
   # Debian and Ubuntu ship `venv` without ensurepip; it comes with python3-venv (and python3.X-venv).
@@ -38,7 +39,10 @@ wb_install_venv() {
       "installing with python3 -m pip instead" >&2
     PY=python3
   fi
+  # One line before each step that takes a while, so a first run (~10 s) is never silent.
+  echo "installing wb${extras} and its dependencies (pip install -e .${extras}) with $PY"
   "$PY" -m pip install -q --disable-pip-version-check -e ".${extras}"
+  echo "compiling wb's bytecode (python -m compileall courier protocol)"
   # An editable install leaves wb's bytecode to the first import, which PYTHONDONTWRITEBYTECODE=1
   # forbids: every wb would compile its own sources again (25-35 ms a start). Compile them once,
   # as a regular `pip install` does (docs/benchmarks.md#bytecode).

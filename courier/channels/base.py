@@ -88,6 +88,10 @@ class Channel(ABC):
         """The fields of this machine's `wb agent machines` row that say how it is reached (docs/cli.md)."""
         return {"channel": self.kind, "wb_path": self.target.wb_path}
 
+    def resolved_address(self) -> tuple[str, int] | None:
+        """(user, port) a connection uses, as the channel's own config resolves them; None when it has none."""
+        return None
+
     def classify_exit(self, outcome: Outcome) -> None:
         """Raise the TransportError an exit without a usable reply means; return when the reply is to be read.
 

@@ -46,6 +46,17 @@ class SshChannel(Channel):
     def machines_row(self) -> dict[str, Any]:
         return {**super().machines_row(), "host": self.target.host, "user": self.target.user, "port": self.target.port}
 
+    def resolved_address(self) -> tuple[str, int] | None:
+        """wb.yaml's user and port, else ~/.ssh/config's, else the defaults: what `connect` uses."""
+        from courier.errors import TransportError
+        from courier.remote import ssh
+
+        try:
+            settings = ssh.resolve(self.endpoint)
+        except TransportError:
+            return None  # a config that cannot be read: the probe's error says why
+        return settings.user, settings.port
+
     async def run(self, tail: list[str], stdin: bytes, bounds: Bounds = DEFAULT_BOUNDS) -> Outcome:
         command = command_of(tail)
         shared = _active.get()

@@ -74,11 +74,13 @@ async def await_tool(call: ToolCall, args: Any) -> dict[str, Any]:
     from protocol.refs import format_reference
 
     machine, run_id, bound_ms = await_target(args.ref, args.to, args.wait_timeout)
+    # An MCP client gives up on a request after 60 s: `0` (no bound) or a longer wait is taken as the cap.
+    bound_ms = min(bound_ms or limits.MCP_AWAIT_MAX_MS, limits.MCP_AWAIT_MAX_MS)
     ref = format_reference(machine, run_id)
     reach = await call.reach()
     request = RemoteRequest.of("status", agent_id=run_id)
     began = time.monotonic()
-    deadline = began + bound_ms / 1000 if bound_ms else None
+    deadline = began + bound_ms / 1000
     observed = ["running"]
 
     async def report_progress() -> None:
@@ -87,7 +89,7 @@ async def await_tool(call: ToolCall, args: Any) -> dict[str, Any]:
             waited = time.monotonic() - began
             await call.progress(
                 round(waited, 1),
-                bound_ms / 1000 if bound_ms else None,
+                bound_ms / 1000,
                 f"{ref} is {observed[0]}; waited {int(waited)}s",
             )
 
@@ -98,9 +100,9 @@ async def await_tool(call: ToolCall, args: Any) -> dict[str, Any]:
                 result = await call.blocking(lambda: reach.ask(machine, request).result_of())
             observed[0] = result.state
             now = time.monotonic()
-            if result.terminal or (deadline is not None and now >= deadline):
+            if result.terminal or now >= deadline:
                 return result
-            await anyio.sleep(pause if deadline is None else min(pause, deadline - now))
+            await anyio.sleep(min(pause, deadline - now))
             pause = min(pause * 2, AWAIT_POLL_MAX_S)
 
     failure: Exception | None = None
@@ -128,7 +130,8 @@ OP = Op(
     printed="result",
     mcp=McpTool(
         "Wait until the run is terminal and return its result (any terminal state is a success). Waits at most "
-        "wait_timeout (default 45s), reporting progress every few seconds; past it, returns the result as observed "
+        "wait_timeout (default 45s, at most 50s: 0 or a longer value is taken as 50s, below the 60 s request timeout "
+        "of common MCP clients), reporting progress every few seconds; past it, returns the result as observed "
         "(terminal false, not an error): call await again to keep waiting. Cancelling the call leaves the run going.",
         "result",
         arguments=(
@@ -137,8 +140,9 @@ OP = Op(
             Arg(
                 "wait_timeout",
                 str,
-                "Bound on the wait, a Go duration (default 45s, below the usual 60 s MCP request timeout); "
-                "0 = no bound. Past it: the run's result as observed (terminal false); call await again.",
+                "Bound on the wait, a Go duration (default 45s, below the usual 60 s MCP request timeout); at most "
+                "50s: 0 or a longer value is taken as 50s. Past it: the run's result as observed (terminal false); "
+                "call await again.",
                 default_duration(limits.MCP_AWAIT_DEFAULT_MS),
             ),
         ),

@@ -47,7 +47,9 @@ def status_text(result: Result, *, details: bool = False) -> str:
     if r.branch:
         out.append(fact("branch", s(r.branch)))
     if r.base or r.base_sha:
-        base = " ".join(part for part in (r.base, f"({r.base_sha[:12]})" if r.base_sha else None) if part)
+        # The ref that was named, with the commit it was; no ref named (the worktree's HEAD): the commit alone.
+        short = r.base_sha[:12] if r.base_sha else None
+        base = f"{r.base} ({short})" if r.base and short else (r.base or short)
         out.append(fact("base", s(base)))
     out.append(fact("started", s(r.started_at)))
     if r.finished_at:

@@ -26,7 +26,8 @@ async def watch_tool(call: ToolCall, args: Any) -> dict[str, Any]:
     from courier.commands import check_list_scope, target, wait_bound_ms
 
     check_list_scope(args.to, args.all)
-    bound_ms = wait_bound_ms(args.wait_timeout) or limits.MCP_AWAIT_DEFAULT_MS
+    # Bounded like await, below the 60 s request timeout of common MCP clients.
+    bound_ms = min(wait_bound_ms(args.wait_timeout) or limits.MCP_AWAIT_DEFAULT_MS, limits.MCP_AWAIT_MAX_MS)
     reach = await call.reach()
     machine, _ = target(None, args.to)
     machines = ["", *sorted(reach.config.targets)] if args.all else [machine]
@@ -47,8 +48,8 @@ OP = Op(
         "The run transitions of this machine (or to, or all machines), as wb agent watch prints them: the first call "
         "returns one event per run not terminal (running, queued, waiting); pass its cursor to the next call to get "
         "the changes after it (dispatched, started, stalled, waiting, finished with the result; machine_error for a "
-        "machine that did not answer). Each call waits at most wait_timeout (default 45s) and answers soon after the "
-        "first event; idle true means no watched run is running.",
+        "machine that did not answer). Each call waits at most wait_timeout (default 45s, at most 50s) and answers "
+        "soon after the first event; idle true means no watched run is running.",
         "watch",
         arguments=(
             to_arg(),
@@ -57,7 +58,8 @@ OP = Op(
             Arg(
                 "wait_timeout",
                 str,
-                "Bound on the wait for an event, a Go duration (default 45s); it answers soon after the first.",
+                "Bound on the wait for an event, a Go duration (default 45s, at most 50s); it answers soon after the "
+                "first.",
                 default_duration(limits.MCP_AWAIT_DEFAULT_MS),
             ),
         ),

@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING
 from protocol import limits
 
 if TYPE_CHECKING:
+    import sqlite3
+
     from courier.runs.store import Record
 
 REDACTED = "[redacted]"
@@ -28,6 +30,9 @@ _HARNESS_FILES = ("last-message.txt", "harness-home")
 # A harness's own JSON files (session logs, chats) are redacted on their decoded strings, up to this size.
 _JSON_SUFFIXES = (".json", ".jsonl")
 _JSON_DECODED_MAX_BYTES = 64 << 20
+# An SQLite database (Codex keeps its logs and state in some) is redacted cell by cell, then rewritten whole.
+_SQLITE_HEADER = b"SQLite format 3\x00"
+_SQLITE_SIDE_FILES = ("-wal", "-shm", "-journal")
 
 
 def end_of_run(run_dir: Path, record: Record, secret: bytes) -> None:
@@ -160,7 +165,8 @@ def seal(run_dir: Path, secret: bytes) -> list[str]:
         top_path = Path(top)
         _chmod_dir(top_path, problems)
         harness_owned = top_path != run_dir  # below the run directory is only harness-home
-        for name in files:
+        # A database before its journals: redacting it folds them in, and they are then removed.
+        for name in sorted(files, key=lambda name: name.endswith(_SQLITE_SIDE_FILES)):
             path = top_path / name
             redact = bool(secret) and (harness_owned or name in _HARNESS_FILES)
             _seal_file(path, secret if redact else b"", problems)
@@ -215,9 +221,13 @@ def _seal_file(path: Path, secret: bytes, problems: list[str]) -> None:
                 problems.append(f"removed {path}, linked from elsewhere, that could not be copied: {exc.strerror}")
             return
         os.fchmod(fd, 0o600)  # first, so a failed rewrite (a full disk) still leaves it private
-        if secret and path.suffix in _JSON_SUFFIXES and opened.st_size <= _JSON_DECODED_MAX_BYTES:
+        if not secret:
+            return
+        if os.pread(fd, len(_SQLITE_HEADER), 0) == _SQLITE_HEADER:
+            _redact_sqlite_file(path, secret, problems)
+        elif path.suffix in _JSON_SUFFIXES and opened.st_size <= _JSON_DECODED_MAX_BYTES:
             _redact_json_file(fd, path, secret)
-        elif secret and _contains(fd, secret):
+        elif _contains(fd, secret):
             os.lseek(fd, 0, os.SEEK_SET)
             _rewrite(fd, path, secret)
     except OSError as exc:
@@ -264,45 +274,126 @@ def _replace_privately(path: Path, fill: Callable[[int], object]) -> None:
         raise
 
 
+def _max_spelling_bytes(secret: bytes) -> int:
+    """The longest any spelling of `secret` can be: a surrogate pair's two escapes (12 bytes) a character."""
+    return 12 * len(secret.decode("utf-8", "replace"))
+
+
 def _contains(fd: int, secret: bytes) -> bool:
+    """Whether the file holds `secret` in any spelling (as written, or JSON-escaped), across chunks too."""
+    spellings = _escaped_spellings(secret)
+    overlap = _max_spelling_bytes(secret) - 1
     carry = b""
     while chunk := os.read(fd, _CHUNK):
         buffer = carry + chunk
-        if secret in buffer:
+        if spellings.search(buffer):
             return True
-        carry = buffer[-(len(secret) - 1) :] if len(secret) > 1 else b""
+        carry = buffer[-overlap:] if overlap > 0 else b""
     return False
 
 
 def _rewrite(fd: int, path: Path, secret: bytes) -> None:
-    """Replace path by a 0600 copy of fd (from its current offset) with `secret` masked."""
+    """Replace path by a 0600 copy of fd (from its current offset) with every spelling of `secret` masked."""
     _replace_privately(path, lambda out: _copy_redacted(fd, out, secret))
 
 
 def _copy_redacted(source: int, target: int, secret: bytes) -> bool:
-    """Stream source to target masking `secret` (also across chunk boundaries); True when it occurred."""
+    """Stream source to target masking every spelling of `secret` (also across chunk boundaries);
+    True when one occurred."""
+    if not secret:
+        while chunk := os.read(source, _CHUNK):
+            _write_all(target, chunk)
+        return False
     mask = REDACTED.encode()
+    spellings = _escaped_spellings(secret)
+    longest = _max_spelling_bytes(secret)
     found = False
     carry = b""
     while chunk := os.read(source, _CHUNK):
         buffer = carry + chunk
-        if not secret:
-            _write_all(target, buffer)
-            continue
         # A match starting before `complete` lies wholly in the buffer; later ones may continue in the next chunk.
-        complete = len(buffer) - len(secret) + 1
+        complete = max(len(buffer) - longest + 1, 0)
         pieces = []
         position = 0
-        while (hit := buffer.find(secret, position)) >= 0 and hit < complete:
-            pieces += [buffer[position:hit], mask]
-            position = hit + len(secret)
+        for hit in spellings.finditer(buffer):
+            if hit.start() >= complete:
+                break
+            pieces += [buffer[position : hit.start()], mask]
+            position = hit.end()
             found = True
         keep = max(position, complete)
         pieces.append(buffer[position:keep])
         carry = buffer[keep:]
         _write_all(target, b"".join(pieces))
-    _write_all(target, carry)
+    _write_all(target, spellings.sub(mask, carry))
     return found
+
+
+def _redact_sqlite_file(path: Path, secret: bytes, problems: list[str]) -> None:
+    """An SQLite database with every spelling of `secret` masked in every text and blob cell, then
+    rewritten whole (`VACUUM INTO`: no freed page keeps the old text) over it, its journals removed.
+    A database that cannot be redacted so is not kept (docs/runs.md#environment-and-credentials)."""
+    import sqlite3  # only at the end of a run that has a credential
+
+    temp = path.with_name(f".{path.name}.{secrets.token_hex(6)}.redact")
+    try:
+        connection = sqlite3.connect(str(path), isolation_level=None)  # it exists: lstat above
+        try:
+            _mask_sqlite_cells(connection, secret)
+            # Always rewritten: a deleted row's text may linger in a freed page, which no cell shows.
+            connection.execute("VACUUM INTO ?", (str(temp),))
+            os.chmod(temp, 0o600)
+            os.replace(temp, path)
+        finally:
+            connection.close()
+        for suffix in _SQLITE_SIDE_FILES:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(f"{path}{suffix}")
+    except (sqlite3.Error, OSError) as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(temp)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+        for suffix in _SQLITE_SIDE_FILES:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(f"{path}{suffix}")
+        problems.append(f"removed {path}, a database the credential could not be masked in: {exc}")
+
+
+def _mask_sqlite_cells(connection: sqlite3.Connection, secret: bytes) -> bool:
+    """Mask `secret` (any spelling) in every text and blob cell of every table; True when one held it."""
+    spellings = _escaped_spellings(secret)
+    mask = REDACTED.encode()
+    found = False
+    tables = [row[0] for row in connection.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+    for table in tables:
+        quoted = '"' + table.replace('"', '""') + '"'
+        columns = [row[1] for row in connection.execute(f"PRAGMA table_info({quoted})")]
+        if not columns:
+            continue
+        names = ['"' + column.replace('"', '""') + '"' for column in columns]
+        updates = []
+        # Every row, addressed by its values (a WITHOUT ROWID table has no rowid to name it by).
+        for row in connection.execute(f"SELECT {', '.join(names)} FROM {quoted}").fetchall():
+            masked = [_mask_cell(value, spellings, mask) for value in row]
+            if masked != list(row):
+                updates.append((masked, list(row)))
+        for masked, row in updates:
+            found = True
+            assignments = ", ".join(f"{name} = ?" for name in names)
+            conditions = " AND ".join(f"{name} IS ?" for name in names)
+            connection.execute(f"UPDATE {quoted} SET {assignments} WHERE {conditions}", [*masked, *row])
+    return found
+
+
+def _mask_cell(value: object, spellings: re.Pattern[bytes], mask: bytes) -> object:
+    if isinstance(value, bytes):
+        return spellings.sub(mask, value)
+    if isinstance(value, str):
+        encoded = value.encode("utf-8", "surrogatepass")
+        masked = spellings.sub(mask, encoded)
+        return value if masked == encoded else masked.decode("utf-8", "surrogatepass")
+    return value
 
 
 def _write_all(fd: int, data: bytes) -> None:

@@ -156,6 +156,8 @@ def test_a_real_codex_run_writes_the_file_and_reports_the_facts(real: Machine, s
     lines = _logs(real, result)
     assert f"  ran: /bin/bash -lc {WRITE_FILE_LIST_COMMAND}" in lines
     assert "  changed 1 file" in lines
+    # Codex's first stderr line (its prompt comes on stdin) is neither an action nor a diagnostic.
+    assert not any("Reading additional input" in line for line in lines), lines
 
     # Codex sent the provider's credential as a bearer token; wb stored it nowhere.
     posts = [r for r in server.requests if r.method == "POST" and isinstance(r.body, dict)
@@ -164,8 +166,9 @@ def test_a_real_codex_run_writes_the_file_and_reports_the_facts(real: Machine, s
     assert all(r.body["model"] == MODEL and r.body["reasoning"] == {"effort": "high"} for r in posts)
     assert CREDENTIAL_VALUE not in Path(str(result["log_path"])).read_text()
 
-    # Codex's only stderr line is a warning when CODEX_HOME (<run>/harness-home) is under /tmp, as
-    # pytest's tmp_path is. The owner merges stderr into the transcript, so it is a malformed-line diagnostic.
+    # Besides its stdin notice, Codex's only stderr line is a warning when CODEX_HOME (<run>/harness-home)
+    # is under /tmp, as pytest's tmp_path is. The owner merges stderr into the transcript, so it is a
+    # malformed-line diagnostic.
     diagnostics = result.get("harness_diagnostics") or []
     assert isinstance(diagnostics, list)
     for diagnostic in diagnostics:

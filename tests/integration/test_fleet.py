@@ -249,3 +249,38 @@ def test_machines_without_check_lists_the_configuration(fleet: Fleet) -> None:
     assert lines[0].split() == ["MACHINE", "CHANNEL", "HOST", "USER", "PORT", "WB_PATH", "OK", "ERROR"]
     assert any(line.startswith("node0 ") and " yes" in line for line in lines)
     assert any(line.startswith("typo ") and " no " in line for line in lines)
+
+
+def test_machines_check_shows_the_user_and_port_the_ssh_config_resolves_and_a_loopback_clock_as_ok(
+    fleet: Fleet, tmp_path: Path
+) -> None:
+    """A machine whose user and port come only from the ssh config: the text table (with --check)
+    shows those, as the connection uses them; JSON keeps wb.yaml's (unset: null). A loopback
+    machine's clock offset is below what one call can tell: `ok` (docs/cli.md, wb machines)."""
+    if fleet.factory.channel != "ssh":
+        pytest.skip("an exec machine has no user or port of its own (its command stands under HOST)")
+    server = fleet.healthy["node0"]
+    client = fleet.factory.write_client_config(
+        f"resolving-{tmp_path.name}", f"Host {server.host}\n  Port {server.port}\n  User root\n"
+    )
+    config = fleet.factory.write_wb_config(f"resolving-{tmp_path.name}", {"box": {"host": server.host}})
+    env = {**fleet.env, "WB_CONFIG": str(config), "WB_SSH_CONFIG": str(client)}
+
+    def machines(*args: str) -> subprocess.CompletedProcess[str]:
+        done = subprocess.run(
+            [*fleet.command, "machines", *args], capture_output=True, text=True, env=env, timeout=120
+        )
+        check_output(("machines", *args), done)
+        return done
+
+    text = machines("--check", "--machine-timeout", f"{fleet.timeout_s}s")
+    assert text.returncode == 0, text.stdout + text.stderr
+    header, row = (line.split() for line in text.stdout.splitlines()[:2])
+    cells = dict(zip(header, row, strict=False))
+    assert (cells["HOST"], cells["USER"], cells["PORT"], cells["OK"]) == (server.host, "root", str(server.port), "yes")
+    assert cells["CLOCK"] == "ok", text.stdout
+    document = json.loads(machines("--check", "--json", "--machine-timeout", f"{fleet.timeout_s}s").stdout)
+    assert (document[0]["user"], document[0]["port"]) == (None, None)
+    assert isinstance(document[0]["clock_offset_ms"], int)
+    plain = machines().stdout.splitlines()[1].split()
+    assert plain[3:5] == ["-", "-"]  # without --check no ssh config is read: wb.yaml's values

@@ -340,6 +340,44 @@ def test_await_past_its_bound_returns_the_run_as_observed(machine: Machine) -> N
     run_session({**machine.env, "WB_MCP_PROGRESS_MS": "300"}, machine.root, body)
 
 
+async def _first_progress_total(session: ClientSession, ref: str, wait_timeout: str) -> float | None:
+    """The total (the bound in force, in seconds) of a waiting await's first progress; the call then cancelled."""
+    totals: list[float | None] = []
+    first_progress = anyio.Event()
+
+    async def on_progress(value: float, total: float | None, message: str | None) -> None:
+        totals.append(total)
+        first_progress.set()
+
+    async def waiting() -> None:
+        await session.call_tool("await", {"ref": ref, "wait_timeout": wait_timeout}, progress_callback=on_progress)
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(waiting)
+        with anyio.fail_after(60):
+            await first_progress.wait()
+        group.cancel_scope.cancel()
+    return totals[0]
+
+
+def test_await_waits_at_most_50s_whatever_wait_timeout_says(machine: Machine) -> None:
+    """`0` (no bound on the command line) or a longer value is taken as 50s, below the client's 60 s
+    request timeout; the progress notifications carry the bound in force as their total."""
+    machine.clone()
+    ref = machine.dispatch(task="scenario:hang")
+
+    async def body(session: ClientSession) -> None:
+        [tool] = [tool for tool in (await session.list_tools()).tools if tool.name == "await"]
+        described = tool.input_schema["properties"]["wait_timeout"]["description"]
+        assert "at most 50s: 0 or a longer value is taken as 50s" in described
+        assert "at most 50s: 0 or a longer value is taken as 50s" in (tool.description or "")
+        for asked in ("0", "10m", "51s"):
+            assert await _first_progress_total(session, ref, asked) == 50, asked
+        await call_ok(session, "stop", {"ref": ref}, "stop")
+
+    run_session({**machine.env, "WB_MCP_PROGRESS_MS": "200"}, machine.root, body)
+
+
 def test_many_waiting_awaits_do_not_hold_up_other_tools(machine: Machine) -> None:
     """150 awaits on running runs at once (issue 21: a status then took 31 s): a status still answers at once."""
     store = Store(machine.home).ensure()

@@ -75,7 +75,8 @@ def fleet(tmp_path: Path) -> Any:
 
 
 def _exec(argv: list[str], **placement: Any) -> dict[str, Any]:
-    return {"exec": {"argv": argv, "wb_path": WB, **placement}}
+    """A target reached by `argv`; `slots` and `labels` sit on the target, beside its `exec` block."""
+    return {**placement, "exec": {"argv": argv, "wb_path": WB}}
 
 
 def _auto(caller: Machine, worktree: str, *args: str, to: str = "auto") -> subprocess.CompletedProcess[str]:
@@ -243,10 +244,10 @@ def test_two_concurrent_max_running_1_requests_start_exactly_one_run(tmp_path: P
 @pytest.mark.parametrize(
     ("placement", "message"),
     [
-        ({"slots": 0}, "session_move.targets.box.exec.slots: slots must be a whole number from 1 to 10000"),
-        ({"slots": "2"}, "session_move.targets.box.exec.slots: must be a whole number (not quoted)"),
-        ({"labels": "gpu"}, "session_move.targets.box.exec.labels: must be a list of strings"),
-        ({"labels": ["GPU"]}, 'session_move.targets.box.exec.labels: label "GPU" must be 1-32 lowercase letters'),
+        ({"slots": 0}, "session_move.targets.box.slots: slots must be a whole number from 1 to 10000"),
+        ({"slots": "2"}, "session_move.targets.box.slots: must be a whole number (not quoted)"),
+        ({"labels": "gpu"}, "session_move.targets.box.labels: must be a list of strings"),
+        ({"labels": ["GPU"]}, 'session_move.targets.box.labels: label "GPU" must be 1-32 lowercase letters'),
     ],
 )
 def test_bad_slots_and_labels_are_refused_naming_the_key(fleet: Any, placement: dict[str, Any], message: str) -> None:
@@ -256,6 +257,29 @@ def test_bad_slots_and_labels_are_refused_naming_the_key(fleet: Any, placement: 
     assert message in done.stderr and done.stderr.startswith("error: "), done.stderr
     # Only that machine is unusable.
     assert _machine_of(_auto(caller, "w2", to="other")) == "other"
+
+
+def test_slots_and_labels_inside_the_channel_block_are_an_error_naming_the_target(fleet: Any) -> None:
+    """They belong on the target (docs/config.md#targets); inside `exec`/`ssh` they were once silently
+    ignored, so `--to auto` overfilled the machine: now that machine is unusable, saying where they go."""
+    root = fleet.root
+    inside = {"exec": {"argv": _remote(root / "box"), "wb_path": WB, "slots": 1, "labels": ["gpu"]}}
+    caller = fleet({"box": inside, "other": _exec(_remote(root / "other"), slots=1, labels=["gpu"])})
+    done = caller.wb("agent", "list", "--to", "box")
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith("error: ") and done.stderr.count("\n") == 1, done.stderr
+    assert "session_move.targets.box.exec.slots: slots belongs on the target (session_move.targets.box.slots)" in (
+        done.stderr
+    )
+    assert "session_move.targets.box.exec.labels: labels belongs on the target (session_move.targets.box.labels)" in (
+        done.stderr
+    )
+    # The target's own label is read: auto:gpu finds `other` (and `box`, unusable, is not a candidate).
+    assert _machine_of(_auto(caller, "w1", to="auto:gpu")) == "other"
+    ssh = fleet({"gpu-box": {"ssh": {"host": "gpu-box.lan", "slots": 2}}})
+    done = ssh.wb("machines")
+    wanted = "session_move.targets.gpu-box.ssh.slots: slots belongs on the target (session_move.targets.gpu-box.slots)"
+    assert wanted in done.stdout + done.stderr, done
 
 
 def test_a_machine_named_auto_is_refused(fleet: Any) -> None:

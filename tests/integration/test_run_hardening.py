@@ -221,6 +221,50 @@ def test_an_echoed_credential_is_redacted_in_every_file_the_harness_left(machine
     assert _modes_not_private(run_dir) == []
 
 
+def _spellings(value: str) -> list[bytes]:
+    """The credential as written and JSON-escaped (lower- and upper-case hex), as bytes."""
+    return [
+        value.encode(),
+        "".join(f"\\u{ord(char):04x}" for char in value).encode(),
+        "".join(f"\\u{ord(char):04X}" for char in value).encode(),
+    ]
+
+
+def test_no_spelling_of_the_credential_is_left_in_any_file_whatever_its_format(machine: Machine) -> None:
+    """An SQLite database (text, blob, a deleted row), a log, a TOML file and a binary file in the
+    harness's home, each holding the credential raw and JSON-escaped: after the run, no file under
+    the run directory holds any spelling of it, and the database is still a database."""
+    import sqlite3
+
+    machine.clone()
+    ref = machine.dispatch(task="scenario:echo-credential-everywhere")
+    result = _await(machine, ref)
+    assert result["state"] == "completed", result
+    run_dir = _run_dir(machine, ref)
+    leaks = [
+        f"{path.relative_to(run_dir)}: {spelling[:12]!r}"
+        for path in run_dir.rglob("*")
+        if path.is_file()
+        for spelling in _spellings(CREDENTIAL_VALUE)
+        if spelling in path.read_bytes()
+    ]
+    assert leaks == []
+    database = run_dir / "harness-home" / "state_5.sqlite"
+    with contextlib.closing(sqlite3.connect(f"file:{database}?mode=ro", uri=True)) as connection:
+        logs = connection.execute("SELECT body, raw FROM logs ORDER BY id").fetchall()
+        cells = [*logs, *connection.execute("SELECT * FROM threads")]
+    assert cells == [
+        ("sent key [redacted]", b"[redacted]"),
+        ('{"header":"[redacted]"}', b"[redacted]"),
+        ("plain", None),
+        ("t1", '{"auth":"Bearer [redacted]"}'),
+    ]
+    home = run_dir / "harness-home"
+    assert (home / "codex-tui.log").read_text() == "request header x-api-key: [redacted]\nraw [redacted]\n"
+    assert (home / "config-cache.toml").read_text() == 'key = "[redacted]"\n'
+    assert _modes_not_private(run_dir) == []
+
+
 # -- 5. a full disk ------------------------------------------------------------------------
 
 

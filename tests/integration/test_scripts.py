@@ -106,6 +106,17 @@ def test_demo_script_installs_wb_into_a_venv_where_pip_may_not_install(tmp_path:
     assert "demo:agt-" in done.stdout  # the demo ran, with the venv's wb
     calls = log.read_text()
     assert "-m pip install" not in calls  # only the venv's pip installed anything
+    # A first run is never silent while it installs: one line before each step, in order.
+    steps = [
+        "creating the virtual environment .venv (python3 -m venv)",
+        "installing wb and its dependencies (pip install -e .) with .venv/bin/python",
+        "compiling wb's bytecode (python -m compileall courier protocol)",
+        "running the demo (wb demo)",
+    ]
+    lines = done.stdout.splitlines()
+    assert all(step in lines for step in steps), done.stdout[:2000]
+    assert [lines.index(step) for step in steps] == sorted(lines.index(step) for step in steps)
+    assert lines.index(steps[-1]) < next(i for i, line in enumerate(lines) if "demo:agt-" in line)
 
 
 def test_a_missing_python3_venv_is_installed_with_apt_and_the_broken_venv_replaced(tmp_path: Path) -> None:

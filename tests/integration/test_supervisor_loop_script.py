@@ -108,6 +108,26 @@ def test_a_failed_dispatch_is_named_and_the_loop_goes_on(sshd: SshdFactory, tmp_
     _nothing_left_there(clones["gpu-box"])
 
 
+def test_a_machine_down_at_prune_time_is_named_and_the_loop_still_exits_0(sshd: SshdFactory, tmp_path: Path) -> None:
+    """Both machines' work accepted, a third configured machine down when step 6 prunes every
+    machine: the loop names it, prunes the others and exits 0, as a failed dispatch does."""
+    targets, clones = _machines(sshd, 60)
+    gone = sshd.start("127.0.0.62")
+    targets["gone"] = sshd.target(gone)
+    gone.stop()
+    done = _run_script(sshd, tmp_path, targets, " ".join(MACHINES))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "Traceback" not in done.stderr, done.stderr
+    lines = done.stdout.splitlines()
+    (run,) = (tmp_path / "supervisor").glob("run-*")
+    for machine in MACHINES:
+        _accepted(tmp_path / "supervisor", run, lines, machine)
+        _nothing_left_there(clones[machine])
+    assert "gone: not pruned (the reason is above); the next run prunes it" in lines, lines
+    assert "removed 4 records and 2 worktrees" in lines, lines
+    assert any(line.startswith("warning: gone") for line in done.stderr.splitlines()), done.stderr
+
+
 def test_the_readme_shows_the_loop_script_exactly() -> None:
     """The README's copy of the loop is the file the test above runs."""
     readme = (REPO_ROOT / "README.md").read_text()

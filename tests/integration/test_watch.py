@@ -201,6 +201,37 @@ def test_a_bad_exec_command_is_a_usage_error(machine: Machine) -> None:
     assert both.returncode == 2 and "either --to MACHINE or --all" in both.stderr
 
 
+def test_an_exec_cmd_past_its_bound_is_killed_with_its_group_and_until_idle_still_exits(
+    machine: Machine, tmp_path: Path, watcher_cleanup: list[Watcher]
+) -> None:
+    """`--exec 'sleep 600'` must not keep watch (or an orphan) alive: past --exec-timeout the CMD's
+    process group is killed and reported, and --until-idle exits 0 once idle."""
+    from conftest import pid_alive
+
+    machine.clone()
+    ref = machine.dispatch(task="scenario:wait-release", worktree="w1")
+    pids = tmp_path / "pids"
+    script = f"echo $$ > {pids}.cmd; sleep 600 & echo $! > {pids}.child; wait"
+    command = f"/bin/sh -c '{script}'"
+    watcher = Watcher(machine, "--until-idle", "--exec", command, "--exec-timeout", "2s")
+    watcher_cleanup.append(watcher)
+    assert wait_for(lambda: len(watcher.lines) >= 1, 60), watcher.lines
+    _release(machine, ref)
+    assert wait_for(lambda: Path(f"{pids}.child").exists() and Path(f"{pids}.child").read_text().strip(), 60)
+    started = time.monotonic()
+    code, stderr = watcher.finish(30)
+    assert code == 0, stderr
+    assert time.monotonic() - started < 20
+    assert f"for {ref} ran past its 2s bound (--exec-timeout) and was killed; watching goes on" in stderr, stderr
+    for name in ("cmd", "child"):
+        pid = int(Path(f"{pids}.{name}").read_text())
+        assert wait_for(lambda pid=pid: not pid_alive(pid), 10), f"the CMD's {name} {pid} outlived watch"
+    bad = machine.wb("agent", "watch", "--exec", "true", "--exec-timeout", "soon")
+    assert bad.returncode == 2 and bad.stderr.startswith("error: --exec-timeout"), bad.stderr
+    zero = machine.wb("agent", "watch", "--exec", "true", "--exec-timeout", "0s")
+    assert zero.returncode == 2 and "--exec-timeout must be more than 0" in zero.stderr, zero.stderr
+
+
 def test_ctrl_c_exits_130(machine: Machine, watcher_cleanup: list[Watcher]) -> None:
     machine.clone()
     ref = machine.dispatch(task="scenario:hang", worktree="w1")
@@ -299,6 +330,17 @@ def test_all_watches_this_machine_and_every_exec_machine(
         assert _events_of(lines, ref)[0] == "running" and _events_of(lines, ref)[-1] == "finished", (ref, lines)
     finished = {line["ref"]: line["result"].get("machine") for line in lines if line["event"] == "finished"}
     assert finished == {local: None, alpha: "alpha", beta: "beta"}
+
+
+def test_a_machine_that_is_not_configured_is_a_usage_error_naming_the_configured_ones(
+    fleet: tuple[Machine, dict[str, Machine]],
+) -> None:
+    caller, _ = fleet
+    for args in (("--until-idle",), ("--json",), ()):
+        done = caller.wb("agent", "watch", "--to", "nowhere", *args, timeout=30)
+        assert done.returncode == 2, (args, done.stderr)
+        assert done.stdout == ""
+        assert done.stderr.startswith('error: unknown machine "nowhere": configured machines: alpha, beta'), done.stderr
 
 
 def test_a_machine_that_goes_away_is_a_machine_error_then_watched_again(

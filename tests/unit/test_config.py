@@ -154,3 +154,35 @@ def test_a_target_without_an_ssh_block_is_not_a_machine(tmp_path: Path) -> None:
         config.target("bare")
     broken = _load(tmp_path, "session_move:\n  targets:\n    half: {ssh: 'host'}\n").targets["half"]
     assert isinstance(broken, Problem) and "session_move.targets.half.ssh: must be a mapping" in broken.message
+
+
+def test_slots_and_labels_are_read_on_the_target_beside_its_block(tmp_path: Path) -> None:
+    """docs/config.md#targets: `session_move.targets.NAME.slots`, not inside `ssh`/`exec`."""
+    text = (
+        "session_move:\n  targets:\n"
+        "    b1: {slots: 1, labels: [gpu, big], ssh: {host: b1}}\n"
+        "    e1: {slots: 3, exec: {argv: [env]}}\n"
+        "    open: {ssh: {host: o}}\n"
+    )
+    config = _load(tmp_path, text)
+    b1, e1, open_ = config.target("b1"), config.target("e1"), config.target("open")
+    assert (b1.slots, b1.labels) == (1, ["gpu", "big"])
+    assert (e1.slots, e1.labels) == (3, [])
+    assert (open_.slots, open_.labels) == (None, [])
+
+
+@pytest.mark.parametrize("kind", ["ssh", "exec"])
+def test_slots_and_labels_inside_the_channel_block_are_an_error_naming_the_right_place(
+    tmp_path: Path, kind: str
+) -> None:
+    block = "{host: b1, slots: 1}" if kind == "ssh" else "{argv: [env], labels: [gpu]}"
+    field = "slots" if kind == "ssh" else "labels"
+    config = _load(tmp_path, f"session_move:\n  targets:\n    b1: {{{kind}: {block}}}\n")
+    entry = config.targets["b1"]
+    assert isinstance(entry, Problem)
+    assert entry.message == (
+        f"{tmp_path / 'wb.yaml'}: session_move.targets.b1.{kind}.{field}: {field} belongs on the target "
+        f"(session_move.targets.b1.{field})"
+    )
+    with pytest.raises(UsageError, match=f"{field} belongs on the target"):
+        config.target("b1")

@@ -69,6 +69,17 @@ def test_status_text_pads_labels_and_sanitises_foreign_text() -> None:
     assert "result:   done [31m!\n" in text and "\x1b" not in text
 
 
+def test_status_base_is_the_named_ref_and_its_commit_or_the_commit_alone() -> None:
+    sha = "23e5d98cef04" + "0" * 28
+    named = status_text(_result().model_copy(update={"base": "main", "base_sha": sha}))
+    assert "base:     main (23e5d98cef04)\n" in named
+    unnamed = status_text(_result().model_copy(update={"base": None, "base_sha": sha}))
+    assert "base:     23e5d98cef04\n" in unnamed and "()" not in unnamed
+    empty = status_text(_result().model_copy(update={"base": "", "base_sha": sha}))
+    assert "base:     23e5d98cef04\n" in empty
+    assert "base:" not in status_text(_result().model_copy(update={"base": None, "base_sha": None}))
+
+
 def test_list_is_newest_first_with_ties_by_machine_then_id() -> None:
     older = _result(started_at="2026-01-01T00:00:00.000Z")
     newer_local = _result(started_at="2026-02-01T00:00:00Z")

@@ -159,6 +159,25 @@ def test_malformed_lines_are_numbered_diagnostics_and_do_not_fail_a_completed_tu
     assert len(diagnostics) == 5
 
 
+def test_codex_stdin_notice_is_neither_a_diagnostic_nor_a_worker_action(tmp_path: Path) -> None:
+    """Real Codex's first stderr line (merged into the stream) stands for nothing (docs/codex-notes.md)."""
+    notice = b"Reading additional input from stdin...\n"
+    fixture = (FIXTURES / "simple.jsonl").read_bytes()
+    summary = EventSummary()
+    for raw in (notice + fixture).splitlines(keepends=True):
+        summary.feed(raw)
+    assert summary.turn_completed
+    assert summary.diagnostics == []
+    events = write_events(tmp_path / "events.jsonl", notice, fixture)
+    plain = write_events(tmp_path / "plain.jsonl", fixture)
+    assert worker_actions(events, 50) == worker_actions(plain, 50)
+    assert not any("Reading additional input" in action for action in worker_actions(events, 50))
+    # Any other text line is still a malformed line.
+    other = EventSummary()
+    other.feed(b"Reading additional input from stdin... and more\n")
+    assert other.diagnostics[0].startswith("malformed event line 1: ")
+
+
 def test_top_level_errors_without_a_failed_turn_and_item_errors_are_diagnostics() -> None:
     summary = EventSummary()
     summary.feed(line({"type": "error", "message": "Reconnecting... 1/2 (boom)"}))

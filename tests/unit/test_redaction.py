@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
-from courier.runs.privacy import redact_line
+from courier.runs.privacy import redact_line, seal
+from protocol import limits
 
 SECRET = "sk-live/7Qx9"
 
@@ -107,3 +109,23 @@ def test_an_escaped_credential_in_a_line_that_is_not_json_is_masked(spelling: st
 def test_a_line_that_is_not_json_keeps_its_other_escapes_and_bytes() -> None:
     line = b"not json \\u0041 \xff " + _escaped(SECRET).encode() + b" \\n\n"
     assert redact_line(line, SECRET.encode()) == b"not json \\u0041 \xff [redacted] \\n\n"
+
+
+@pytest.mark.parametrize("offset", [-3, -1, 0, 1])
+def test_a_harness_file_of_any_format_is_masked_in_every_spelling_across_read_chunks(
+    tmp_path: Path, offset: int
+) -> None:
+    """A file that is neither JSON nor a database (a log, a binary file) is masked as bytes, in each
+    spelling, also where one straddles a read chunk's end (docs/cli.md, "Credentials")."""
+    home = tmp_path / "harness-home"
+    home.mkdir()
+    spelled = _escaped(SECRET).upper().replace("\\U", "\\u").encode()
+    head = b"x" * (limits.READ_CHUNK_BYTES - len(spelled) // 2 + offset)
+    log = home / "codex.log"
+    log.write_bytes(head + spelled + b"\n\x00" + SECRET.encode() + b"\xff")
+    assert seal(tmp_path, SECRET.encode()) == []
+    assert log.read_bytes() == head + b"[redacted]\n\x00[redacted]\xff"
+    untouched = home / "other.bin"
+    untouched.write_bytes(b"\x00\\u0073k plain \xff")
+    assert seal(tmp_path, SECRET.encode()) == []
+    assert untouched.read_bytes() == b"\x00\\u0073k plain \xff"

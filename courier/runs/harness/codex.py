@@ -34,6 +34,9 @@ _PROVIDER_NAME = re.compile(r"[a-z0-9_-]{1,32}")
 _ENV_NAME = re.compile(r"[A-Z_][A-Z0-9_]{0,63}")
 # A thread ID as Codex prints it (a UUID); never an option, never a path.
 _SESSION_ID = re.compile(r"[0-9A-Za-z][0-9A-Za-z-]{0,127}")
+# The notice real Codex writes to stderr (merged into the event stream) when its prompt comes on a stdin
+# that is not a terminal, as every run's does: neither a worker action nor a diagnostic.
+STDIN_NOTICE = "Reading additional input from stdin..."
 _USAGE_FIELDS = (
     "input_tokens",
     "cached_input_tokens",
@@ -184,6 +187,8 @@ class EventSummary(EventParser):
         super().skipped_oversize_line(size)
 
     def malformed(self, text: str) -> None:
+        if is_stdin_notice(text):
+            return
         self._pending_error = None
         super().malformed(text)
 
@@ -280,8 +285,19 @@ def _action_of(event: dict[str, Any]) -> str | None:
     return None
 
 
+def is_stdin_notice(text: str) -> bool:
+    return text.strip() == STDIN_NOTICE
+
+
+def codex_line_actions(line: bytes | None) -> tuple[dict[str, Any] | None, list[str] | None]:
+    """As `action_lines`, except that Codex's stdin notice stands for nothing (a blank line's answer)."""
+    if line is not None and len(line) <= 2 * len(STDIN_NOTICE) and is_stdin_notice(line.decode("utf-8", "replace")):
+        return None, []
+    return action_lines(line)
+
+
 def worker_actions(
-    events_path: str | os.PathLike[str] | int, limit: int, line_actions: LineActions = action_lines
+    events_path: str | os.PathLike[str] | int, limit: int, line_actions: LineActions = codex_line_actions
 ) -> list[str]:
     """The last `limit` worker actions of a Codex transcript, oldest first.
 
@@ -362,6 +378,9 @@ class Codex(Harness):
 
     def final_message(self, launch: Launch, parser: EventParser, extra: int = 0) -> tuple[bytes, int] | None:
         return read_message_file(launch.last_message_path, extra=extra) or message_bytes(parser.last_message)
+
+    def line_actions(self, line: bytes | None) -> tuple[dict[str, Any] | None, list[str] | None]:
+        return codex_line_actions(line)
 
     def actions_of(self, event: dict[str, Any]) -> list[str]:
         action = _action_of(event)
