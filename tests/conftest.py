@@ -60,6 +60,7 @@ UNIT_MODULES_OF_BOTH_PASSES = ("test_schemas.py",)  # `wb schema`, `wb agent dis
 # suites check that start in both passes). Each module runs in one pass, split so that both weigh alike.
 E2E_BECAUSE = "a real CLI's run does not depend on the process that started its owner (fake CLIs: both passes)"
 E2E_COLD_MODULES = ("test_real_unattended.py", "test_codex_supervisor.py", "test_real_codex_remote.py")
+_SUITE_TEMP_PARENT = "/var/tmp"  # see pytest_configure
 _RUNNING: list[pytest.Item] = []  # the test now running (its setup, call and teardown)
 _DESELECTED: list[int] = []
 
@@ -104,6 +105,12 @@ def pytest_runtest_logfinish() -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    if config.option.basetemp is None and not hasattr(config, "workerinput"):
+        # Not under /tmp: with bubblewrap installed, the real Codex refuses to set up its sandbox's
+        # helpers for a CODEX_HOME under the temporary directory, and its file edits then fail
+        # (docs/codex-notes.md#codex-and-tmp). A user's WB_HOME is never there; the suite's should not be.
+        config.option.basetemp = tempfile.mkdtemp(prefix="wb-tests-", dir=_SUITE_TEMP_PARENT)
+        config.add_cleanup(lambda: shutil.rmtree(config.option.basetemp, ignore_errors=True))
     config.addinivalue_line(
         "markers",
         f"{COURIER_INDEPENDENT}(cold=False, because=None): runs the same in both courier passes, so in one "
