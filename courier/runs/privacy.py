@@ -10,7 +10,7 @@ import os
 import re
 import secrets
 import stat
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -51,6 +51,29 @@ def redact_text(text: str | None, secret: str) -> str | None:
         for size in range(min(len(secret) - 1, len(body)), _FRAGMENT_MIN - 1, -1):
             if body.endswith(secret[:size]):
                 return body[:-size] + REDACTED + "…"
+    return text
+
+
+def redact_everywhere(text: str, secrets: Iterable[str]) -> str:
+    """`text` with each of `secrets` masked however it is spelled: as itself, JSON-escaped
+    (`\\u0073…`, short escapes), or cut by a clip at either end (`…` before or after a fragment).
+
+    For text wb shows but did not write itself: a peer's stderr and messages (docs/cli.md,
+    "Credentials"), whatever a page shows of them.
+    """
+    for secret in sorted({item for item in secrets if item}, key=len, reverse=True):
+        if not text:
+            return text
+        text = redact_text(text, secret) or ""
+        if "\\" in text:
+            raw = text.encode("utf-8", "surrogatepass")
+            text = _escaped_spellings(secret.encode()).sub(REDACTED.encode(), raw).decode("utf-8", "surrogatepass")
+        if text.startswith("…"):
+            body = text[1:]
+            for size in range(min(len(secret) - 1, len(body)), _FRAGMENT_MIN - 1, -1):
+                if body.startswith(secret[-size:]):
+                    text = "…" + REDACTED + body[size:]
+                    break
     return text
 
 
