@@ -84,11 +84,13 @@ def mask_error(exc: WbError, secrets: Sequence[str]) -> None:
 
 
 def mask_response(response: RemoteResponse, secrets: Sequence[str]) -> RemoteResponse:
-    """The peer's own words in a reply: its failure, and each run's failure and harness diagnostics."""
+    """The peer's own words in a reply: its failure, its list warnings, each run's failure and harness diagnostics."""
     if not secrets:
         return response
     if response.failure:
         response.failure = redact_everywhere(response.failure, secrets)
+    for warning in response.warnings or []:  # a list reply's records it could not read, in its words
+        warning.error = redact_everywhere(warning.error, secrets)
     results: list[Result] = []
     with contextlib.suppress(Exception):  # a reply kind without results (stop, diff, prune, version)
         results = response.results_of()

@@ -68,13 +68,27 @@ def redact_everywhere(text: str, secrets: Iterable[str]) -> str:
         if "\\" in text:
             raw = text.encode("utf-8", "surrogatepass")
             text = _escaped_spellings(secret.encode()).sub(REDACTED.encode(), raw).decode("utf-8", "surrogatepass")
-        if text.startswith("…"):
-            body = text[1:]
-            for size in range(min(len(secret) - 1, len(body)), _FRAGMENT_MIN - 1, -1):
-                if body.startswith(secret[-size:]):
-                    text = "…" + REDACTED + body[size:]
-                    break
+        if "…" in text:
+            text = _mask_clipped(text, secret)
     return text
+
+
+def _mask_clipped(text: str, secret: str) -> str:
+    """Mask what a clip left of `secret` beside each `…`: its end after one, its start before one."""
+    parts = text.split("…")
+    for index, part in enumerate(parts):
+        if index > 0:  # follows a clip mark: may start with the secret's end
+            for size in range(min(len(secret) - 1, len(part)), _FRAGMENT_MIN - 1, -1):
+                if part.startswith(secret[-size:]):
+                    part = REDACTED + part[size:]
+                    break
+        if index < len(parts) - 1:  # precedes one: may end with the secret's start
+            for size in range(min(len(secret) - 1, len(part)), _FRAGMENT_MIN - 1, -1):
+                if part.endswith(secret[:size]):
+                    part = part[:-size] + REDACTED
+                    break
+        parts[index] = part
+    return "…".join(parts)
 
 
 def redact_line(line: bytes, secret: bytes) -> bytes:
