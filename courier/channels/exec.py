@@ -208,6 +208,9 @@ async def end_process(process: asyncio.subprocess.Process) -> None:
         return
     with contextlib.suppress(BaseException):  # also a cancellation: the call has already ended
         await asyncio.wait_for(asyncio.shield(process.wait()), END_WAIT_S)
+        # One turn of the loop: the pipes finish closing in callbacks it runs (a wait for an exit
+        # already known returns at once), and a loop that ended first would leave them open.
+        await asyncio.sleep(0)
     # Last, once the exit is known: closing a transport whose exit is not yet known polls (reaps)
     # the child itself, and asyncio's child watcher then warns on stderr that it lost the child.
     transport.close()
@@ -351,6 +354,9 @@ class ExecPeer:
         self.closed = True
         if self._side_task is not None:
             self._side_task.cancel()
+            # Let it finish being cancelled: one cancelled inside its child's start closes that
+            # child's pipes in callbacks, and a loop that ended first would leave them open.
+            await asyncio.wait({self._side_task}, timeout=END_WAIT_S)
         if self.serve is not None:
             self.serve.close()
         if self._process is not None:
