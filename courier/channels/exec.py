@@ -85,7 +85,7 @@ class ExecChannel(Channel):
             how = f"exited with status {outcome.exit_status}"
         said = f'"{program}" {how} without a reply: {first_stderr_line(outcome.stderr)}'
         last = self.target.argv[-1]
-        if len(self.target.argv) > 1 and last.rsplit("/", 1)[-1] == "wb":
+        if last.rsplit("/", 1)[-1] == "wb":
             # `[docker, exec, -i, box, wb]`: the far wb was given wb_path as its command and refused
             # it (`No such command 'wb'`) before reading the request.
             raise ConnectFailed(
