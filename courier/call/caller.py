@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import asyncio
 
+from courier.call.peer_text import configured_secrets, mask_error, mask_response, masked_outcome
 from courier.channels.base import Channel, Outcome
 from courier.channels.exits import stderr_excerpt
 from courier.channels.registry import channel_for, direct_channel
 from courier.config import AnyTarget, Config
-from courier.errors import CallTimedOut, ReplyUntrusted, UsageError
+from courier.errors import CallTimedOut, ReplyUntrusted, UsageError, WbError
 from courier.remote.client import decode_response
 from courier.remote.reply import BadReply, find_reply
 from protocol import limits
@@ -67,16 +68,23 @@ async def call_async(
     target, payload = prepare(config, machine, request)
     bound_s = timeout_s if timeout_s is not None else limits.REMOTE_CALL_MAX_MS / limits.MS_PER_SECOND
     way = channel if channel is not None else channel_for(config, machine)
+    # The peer's words (stderr, failures, a crash's excerpt) never show this machine's credentials.
+    secrets = configured_secrets(config)
     try:
-        async with asyncio.timeout(bound_s):
-            outcome = await way.run(remote_tail(target), payload)
-    except TimeoutError:
-        about = f" about agent run {machine}:{request.agent_id}" if request.agent_id else ""
-        raise CallTimedOut(
-            f"{machine} ({way.where}) did not answer the {request.operation} request{about} within "
-            f"{format_duration_ms(int(bound_s * limits.MS_PER_SECOND))}"
-        ) from None
-    return interpret(machine, target, request, outcome, way)
+        try:
+            async with asyncio.timeout(bound_s):
+                outcome = await way.run(remote_tail(target), payload)
+        except TimeoutError:
+            about = f" about agent run {machine}:{request.agent_id}" if request.agent_id else ""
+            raise CallTimedOut(
+                f"{machine} ({way.where}) did not answer the {request.operation} request{about} within "
+                f"{format_duration_ms(int(bound_s * limits.MS_PER_SECOND))}"
+            ) from None
+        response = interpret(machine, target, request, masked_outcome(outcome, secrets), way)
+    except WbError as exc:
+        mask_error(exc, secrets)
+        raise
+    return mask_response(response, secrets)
 
 
 def interpret(

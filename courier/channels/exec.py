@@ -33,6 +33,8 @@ from protocol.entry import REMOTE_ARGUMENT, SERVE_ARGUMENT
 
 _READ_CHUNK = limits.SSH_READ_CHUNK_BYTES
 SERVE_PREPARE_WAIT_S = 10.0  # the longest a call waits for a serve process being prepared
+USAGE_EXIT = 2  # the exit of a command that refused its command line (wb's, click's, a shell's)
+END_WAIT_S = 2.0  # the longest a call waits to reap a child it killed and whose pipes it closed
 
 
 class _Overflow(Exception):
@@ -78,16 +80,24 @@ class ExecChannel(Channel):
         if outcome.exit_status == 127:
             raise RemoteWbMissing(f"wb was not found on {self.machine}: set {self.setting('wb_path')}")
         if outcome.exit_signal is not None:
-            raise TransportError(
-                f'machine {self.machine}: "{program}" was killed by signal {sanitize(outcome.exit_signal)[:32]} '
-                f"without a reply: {first_stderr_line(outcome.stderr)}",
-                cause="remote crashed",
+            how = f"was killed by signal {sanitize(outcome.exit_signal)[:32]}"
+        else:
+            how = f"exited with status {outcome.exit_status}"
+        said = f'"{program}" {how} without a reply: {first_stderr_line(outcome.stderr)}'
+        last = self.target.argv[-1]
+        if last.rsplit("/", 1)[-1] == "wb":
+            # `[docker, exec, -i, box, wb]`: the far wb was given wb_path as its command and refused
+            # it (`No such command 'wb'`) before reading the request.
+            raise ConnectFailed(
+                f'machine {self.machine}: its exec.argv ends in "{sanitize(last)[:128]}", but wb appends '
+                f"wb_path itself; drop it from {self.setting('argv')} ({said})",
+                cause="exec argv ends in wb",
             )
-        raise TransportError(
-            f'machine {self.machine}: "{program}" exited with status {outcome.exit_status} without a reply: '
-            f"{first_stderr_line(outcome.stderr)}",
-            cause="remote crashed",
-        )
+        if outcome.exit_status == USAGE_EXIT:
+            # A refused command line (wb's own, click's, a shell's): it stopped before reading any
+            # request, so nothing was started there (a dispatch says so instead of "may have started").
+            raise ConnectFailed(f"machine {self.machine}: {said}", cause="command refused")
+        raise TransportError(f"machine {self.machine}: {said}", cause="remote crashed")
 
     def argv(self, tail: list[str]) -> list[str]:
         return [*self.target.argv, *tail]
@@ -118,11 +128,7 @@ class ExecChannel(Channel):
         try:
             return await _exchange(process, stdin, bounds)
         finally:
-            if process.returncode is None:  # cancelled (the call's bound) or a stream past its cap
-                with contextlib.suppress(ProcessLookupError):
-                    process.kill()
-                with contextlib.suppress(BaseException):
-                    await asyncio.shield(process.wait())
+            await end_process(process)
 
     async def run_warm(
         self, state: WarmState, tail: list[str], stdin: bytes, bounds: Bounds, *, operation: str, max_sessions: int
@@ -186,6 +192,45 @@ async def _exchange(process: asyncio.subprocess.Process, stdin: bytes, bounds: B
     return outcome
 
 
+async def end_process(process: asyncio.subprocess.Process) -> None:
+    """Kill the child if it still runs, close its pipes, and reap it, within END_WAIT_S.
+
+    Closing the pipes is what makes this prompt: `Process.wait()` returns only once every
+    pipe has seen its end (Python 3.11.7 and later), and a pipe whose reading was paused
+    (a flooding peer's stdout past its cap) or that a grandchild still holds never does.
+    A transport left open is also what asyncio complains about on stderr when it is
+    collected after its loop closed (`Exception ignored in: <function
+    BaseSubprocessTransport.__del__ …>`), or when its pending wait is (`Task was destroyed
+    but it is pending!`).
+    """
+    transport = kill_and_close_pipes(process)
+    if transport is None:
+        return
+    with contextlib.suppress(BaseException):  # also a cancellation: the call has already ended
+        await asyncio.wait_for(asyncio.shield(process.wait()), END_WAIT_S)
+        # One turn of the loop: the pipes finish closing in callbacks it runs (a wait for an exit
+        # already known returns at once), and a loop that ended first would leave them open.
+        await asyncio.sleep(0)
+    # Last, once the exit is known: closing a transport whose exit is not yet known polls (reaps)
+    # the child itself, and asyncio's child watcher then warns on stderr that it lost the child.
+    transport.close()
+
+
+def kill_and_close_pipes(process: asyncio.subprocess.Process) -> asyncio.SubprocessTransport | None:
+    """Kill the child if it still runs and close its three pipes; its transport, to close once it is reaped."""
+    if process.returncode is None:
+        with contextlib.suppress(ProcessLookupError):
+            process.kill()
+    transport = getattr(process, "_transport", None)  # asyncio keeps the process's transport private
+    if not isinstance(transport, asyncio.SubprocessTransport):
+        return None
+    for fd in (0, 1, 2):
+        pipe = transport.get_pipe_transport(fd)
+        if pipe is not None:
+            pipe.close()
+    return transport
+
+
 def _signal_name(number: int) -> str:
     try:
         return signal.Signals(number).name.removeprefix("SIG")
@@ -224,9 +269,7 @@ class ProcessStream:
         if self._process.stdin is not None:
             with contextlib.suppress(OSError):
                 self._process.stdin.close()  # EOF: a serve process ends when its input does
-        if self._process.returncode is None:
-            with contextlib.suppress(ProcessLookupError):
-                self._process.kill()
+        kill_and_close_pipes(self._process)  # its reaping (ExecPeer.close) must not wait on a paused pipe
 
 
 class ExecPeer:
@@ -305,19 +348,19 @@ class ExecPeer:
     @staticmethod
     def _reap(process: asyncio.subprocess.Process) -> None:
         """Kill the serve process whose channel ended (never the one current by then)."""
-        if process.returncode is None:
-            with contextlib.suppress(ProcessLookupError):
-                process.kill()
+        kill_and_close_pipes(process)
 
     async def close(self) -> None:
         self.closed = True
         if self._side_task is not None:
             self._side_task.cancel()
+            # Let it finish being cancelled: one cancelled inside its child's start closes that
+            # child's pipes in callbacks, and a loop that ended first would leave them open.
+            await asyncio.wait({self._side_task}, timeout=END_WAIT_S)
         if self.serve is not None:
             self.serve.close()
         if self._process is not None:
-            with contextlib.suppress(BaseException):
-                await asyncio.wait_for(self._process.wait(), 5)
+            await end_process(self._process)
 
     def describe(self) -> dict[str, Any]:
         return {

@@ -340,6 +340,8 @@ class Connection:
         except (asyncssh.Error, OSError) as exc:
             raise self._lost(exc) from None
         finally:
+            if process.exit_status is None and process.exit_signal is None:
+                _end_far_side(process)  # given up on (the call's bound, Ctrl-C) before it ended
             process.close()
         return outcome
 
@@ -387,6 +389,7 @@ class Connection:
                 # A peer past its cap may keep the session open (and never send EOF on the other
                 # stream): stop reading both at once and drop the channel without waiting for it.
                 outcome.overflow = exc.stream
+                _end_far_side(process)
                 process.channel.abort()
             outcome.stdout = bytes(stdout[:stdout_max])
             outcome.stderr = bytes(stderr[:stderr_max])
@@ -415,6 +418,19 @@ class Connection:
                 cause="connection lost",
             )
         return ConnectionLost(f"{self.where}: the connection was lost: {reason}")
+
+
+def _end_far_side(process: asyncssh.SSHClientProcess[bytes]) -> None:
+    """Ask the server to kill the command of a session this side gives up on, before its channel closes.
+
+    A session without a PTY gets no SIGHUP when its channel closes, and a command that reads
+    nothing more and writes nothing (a silent wb_path) never notices: on a connection the
+    courier keeps, it would run on for as long as it likes. OpenSSH's sshd delivers the
+    `signal` request to the command's whole process group (a run's owner has left it: setsid);
+    a server that refuses it closes the channel all the same.
+    """
+    with contextlib.suppress(Exception):
+        process.kill()
 
 
 # The parsed known-hosts text per list of files, with each file's identity when it was read

@@ -10,7 +10,7 @@ import os
 import re
 import secrets
 import stat
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -57,6 +57,43 @@ def redact_text(text: str | None, secret: str) -> str | None:
             if body.endswith(secret[:size]):
                 return body[:-size] + REDACTED + "…"
     return text
+
+
+def redact_everywhere(text: str, secrets: Iterable[str]) -> str:
+    """`text` with each of `secrets` masked however it is spelled: as itself, JSON-escaped
+    (`\\u0073…`, short escapes), or cut by a clip at either end (`…` before or after a fragment).
+
+    For text wb shows but did not write itself: a peer's stderr and messages (docs/cli.md,
+    "Credentials"), whatever a page shows of them.
+    """
+    for secret in sorted({item for item in secrets if item}, key=len, reverse=True):
+        if not text:
+            return text
+        text = redact_text(text, secret) or ""
+        if "\\" in text:
+            raw = text.encode("utf-8", "surrogatepass")
+            text = _escaped_spellings(secret.encode()).sub(REDACTED.encode(), raw).decode("utf-8", "surrogatepass")
+        if "…" in text:
+            text = _mask_clipped(text, secret)
+    return text
+
+
+def _mask_clipped(text: str, secret: str) -> str:
+    """Mask what a clip left of `secret` beside each `…`: its end after one, its start before one."""
+    parts = text.split("…")
+    for index, part in enumerate(parts):
+        if index > 0:  # follows a clip mark: may start with the secret's end
+            for size in range(min(len(secret) - 1, len(part)), _FRAGMENT_MIN - 1, -1):
+                if part.startswith(secret[-size:]):
+                    part = REDACTED + part[size:]
+                    break
+        if index < len(parts) - 1:  # precedes one: may end with the secret's start
+            for size in range(min(len(secret) - 1, len(part)), _FRAGMENT_MIN - 1, -1):
+                if part.endswith(secret[:size]):
+                    part = part[:-size] + REDACTED
+                    break
+        parts[index] = part
+    return "…".join(parts)
 
 
 def redact_line(line: bytes, secret: bytes) -> bytes:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import gc
 import io
 import locale
 import os
@@ -71,6 +72,10 @@ def run_child(
 ) -> NoReturn:
     """Become the command and run it; never returns."""
     code = 1
+    # What the courier's loop left as garbage when it forked (a finished call's task, transport or
+    # pipe) is never finalized here: its finalizers would print asyncio's complaints (`Task was
+    # destroyed but it is pending!`) on the user's stderr, which this child now holds.
+    gc.freeze()
     try:
         parent = os.getppid()
         _reset_signals()
