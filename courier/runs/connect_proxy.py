@@ -249,21 +249,26 @@ class ConnectProxy:
     # -- listening -------------------------------------------------------------------------------
 
     def start_unix(self, path: str) -> None:
-        """Listen on a Unix socket at `path` (mode 0600; refused if `path` exists)."""
+        """Listen on a Unix socket at `path` (mode 0600; refused if `path` exists; any length)."""
         # Bound under a random name beside it, made 0600, then linked to `path`: the socket is
         # never reachable at `path` with looser permissions, and an existing file is not replaced.
-        staging = os.path.join(os.path.dirname(path) or ".", f".wb-proxy-{secrets.token_hex(6)}")
+        # All through the directory's descriptor: a run's path may be longer than a socket address holds.
+        directory, name = os.path.split(os.path.abspath(path))
+        staging = f".wb-proxy-{secrets.token_hex(6)}"
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         try:
-            listener.bind(staging)
+            listener.bind(f"/proc/self/fd/{fd}/{staging}")
             try:
-                os.chmod(staging, 0o600)
-                os.link(staging, path)
+                os.chmod(staging, 0o600, dir_fd=fd)
+                os.link(staging, name, src_dir_fd=fd, dst_dir_fd=fd, follow_symlinks=False)
             finally:
-                os.unlink(staging)
+                os.unlink(staging, dir_fd=fd)
         except BaseException:
             listener.close()
             raise
+        finally:
+            os.close(fd)
         self._unix_paths.append(path)
         self._listen(listener)
 
