@@ -211,6 +211,15 @@ def _linger(sock: socket.socket) -> None:
             left -= len(chunk)
 
 
+def _turn_away(client: socket.socket) -> None:
+    """503 for a connection past the bound (its own short thread: the answer lingers, the listener does not)."""
+    try:
+        _answer(client, _Answer(503, "Service Unavailable", "too many connections to the proxy"))
+        _linger(client)
+    finally:
+        client.close()
+
+
 def _kept_headers(head: _Head) -> list[tuple[str, str]]:
     """The headers a proxy sends on: neither hop-by-hop nor named by Connection."""
     named = {token.strip().lower() for value in head.values("connection") for token in value.split(",")}
@@ -323,8 +332,7 @@ class ConnectProxy:
                 except OSError:
                     continue
                 if not self._admit(client):
-                    _answer(client, _Answer(503, "Service Unavailable", "too many connections to the proxy"))
-                    client.close()
+                    threading.Thread(target=_turn_away, args=(client,), name="wb-proxy-busy", daemon=True).start()
                     continue
                 threading.Thread(target=self._serve, args=(client,), name="wb-proxy-client", daemon=True).start()
 

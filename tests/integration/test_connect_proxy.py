@@ -351,3 +351,16 @@ def test_the_unix_listener_is_0600_and_tunnels(tmp_path: Path, target: Target) -
     finally:
         unix.stop()
     assert not path.exists()
+
+
+def test_past_the_bound_of_open_connections_the_next_gets_503(proxy: Running) -> None:
+    from protocol import limits
+
+    bound = limits.PROXY_CONNECTIONS_MAX
+    held = [socket.create_connection(("127.0.0.1", proxy.port), timeout=30) for _ in range(bound)]
+    try:
+        # Accepted in order: the first ones hold every place, each waiting for its header block.
+        assert _raw(proxy.port, b"CONNECT localhost:1 HTTP/1.1\r\n\r\n").startswith(b"HTTP/1.1 503 ")
+    finally:
+        for sock in held:
+            sock.close()
