@@ -246,7 +246,7 @@ class ConnectProxy:
         self._open: set[socket.socket] = set()
         self._clients = 0
         self._listeners: list[socket.socket] = []
-        self._unix_paths: list[str] = []
+        self._unix_paths: list[tuple[int, str, int]] = []  # (directory's descriptor, name, inode)
         self._accepters: list[threading.Thread] = []
         self._wake_read, self._wake_write = os.pipe()
         self._stopped = False
@@ -258,7 +258,11 @@ class ConnectProxy:
     # -- listening -------------------------------------------------------------------------------
 
     def start_unix(self, path: str) -> None:
-        """Listen on a Unix socket at `path` (mode 0600; refused if `path` exists; any length)."""
+        """Listen on a Unix socket at `path` (mode 0600; refused if `path` exists; any length).
+
+        `path` may lead through a descriptor (`/proc/self/fd/N/proxy.sock`) that the caller closes
+        afterwards: the proxy keeps its own descriptor of the directory, to remove the socket at stop.
+        """
         # Bound under a random name beside it, made 0600, then linked to `path`: the socket is
         # never reachable at `path` with looser permissions, and an existing file is not replaced.
         # All through the directory's descriptor: a run's path may be longer than a socket address holds.
@@ -273,12 +277,12 @@ class ConnectProxy:
                 os.link(staging, name, src_dir_fd=fd, dst_dir_fd=fd, follow_symlinks=False)
             finally:
                 os.unlink(staging, dir_fd=fd)
+            inode = os.stat(name, dir_fd=fd, follow_symlinks=False).st_ino
         except BaseException:
             listener.close()
-            raise
-        finally:
             os.close(fd)
-        self._unix_paths.append(path)
+            raise
+        self._unix_paths.append((fd, name, inode))
         self._listen(listener)
 
     def start_tcp(self) -> str:
@@ -302,9 +306,11 @@ class ConnectProxy:
         os.close(self._wake_read)
         for listener in self._listeners:
             listener.close()
-        for path in self._unix_paths:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(path)
+        for fd, name, inode in self._unix_paths:
+            with contextlib.suppress(OSError):
+                if os.stat(name, dir_fd=fd, follow_symlinks=False).st_ino == inode:  # still our socket
+                    os.unlink(name, dir_fd=fd)
+            os.close(fd)
         for sock in open_sockets:
             _shut(sock)
 

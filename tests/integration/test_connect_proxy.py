@@ -364,3 +364,26 @@ def test_past_the_bound_of_open_connections_the_next_gets_503(proxy: Running) ->
     finally:
         for sock in held:
             sock.close()
+
+
+def test_a_socket_path_through_a_descriptor_the_caller_closes_is_still_removed_at_stop(tmp_path: Path) -> None:
+    """The owner binds at `/proc/self/fd/N/proxy.sock` and closes N at once; at stop, N may name another directory."""
+    ours, other = tmp_path / "ours", tmp_path / "other"
+    ours.mkdir()
+    other.mkdir()
+    (other / "proxy.sock").write_text("not the proxy's")
+    proxy = ConnectProxy([], lambda host: None)
+    with _directory(ours) as fd:
+        proxy.start_unix(f"/proc/self/fd/{fd}/proxy.sock")
+        number = fd
+    assert stat.S_ISSOCK((ours / "proxy.sock").stat().st_mode)
+    reused = os.open(other, os.O_RDONLY | os.O_DIRECTORY)
+    if reused != number:
+        os.dup2(reused, number)  # the closed number now leads to the other directory
+        os.close(reused)
+    try:
+        proxy.stop()
+    finally:
+        os.close(number)
+    assert not (ours / "proxy.sock").exists()
+    assert (other / "proxy.sock").read_text() == "not the proxy's"
