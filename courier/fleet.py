@@ -30,6 +30,7 @@ from protocol.timestamps import parse_rfc3339
 
 DUPLICATE_HOME = "same WB_HOME as this machine"
 _ARGV_SHOWN_MAX_BYTES = 60  # an exec machine's command in the HOST column, clipped
+_SANDBOX_SHOWN_MAX_BYTES = 120  # a peer's SANDBOX cell, clipped (its reason is foreign text)
 
 
 @dataclass
@@ -221,6 +222,7 @@ class ProbeRow:
     # Text only (`--check`): the user and port the connection uses, as the ssh config resolves them.
     # JSON keeps wb.yaml's values (docs/cli.md, machines).
     resolved: tuple[str, int] | None = field(default=None, repr=False)
+    sandbox: str | None = None  # `bwrap 0.8.0` or `none: <why>`, from the peer's version reply
 
     def document(self) -> MachineProbe:
         return MachineProbe(**{key: value for key, value in self.__dict__.items() if key != "resolved"})
@@ -297,6 +299,7 @@ def _apply_probe(row: ProbeRow, answer: Answer) -> None:
     row.schema_version = response.schema_version
     row.harnesses = harnesses_of(response.capabilities)
     row.executor, row.nodes = response.executor, response.nodes
+    row.sandbox = response.sandbox
     row.clock_offset_ms = _offset_ms(response.now, answer.sent_at, answer.received_at)
     if row.clock_offset_ms is not None and abs(row.clock_offset_ms) > limits.CLOCK_OFFSET_WARN_MS:
         sys.stderr.write(
@@ -309,7 +312,7 @@ def _machines_table(rows: list[ProbeRow], check: bool) -> str:
         return "no machines configured (add them under session_move.targets in wb.yaml)\n"
     header = ["MACHINE", "CHANNEL", "HOST", "USER", "PORT", "WB_PATH", "OK"]
     if check:
-        header += ["WB", "SCHEMA", "RTT", "CLOCK", "HARNESSES"]
+        header += ["WB", "SCHEMA", "RTT", "CLOCK", "HARNESSES", "SANDBOX"]
     header.append("ERROR")
     table = [header]
     for r in rows:
@@ -321,6 +324,7 @@ def _machines_table(rows: list[ProbeRow], check: bool) -> str:
                 f"{r.rtt_ms}ms" if r.rtt_ms is not None else "-",
                 clock_cell(r.clock_offset_ms, r.rtt_ms),
                 ",".join(r.harnesses) if r.harnesses else "-",
+                _sandbox_cell(r),
             ]
         line.append(sanitize(r.error or ""))
         table.append(line)
@@ -341,6 +345,13 @@ def clock_cell(offset_ms: int | None, rtt_ms: int | None) -> str:
     if abs(offset_ms) <= (rtt_ms or 0) + limits.CLOCK_OFFSET_RESOLUTION_S * limits.MS_PER_SECOND:
         return "ok"
     return f"{offset_ms:+d}ms"
+
+
+def _sandbox_cell(row: ProbeRow) -> str:
+    """`bwrap 0.8.0`, `none: <why>`; `unknown` for a peer that answered without saying (older wb)."""
+    if row.sandbox is not None:
+        return clip_bytes(sanitize(row.sandbox), _SANDBOX_SHOWN_MAX_BYTES)
+    return "unknown" if row.wb_version is not None else "-"
 
 
 def executor_lines(row: ProbeRow) -> str:
