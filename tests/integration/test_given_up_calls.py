@@ -6,7 +6,7 @@ the close: without more, it would run on, on a connection the courier keeps for 
 cold one alike. wb asks the server to kill it (the SSH `signal` request) before closing the
 channel. OpenSSH's sshd honours that request for a user other than root only (a root login
 runs without privilege separation, where sshd refuses to signal a session), so the machine is
-logged into as the first ordinary account of this system that has a login shell.
+logged into as an ordinary account the test makes (useradd).
 
 The commands run cold or through the courier, as the suite's WB_COURIER says.
 """
@@ -36,14 +36,26 @@ REF = "m1:agt-" + "6e" * 16
 FAR_SIDE_ENDS_WITHIN_S = 5.0  # docs/protocol.md#the-callers-rules
 
 
-def _ordinary_account() -> pwd.struct_passwd | None:
-    """A non-root account whose shell can run a command (sshd runs every command through it)."""
-    with contextlib.suppress(OSError):
-        shells = {line.strip() for line in Path("/etc/shells").read_text().splitlines() if line.startswith("/")}
-        for entry in sorted(pwd.getpwall(), key=lambda entry: entry.pw_uid):
-            if entry.pw_uid >= 1000 and entry.pw_shell in shells and Path(entry.pw_dir).is_dir():
-                return entry
-    return None
+ACCOUNT = "wbgivenup"  # made for this test, so it does not depend on the accounts a machine has
+USERADD = "/usr/sbin/useradd"
+USERDEL = "/usr/sbin/userdel"
+
+
+@pytest.fixture
+def ordinary_account(shared_dir: Path) -> Iterator[pwd.struct_passwd]:
+    """A non-root account with a shell that can run a command (sshd runs every command through it)."""
+    if os.geteuid() != 0 or not os.access(USERADD, os.X_OK):
+        pytest.skip("needs root with useradd, to run sshd and make an ordinary account to log in as")
+    subprocess.run([USERDEL, ACCOUNT], capture_output=True)
+    subprocess.run([USERADD, "-M", "-d", str(shared_dir), "-s", "/bin/sh", ACCOUNT], check=True, capture_output=True)
+    try:
+        yield pwd.getpwnam(ACCOUNT)
+    finally:
+        for proc in psutil.process_iter(["username"]):
+            if proc.info["username"] == ACCOUNT:
+                with contextlib.suppress(psutil.Error):
+                    proc.kill()
+        subprocess.run([USERDEL, ACCOUNT], capture_output=True)
 
 
 @pytest.fixture
@@ -58,11 +70,9 @@ def shared_dir() -> Iterator[Path]:
 
 
 def test_a_silent_peers_far_side_ends_within_5s_of_the_caller_giving_up(
-    sshd: SshdFactory, shared_dir: Path, tmp_path: Path
+    sshd: SshdFactory, shared_dir: Path, ordinary_account: pwd.struct_passwd, tmp_path: Path
 ) -> None:
-    account = _ordinary_account()
-    if os.geteuid() != 0 or account is None:
-        pytest.skip("needs root (to run sshd) and an ordinary account with a login shell to log in as")
+    account = ordinary_account
     keys = shared_dir / "authorized_keys"
     keys.write_text(sshd.client_public_key + "\n")
     keys.chmod(0o644)
