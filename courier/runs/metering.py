@@ -61,9 +61,10 @@ class RunMeter:
 
     # -- the relay
 
-    def wrap(self, provider: Provider, wire_api: str) -> Provider:
-        """The provider as the worker sees it: through the relay when a budget or a wait is in force."""
-        if self.budget is None and self.policy is None:
+    def wrap(self, provider: Provider, wire_api: str, confined: bool = False) -> Provider:
+        """The provider as the worker sees it: through the relay when a budget or a wait is in force, or the
+        worker is confined (its only way out is the relay, docs/security.md#confinement)."""
+        if self.budget is None and self.policy is None and not confined:
             return provider
         # Imported here: the relay's http, email and ssl modules are ~20 ms of every owner's
         # start, and only a run through a provider with a budget or a wait in force needs them.

@@ -10,6 +10,7 @@ import contextlib
 import dataclasses
 import os
 import select
+import shutil
 import signal
 import subprocess
 import threading
@@ -19,7 +20,7 @@ from pathlib import Path
 
 from courier.config import Provider
 from courier.errors import WbError
-from courier.runs import descendants, privacy, process, usage_wait
+from courier.runs import bwrap_probe, descendants, privacy, process, sandbox, usage_wait
 from courier.runs import store as store_mod
 from courier.runs.changes import summarize_changes
 from courier.runs.environment import Credential, resolve_credential, worker_environment
@@ -119,6 +120,7 @@ class Owner:
         self.carried_diagnostics: list[str] = []
         self.carried_tool_calls = 0
         self.worker_s = 0.0  # time spent in workers so far: the run's --timeout bounds it, not the waits
+        self.confinement: sandbox.Plan | None = None  # docs/security.md#confinement: None runs the worker as it is
 
     def run(self) -> None:
         record = self.record
@@ -134,7 +136,7 @@ class Owner:
             return
         assert self.launch is not None
         self.secret = credential.value.encode() if credential else b""
-        env = self.harness.environment(self.launch, worker_environment(credential))
+        env = self.harness.environment(self.launch, self.confined_environment(worker_environment(credential)))
         stdin = self.store.read_task(record.agent_id).encode()
         try:
             while True:
@@ -156,6 +158,11 @@ class Owner:
         record = self.record
         events_path = self.run_dir / store_mod.EVENTS
         tracker = descendants.track_worker_tree()
+        if self.confinement is not None:
+            if shutil.which(argv[0], path=env.get("PATH")) is None:  # inside, bwrap would only say "execvp"
+                finish(self.store, record, "failed", f"could not start the harness: {self.missing(argv[0])}")
+                return False, None
+            argv = self.confinement.command_line(argv)
         try:
             worker = subprocess.Popen(
                 argv,
@@ -168,9 +175,7 @@ class Owner:
                 close_fds=True,
             )
         except FileNotFoundError:
-            executable = spec_for(record.resolved.harness).executable
-            where = f'harness executable "{argv[0]}" not found on PATH' if executable else f"{argv[0]} does not exist"
-            finish(self.store, record, "failed", f"could not start the harness: {where}")
+            finish(self.store, record, "failed", f"could not start the harness: {self.missing(argv[0])}")
             return False, None
         except OSError as exc:
             finish(self.store, record, "failed", f"could not start the harness {argv[0]}: {exc.strerror or exc}")
@@ -193,6 +198,10 @@ class Owner:
         # Also those that left the group (setsid): found by ancestry, the owner being their subreaper.
         self.diagnostics += descendants.describe(*tracker.end(limits.TIMEOUT_KILL_GRACE_S))
         return True, _exit_code(worker.returncode)
+
+    def missing(self, program: str) -> str:
+        executable = spec_for(self.record.resolved.harness).executable
+        return f'harness executable "{program}" not found on PATH' if executable else f"{program} does not exist"
 
     def wait_for_limit(self) -> tuple[list[str], bytes] | None:
         """Wait out a usage limit (docs/cli.md#waiting-out-a-usage-limit); the resumed command line and its prompt,
@@ -254,7 +263,14 @@ class Owner:
                 }
             )
             credential = resolve_credential(record.resolved.provider, provider)
-            provider = self.meter.wrap(provider, routing.wire_api)
+        record.sandbox = sandbox.decide(
+            record, None if record.sandbox_mode == "off" else bwrap_probe.probe(os.environ.get("PATH"))
+        )
+        confined = record.sandbox.kind == "bwrap"
+        if provider is not None:
+            provider = self.meter.wrap(provider, routing.wire_api, confined=confined)
+        if confined:
+            self.confinement = self.plan()
         self.launch = Launch(
             worktree=record.worktree_dir or "",
             run_dir=self.run_dir,
@@ -264,13 +280,50 @@ class Owner:
             provider=provider,
             env_key=credential.env_name if credential else "",
             reasoning=record.resolved.reasoning,
-            network=record.network,
+            network=bool(record.network),
             resume_session=record.resume_session_id,
             permissions=record.permissions,
             command=tuple(record.command) if record.command else None,
         )
         harness.prepare_home(self.launch)
         return credential, harness.argv(self.launch)
+
+    def plan(self) -> sandbox.Plan:
+        """What the confined worker may see and touch; the relay also listening inside the sandbox's reach."""
+        record = self.record
+        found = bwrap_probe.probe(os.environ.get("PATH"))
+        assert found.path is not None
+        files = [self.run_dir / store_mod.LAST_MESSAGE] if record.resolved.harness == "codex" else []
+        plan = sandbox.Plan(
+            bwrap=found.path,
+            worktree=record.worktree_dir or "",
+            run_dir=self.run_dir,
+            harness_home=self.run_dir / store_mod.HARNESS_HOME,
+            wb_home=self.store.home,
+            path_env=os.environ.get("PATH", ""),
+            writable=tuple(record.sandbox_writable or ()),
+            share_network=record.network is True,
+            files=files,
+        )
+        plan.prepare()
+        relay = self.meter.relay
+        if relay is not None:
+            relay.listen_unix(plan.socket_dir, sandbox.RELAY_SOCKET)
+            plan.forwards.append((relay.port, sandbox.RELAY_SOCKET))
+        return plan
+
+    def confined_environment(self, env: dict[str, str]) -> dict[str, str]:
+        """A confined worker's TMPDIR is its own; without the machine's network, the machine's proxies are
+        unreachable (and would catch the relay's loopback address)."""
+        plan = self.confinement
+        if plan is None:
+            return env
+        if not plan.share_network:
+            for name in [name for name in env if name.lower().endswith("_proxy")]:
+                del env[name]
+        for name in ("TMPDIR", "TMP", "TEMP"):
+            env[name] = str(plan.tmp_dir)
+        return env
 
     def pump(self, worker: subprocess.Popen[bytes], events_path: Path) -> None:
         """Read the worker's output live: parse each line, store up to the cap, enforce the deadline."""
