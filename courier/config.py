@@ -330,6 +330,11 @@ class Profile(_Entry):
                 raise ValueError(f"network: {item[:80]!r} must be HOST or HOST:PORT (a host name, no scheme or path)")
         return value
 
+    @field_validator("sandbox", mode="before")
+    @classmethod
+    def _sandbox_mode(cls, value: Any) -> Any:
+        return "off" if value is False else value  # YAML reads a bare `off` as false
+
     @field_validator("sandbox_writable")
     @classmethod
     def _writable(cls, value: list[str] | None) -> list[str] | None:

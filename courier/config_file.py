@@ -97,6 +97,8 @@ def _sandbox(section: dict[str, Any], path: Path) -> tuple[str, tuple[str, ...]]
     if unknown:
         raise UsageError(f"{path}: sandbox.{unknown[0]}: unknown key (the keys are default and writable)")
     default = section.get("default", "auto")
+    if default is False:  # YAML reads a bare `off` as false
+        default = "off"
     if default not in SANDBOX_MODES:
         raise UsageError(f"{path}: sandbox.default: must be auto, required or off")
     try:

@@ -151,6 +151,8 @@ class Owner:
                 argv, stdin = resumed
         finally:
             self.meter.stop()
+            if self.confinement is not None:
+                self.confinement.cleanup()
         self.decide_and_save(exit_code=exit_code)
 
     def attempt(self, argv: list[str], env: dict[str, str], stdin: bytes) -> tuple[bool, int | None]:

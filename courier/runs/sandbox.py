@@ -10,11 +10,9 @@ allows it and bubblewrap is usable here (courier/runs/bwrap_probe.py). Inside:
   are bound back into them: the harness's install dir, node's, wb's own interpreter (the
   in-sandbox forwarder below runs on it) read-only; the worktree, its git admin dir, the clone's
   objects, the harness home, a private TMPDIR and the configured writable paths read-write.
-* **Git.** The canonical clone's git dir is bound back read-only (config, hooks, HEAD, refs),
-  with `objects` and `worktrees/<name>` writable over it so status, diff and add work. `git stash`
-  writes `refs/stash` by renaming a lock file inside `refs/`, so `refs/` and `logs/` are private
-  copies under the run directory with the real `refs/heads`, `refs/tags`, … bound read-only
-  into them: a stash lives for the run; a branch cannot be moved.
+* **Git.** The canonical clone's git dir is bound back read-only (config, hooks, HEAD, packed
+  refs, every branch but the run's own), with `objects` and `worktrees/<name>` writable over it
+  so status, diff and add work, and what `git stash` writes (see _git_paths).
 * **Processes.** New PID, IPC and mount namespaces with `/proc` of the new PID namespace;
   `--die-with-parent`. Not `--new-session`: the owner signals the worker's process group
   (stop, timeout, stall, budget) and bubblewrap's command would leave it; the worker has no
@@ -49,7 +47,6 @@ if TYPE_CHECKING:
 FORWARDER = Path(__file__).with_name("sandbox_forwarder.py")
 SOCKETS_DIR = "sockets"
 TMP_DIR = "tmp"
-GIT_PRIVATE_DIR = "git-private"
 RELAY_SOCKET = "relay.sock"
 PROXY_SOCKET = "proxy.sock"
 
@@ -153,6 +150,11 @@ class Plan:
                 fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
                 os.close(fd)
 
+    def cleanup(self) -> None:
+        """The private TMPDIR, the sockets and git's private refs are the worker's while it runs, no longer."""
+        for directory in (self.tmp_dir, self.socket_dir):
+            shutil.rmtree(directory, ignore_errors=True)
+
     def command_line(self, argv: list[str]) -> list[str]:
         hidden = _hidden_roots(self.wb_home)
         out = [self.bwrap, "--die-with-parent", "--unshare-pid", "--unshare-ipc"]
@@ -163,11 +165,10 @@ class Plan:
             out += ["--tmpfs", root]
         reads = _needed_reads(argv, self.path_env, hidden, bool(self.forwards))
         writes = [self.worktree, *self.writable, str(self.harness_home), str(self.tmp_dir)]
-        git_ro, git_rw, git_private = _git_paths(self.worktree, self.run_dir / GIT_PRIVATE_DIR)
-        binds: list[tuple[str, str, str]] = [("--ro-bind", path, path) for path in reads + git_ro]
-        binds += [("--bind", source, target) for source, target in git_private]
-        binds += [("--ro-bind", path, path) for path in _real_ref_dirs(git_private)]
-        binds += [("--bind", path, path) for path in writes + git_rw + [str(p) for p in self.files]]
+        git_ro, git_rw = _git_paths(self.worktree)
+        binds: list[tuple[str, str, str]] = [("--ro-bind", path, path) for path in reads]
+        binds += [("--bind", path, path) for path in writes + [str(p) for p in self.files]]
+        binds += _git_binds(git_ro, git_rw)
         if self.forwards:
             binds.append(("--ro-bind", str(self.socket_dir), str(self.socket_dir)))
         for option, source, target in _ordered(binds):
@@ -254,62 +255,62 @@ def _shebang_program(program: str, path_env: str) -> str | None:
     return words[0]
 
 
-def _git_paths(worktree: str, private: Path) -> tuple[list[str], list[str], list[tuple[str, str]]]:
-    """(read-only, writable, private (source, target)) paths of a linked worktree's git dirs."""
+def _git_paths(worktree: str) -> tuple[list[str], list[str]]:
+    """(read-only, writable) paths of a linked worktree's git dirs, in the order they are bound.
+
+    `git stash` writes `refs/stash` and its log, and (through `reset --hard`) the worktree's own
+    branch, each by a lock file created beside it; so `refs/`, `logs/`, `logs/refs/` and the
+    directory of the run's own branch are writable, with every other directory below them
+    (heads, tags, remotes, …) and every other branch file in the own branch's directory bound
+    read-only on top: the run moves its own branch and its stash, never another ref.
+    """
     try:
         text = Path(worktree, ".git").read_text(errors="replace")
     except OSError:
-        return [], [], []  # not a linked worktree: nothing of git beyond the worktree itself
+        return [], []  # not a linked worktree: nothing of git beyond the worktree itself
     if not text.startswith("gitdir:"):
-        return [], [], []
+        return [], []
     admin = os.path.normpath(os.path.join(worktree, text.split(":", 1)[1].strip()))
     try:
         common_rel = Path(admin, "commondir").read_text().strip()
     except OSError:
         common_rel = "../.."
     common = os.path.normpath(os.path.join(admin, common_rel))
-    private_pairs = []
-    for name in ("refs", "logs"):
-        real = os.path.join(common, name)
-        copy = private / name
-        _private_copy(real, copy)
-        private_pairs.append((str(copy), real))
-    return [common], [os.path.join(common, "objects"), admin], private_pairs
-
-
-def _private_copy(real: str, copy: Path) -> None:
-    """A writable stand-in for `refs/` or `logs/`: its loose files copied, its directories left for real ones."""
-    copy.mkdir(mode=0o700, parents=True, exist_ok=True)
+    read_only, writable = [common], [os.path.join(common, "objects"), admin]
+    logs = os.path.join(common, "logs")
+    for top in (os.path.join(common, "refs"), logs, os.path.join(logs, "refs")):
+        writable.append(top)
+        read_only += [path for path in _subdirs(top) if path != os.path.join(logs, "refs")]
     try:
-        entries = list(os.scandir(real))
+        head = Path(admin, "HEAD").read_text().strip()
     except OSError:
-        return
-    for entry in entries:
-        target = copy / entry.name
-        if entry.is_dir(follow_symlinks=False):
-            if entry.name == "refs":  # logs/refs: private too, its directories bound from the real one
-                _private_copy(entry.path, target)
-            else:
-                target.mkdir(mode=0o700, exist_ok=True)
-        elif entry.is_file(follow_symlinks=False) and not target.exists():
-            shutil.copy2(entry.path, target)
+        head = ""
+    if head.startswith("ref: refs/heads/"):
+        own = head[len("ref: ") :]
+        for base in (common, logs):
+            branch = os.path.join(base, own)
+            folder = os.path.dirname(branch)
+            writable.append(folder)
+            siblings = _entries(folder)
+            read_only += [path for path in siblings if path != branch]
+    return read_only, writable
 
 
-def _real_ref_dirs(private_pairs: list[tuple[str, str]]) -> list[str]:
-    """The real directories under refs/ and logs/refs/ (heads, tags, remotes, …), bound read-only into the copies."""
-    out = []
-    for _, real in private_pairs:
-        bases = [real, os.path.join(real, "refs")] if os.path.basename(real) == "logs" else [real]
-        for base in bases:
-            try:
-                entries = list(os.scandir(base))
-            except OSError:
-                continue
-            logs_refs = base == real and len(bases) > 1  # logs/refs itself is the private copy's
-            for entry in entries:
-                if entry.is_dir(follow_symlinks=False) and not (logs_refs and entry.name == "refs"):
-                    out.append(entry.path)
-    return out
+def _subdirs(path: str) -> list[str]:
+    return [entry for entry in _entries(path) if os.path.isdir(entry) and not os.path.islink(entry)]
+
+
+def _entries(path: str) -> list[str]:
+    try:
+        return [entry.path for entry in os.scandir(path)]
+    except OSError:
+        return []
+
+
+def _git_binds(read_only: list[str], writable: list[str]) -> list[tuple[str, str, str]]:
+    """Git's binds by depth, a writable directory before the read-only entries inside it (see _git_paths)."""
+    binds = [("--ro-bind", path, path) for path in read_only] + [("--bind", path, path) for path in writable]
+    return sorted(binds, key=lambda bind: (bind[2].count("/"), bind[0] == "--ro-bind"))
 
 
 def _ordered(binds: list[tuple[str, str, str]]) -> list[tuple[str, str, str]]:

@@ -1,0 +1,263 @@
+"""Confined runs with the real bubblewrap and real git (docs/security.md#confinement).
+
+A `command` harness probe runs inside wb's sandbox: it edits its worktree and uses git there,
+then tries what a confined worker must not do (the real home's canary, another run's record,
+a loopback port other than its relay, the owner's process, the machine's /tmp) and writes what
+it saw into its worktree, where the test reads it. Without bubblewrap (hidden from PATH),
+`auto` runs unconfined and says why, and `required` is refused as docs/config.md#sandbox says.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from conftest import Machine, wait_for
+
+from courier.runs.bwrap_probe import probe
+
+pytestmark = pytest.mark.skipif(not probe().usable, reason=f"bubblewrap is not usable here: {probe().reason}")
+
+CANARY = "wb-canary-5f1e0c"
+
+CONFIG = """\
+agents:
+  profiles:
+    probe: {{harness: command, command: [{script}]}}
+    quick: {{harness: command, command: [/bin/true]}}
+    unconfined: {{harness: command, command: [{script}], sandbox: off}}
+    strict: {{harness: command, command: [{script}], sandbox: required}}
+    shared: {{harness: command, command: [{script}], network: true}}
+{extra}"""
+
+# Each line of probe.txt is one check: NAME ok|refused DETAIL.
+PROBE = """\
+#!{python}
+import json, os, socket, subprocess, sys
+
+out = []
+def check(name, fn):
+    try:
+        detail = fn()
+        out.append(f"{{name}} ok {{detail}}")
+    except Exception as exc:
+        out.append(f"{{name}} refused {{type(exc).__name__}}")
+
+def edit():
+    with open("edited.txt", "w") as f:
+        f.write("edited inside\\n")
+    with open("README.md", "a") as f:
+        f.write("more\\n")
+    return "written"
+
+def git(*args):
+    done = subprocess.run(["git", *args], capture_output=True, text=True)
+    if done.returncode:
+        raise RuntimeError(done.stderr)
+    return done.stdout.replace("\\n", "|")
+
+def read(path):
+    with open(path) as f:
+        return f.read(200).strip()
+
+def write(path):
+    with open(path, "w") as f:
+        f.write("x")
+    return "written"
+
+def connect(port):
+    socket.create_connection(("127.0.0.1", port), timeout=2).close()
+    return "connected"
+
+def processes():
+    seen = []
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            try:
+                seen.append(read(f"/proc/{{pid}}/cmdline").replace("\\0", " "))
+            except OSError:
+                pass
+    return json.dumps(seen)
+
+task = sys.stdin.read()
+targets = json.loads(task)
+check("edit", edit)
+check("git-status", lambda: git("status", "--short"))
+check("git-diff", lambda: git("diff", "--stat"))
+check("git-add", lambda: git("add", "edited.txt"))
+check("git-stash", lambda: git("stash") + git("stash", "list") + git("stash", "pop"))
+check("git-branch-move", lambda: git("branch", "-f", "main", "HEAD"))
+check("home-canary-read", lambda: read(targets["canary"]))
+check("home-canary-write", lambda: write(os.path.join(os.path.dirname(targets["canary"]), "planted")))
+check("other-record", lambda: read(targets["record"]))
+check("tmp-write", lambda: write(targets["tmp"]))
+check("tmpdir-write", lambda: write(os.path.join(os.environ["TMPDIR"], "mine")))
+check("loopback", lambda: connect(targets["port"]))
+check("writable-extra", lambda: write(targets["extra"]) if targets.get("extra") else "none")
+check("processes", processes)
+with open("probe.txt", "w") as f:
+    f.write("\\n".join(out) + "\\n")
+print(json.dumps({{"type": "wb.result", "message": "probed"}}))
+"""
+
+
+def _checks(worktree: Path) -> dict[str, tuple[str, str]]:
+    found = {}
+    for line in (worktree / "probe.txt").read_text().splitlines():
+        name, verdict, detail = (line.split(" ", 2) + [""])[:3]
+        found[name] = (verdict, detail)
+    return found
+
+
+@pytest.fixture
+def listener() -> Iterator[int]:
+    """A real listening socket on the machine's loopback: what a confined worker must not reach."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(8)
+    try:
+        yield server.getsockname()[1]
+    finally:
+        server.close()
+
+
+def _setup(machine: Machine, extra: str = "") -> Path:
+    script = machine.root / "probe.py"
+    script.write_text(PROBE.format(python=os.path.realpath(sys.executable)))
+    script.chmod(0o700)
+    machine.write_config(CONFIG.format(script=script, extra=extra))
+    machine.clone()
+    ssh = Path(machine.env["HOME"]) / ".ssh"
+    ssh.mkdir(mode=0o700)
+    (ssh / "id_canary").write_text(CANARY)
+    return script
+
+
+def _run(machine: Machine, profile: str, task: dict[str, object], worktree: str = "w1") -> dict[str, object]:
+    done = machine.wb(
+        "agent", "dispatch", "--new-worktree", worktree, "--profile", profile, "--repo", "acme/widget",
+        "--task", json.dumps(task), "--json",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    ref = json.loads(done.stdout)["agent_id"]
+    final = machine.wb_json("agent", "await", ref, "--wait-timeout", "60s")
+    assert isinstance(final, dict)
+    return final
+
+
+def _targets(machine: Machine, port: int, record: str) -> dict[str, object]:
+    return {
+        "canary": str(Path(machine.env["HOME"]) / ".ssh" / "id_canary"),
+        "record": record,
+        "tmp": f"/tmp/wb-confined-{os.getpid()}",
+        "port": port,
+    }
+
+
+def test_a_confined_command_edits_its_worktree_and_reaches_nothing_else(machine: Machine, listener: int) -> None:
+    _setup(machine)
+    first = _run(machine, "quick", {}, worktree="w0")
+    other_record = str(machine.home / "agents" / str(first["agent_id"]) / "run.json")
+    assert Path(other_record).exists()
+    final = _run(machine, "probe", _targets(machine, listener, other_record))
+    assert final["state"] == "completed", final
+    assert final["sandbox"] == {"kind": "bwrap", "network": "provider"}
+    worktree = Path(str(final["worktree_dir"]))
+    checks = _checks(worktree)
+    # the worktree and git there
+    assert checks["edit"][0] == "ok" and (worktree / "edited.txt").read_text() == "edited inside\n"
+    assert checks["git-status"][0] == "ok" and "README.md" in checks["git-status"][1]
+    assert checks["git-diff"][0] == "ok" and "README.md" in checks["git-diff"][1]
+    assert checks["git-add"][0] == "ok", checks["git-add"]
+    assert checks["git-stash"] == ("ok", checks["git-stash"][1]) and "stash@{0}" in checks["git-stash"][1]
+    assert (worktree / "edited.txt").exists()  # the stash was popped back
+    assert "edited.txt" in subprocess.run(
+        ["git", "diff", "--cached", "--name-only"], cwd=worktree, capture_output=True, text=True, check=True
+    ).stdout
+    # ... and nothing else
+    assert checks["git-branch-move"][0] == "refused"
+    assert checks["home-canary-read"][0] == "refused"
+    assert checks["home-canary-write"][0] == "refused"
+    assert not (Path(machine.env["HOME"]) / ".ssh" / "planted").exists()
+    assert checks["other-record"][0] == "refused"
+    assert checks["tmp-write"][0] == "refused" and not Path(f"/tmp/wb-confined-{os.getpid()}").exists()
+    assert checks["tmpdir-write"][0] == "ok"
+    assert checks["loopback"][0] == "refused"
+    assert checks["writable-extra"] == ("ok", "none")
+    seen = json.loads(checks["processes"][1])
+    assert seen and not any("--wb-internal-agent-run" in command for command in seen), seen
+    assert CANARY not in (machine.home / "agents" / str(final["agent_id"]) / "events.jsonl").read_text()
+
+
+def test_writable_paths_and_the_machines_network_are_given_as_a_user_would(
+    machine: Machine, listener: int, tmp_path: Path
+) -> None:
+    extra = tmp_path / "cache"
+    extra.mkdir()
+    _setup(machine, extra=f"sandbox:\n  writable: [{extra}]\n")
+    task = {**_targets(machine, listener, "/nonexistent"), "extra": str(extra / "written")}
+    final = _run(machine, "shared", task)
+    assert final["sandbox"] == {"kind": "bwrap", "network": "all"}
+    checks = _checks(Path(str(final["worktree_dir"])))
+    assert checks["writable-extra"][0] == "ok" and (extra / "written").read_text() == "x"
+    assert checks["loopback"] == ("ok", "connected")
+    assert checks["home-canary-read"][0] == "refused"
+
+
+def test_sandbox_off_in_a_profile_runs_unconfined_and_says_so(machine: Machine, listener: int) -> None:
+    _setup(machine)
+    final = _run(machine, "unconfined", _targets(machine, listener, "/nonexistent"))
+    assert final["sandbox"] == {"kind": "none", "reason": "off in profile unconfined"}
+    checks = _checks(Path(str(final["worktree_dir"])))
+    assert checks["home-canary-read"] == ("ok", CANARY)
+    text = machine.wb("agent", "status", str(final["agent_id"])).stdout
+    assert "sandbox:  none (off in profile unconfined)\n" in text
+
+
+def _without_bwrap(machine: Machine, tmp_path: Path) -> None:
+    """PATH as the machine's, minus every directory that holds bwrap (the tools the run needs linked back)."""
+    bin_dir = tmp_path / "nobwrap"
+    bin_dir.mkdir()
+    for tool in ("git", "sh", "env", "true", "cat"):
+        found = shutil.which(tool)
+        assert found
+        (bin_dir / tool).symlink_to(found)
+    dirs = [d for d in machine.env["PATH"].split(":") if not (Path(d) / "bwrap").exists()]
+    machine.env["PATH"] = ":".join([*dirs, str(bin_dir)])
+
+
+def test_without_bubblewrap_auto_runs_unconfined_and_required_is_refused(
+    machine: Machine, listener: int, tmp_path: Path
+) -> None:
+    _setup(machine)
+    _without_bwrap(machine, tmp_path)
+    final = _run(machine, "probe", _targets(machine, listener, "/nonexistent"))
+    assert final["state"] == "completed", final
+    assert final["sandbox"] == {"kind": "none", "reason": "bubblewrap not found"}
+    assert "sandbox:  none (bubblewrap not found)\n" in machine.wb("agent", "status", str(final["agent_id"])).stdout
+    refused = machine.wb(
+        "agent", "dispatch", "--new-worktree", "w9", "--profile", "strict", "--repo", "acme/widget", "--task", "{}"
+    )  # fmt: skip
+    assert refused.returncode == 1
+    assert refused.stderr == (
+        f"error: sandbox required but bubblewrap is not usable on {socket.gethostname()}: bubblewrap not found "
+        "(install bubblewrap, or set sandbox: auto)\n"
+    )
+    assert not (machine.projects / ".worktrees" / "acme" / "widget" / "w9").exists()
+    assert wait_for(lambda: True)
+
+
+def test_the_status_text_shows_the_sandbox_after_resolved(machine: Machine, listener: int) -> None:
+    _setup(machine)
+    final = _run(machine, "quick", {})
+    lines = machine.wb("agent", "status", str(final["agent_id"])).stdout.splitlines()
+    labels = [line.split(":", 1)[0] for line in lines]
+    assert "sandbox:  bwrap (network: provider only)" in lines
+    assert labels.index("sandbox") == labels.index("resolved") + 1
