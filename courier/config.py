@@ -177,6 +177,24 @@ class BudgetSetting(_Entry):
         return float(value)
 
 
+class PriceSetting(_Entry):
+    """A profile's `price` (docs/config.md#price): dollars per million tokens, so a cost bound is checked after every
+    model response from its tokens."""
+
+    input_usd_per_mtok: float | int
+    output_usd_per_mtok: float | int
+    cached_input_usd_per_mtok: float | int | None = None
+
+    @field_validator("input_usd_per_mtok", "output_usd_per_mtok", "cached_input_usd_per_mtok")
+    @classmethod
+    def _rate(cls, value: float | int | None) -> float | None:
+        if value is None:
+            return None
+        if isinstance(value, bool) or not 0 <= value <= 1_000_000:
+            raise ValueError("price rates must be numbers of dollars per million tokens, from 0 to 1000000")
+        return float(value)
+
+
 class UsageLimitSetting(_Entry):
     """A profile's `on_usage_limit` (docs/cli.md#waiting-out-a-usage-limit); waiting is off unless `resume: true`."""
 
@@ -310,6 +328,7 @@ class Profile(_Entry):
     stall_after: str | int | None = None
     stop_when_stalled: str | int | None = None
     budget: BudgetSetting | None = None  # docs/cli.md#budgets
+    price: PriceSetting | None = None  # docs/config.md#price
     on_usage_limit: UsageLimitSetting | None = None  # docs/cli.md#waiting-out-a-usage-limit
     resources: Resources | None = None  # docs/ray.md#how-a-run-reaches-a-node: read only on a Ray head
 

@@ -110,6 +110,7 @@ def budget_text(result: Result) -> str:
         used = usage.input_tokens + usage.output_tokens if usage else 0
         parts.append(f"{used:,} of {budget.tokens:,} tokens")
     if budget.cost_usd is not None:
-        cost = f"${usage.cost_usd:.4f}" if usage and usage.cost_usd is not None else "$0.0000"
+        # An unknown cost is never shown as $0.0000 (docs/cli.md#budgets).
+        cost = f"${usage.cost_usd:.4f}" if usage and usage.cost_usd is not None else "cost: unknown"
         parts.append(f"{cost} of ${budget.cost_usd:.4f}")
     return "; ".join(parts)

@@ -49,7 +49,7 @@ def server(cli: Cli) -> Iterator[ScriptedServer[Any]]:
 
 def unattended_config(cli: Cli, server: ScriptedServer[Any]) -> str:
     providers = ""
-    for scenario in ("endless", "write-file"):
+    for scenario in ("endless", "write-file", "endless-unmetered"):
         providers += (
             f"    {scenario}:\n      base_url: {server.base_url_for(scenario)}\n"
             f"      credential_env: {CREDENTIAL_ENV}\n      wire_api: {cli.wire_api}\n"

@@ -16,6 +16,8 @@ Scenarios (see `SCENARIOS`; a URL prefix selects one: ``base_url_for("fail")`` i
 * ``commit``: runs ``git add`` + ``git commit`` of a new file with Bash, then reports back.
 * ``endless``: runs ``true`` with Bash at every step, never finishing; each response reports
   400 tokens (300 in, 100 out), so a budget is what ends it.
+* ``endless-unmetered``: as ``endless``, but no response carries usage (a provider whose stream
+  reports none: the metering relay must take the harness's figure, docs/cli.md#budgets).
 * ``outside``: writes ``../outside-write-tool.txt`` (next to the worktree) with the Write tool,
   then ``../outside-bash.txt`` with Bash, then reports back: what the permission flags allow.
 
@@ -55,7 +57,7 @@ __all__ = [
     "ServedMessage",
 ]
 
-SCENARIOS: Final = ("write-file", "fail", "commit", "outside", "endless")
+SCENARIOS: Final = ("write-file", "fail", "commit", "outside", "endless", "endless-unmetered")
 LIMIT_MESSAGE: Final = "Rate limit reached (wb scripted usage limit); try again in 3s."
 OUTSIDE_PATH: Final = "../outside-write-tool.txt"
 OUTSIDE_COMMAND: Final = "echo from-bash > ../outside-bash.txt"
@@ -175,6 +177,7 @@ _SCRIPTS: Final[dict[str, Callable[[Mapping[str, Any], int], _Step]]] = {
     "commit": _commit,
     "outside": _outside,
     "endless": _endless,
+    "endless-unmetered": _endless,
 }
 
 
@@ -188,8 +191,11 @@ def _step_of(body: Mapping[str, Any]) -> int:
     return count
 
 
-def _message_events(message_id: str, model: str, blocks: list[dict[str, Any]], usage: MessagesUsage) -> bytes:
-    """One streamed message: message_start, a start/delta/stop per block, message_delta, message_stop."""
+def _message_events(
+    message_id: str, model: str, blocks: list[dict[str, Any]], usage: MessagesUsage, *, metered: bool = True
+) -> bytes:
+    """One streamed message: message_start, a start/delta/stop per block, message_delta, message_stop (without any
+    `usage` when not `metered`)."""
     start_usage = {
         "input_tokens": usage.input_tokens,
         "cache_creation_input_tokens": usage.cache_creation_input_tokens,
@@ -200,6 +206,8 @@ def _message_events(message_id: str, model: str, blocks: list[dict[str, Any]], u
         "id": message_id, "type": "message", "role": "assistant", "model": model, "content": [],
         "stop_reason": None, "stop_sequence": None, "usage": start_usage,
     }  # fmt: skip
+    if not metered:
+        del message["usage"]
     events: list[dict[str, Any]] = [{"type": "message_start", "message": message}]
     stop_reason = "end_turn"
     for index, block in enumerate(blocks):
@@ -215,14 +223,14 @@ def _message_events(message_id: str, model: str, blocks: list[dict[str, Any]], u
             {"type": "content_block_delta", "index": index, "delta": delta},
             {"type": "content_block_stop", "index": index},
         ]
-    events += [
-        {
-            "type": "message_delta",
-            "delta": {"stop_reason": stop_reason, "stop_sequence": None},
-            "usage": {"output_tokens": usage.output_tokens},
-        },
-        {"type": "message_stop"},
-    ]
+    delta_event: dict[str, Any] = {
+        "type": "message_delta",
+        "delta": {"stop_reason": stop_reason, "stop_sequence": None},
+        "usage": {"output_tokens": usage.output_tokens},
+    }
+    if not metered:
+        del delta_event["usage"]
+    events += [delta_event, {"type": "message_stop"}]
     return sse(events)
 
 
@@ -267,11 +275,12 @@ class AnthropicServer(ScriptedServer[ServedMessage]):
         scenario = route[0]
         model = str(body.get("model") or "claude-scripted")
         message_id = f"msg_{scenario.replace('-', '')}{self._next_id():04d}"
+        metered = not scenario.endswith("-unmetered")
         if not body.get("tools"):
             usage = MessagesUsage(10, 0, 0, 1)
-            self._serve(ServedMessage(scenario, None, 200, usage))
+            self._serve(ServedMessage(scenario, None, 200, usage if metered else None))
             side = [{"type": "text", "text": SIDE_ANSWER}]
-            request.send(200, "text/event-stream", _message_events(message_id, model, side, usage))
+            request.send(200, "text/event-stream", _message_events(message_id, model, side, usage, metered=metered))
             return
         step_number = _step_of(body)
         retry_after = self.take_limit(step_number)
@@ -279,9 +288,10 @@ class AnthropicServer(ScriptedServer[ServedMessage]):
             _error(request, 429, "rate_limit_error", LIMIT_MESSAGE, {"retry-after": retry_after})
             return
         step = _SCRIPTS[scenario](body, step_number)
-        self._serve(ServedMessage(scenario, step_number, step.http_status, step.usage))
+        self._serve(ServedMessage(scenario, step_number, step.http_status, step.usage if metered else None))
         if step.http_status != 200:
             _error(request, step.http_status, "invalid_request_error", FAIL_MESSAGE)
             return
         assert step.usage is not None
-        request.send(200, "text/event-stream", _message_events(message_id, model, step.blocks, step.usage))
+        events = _message_events(message_id, model, step.blocks, step.usage, metered=metered)
+        request.send(200, "text/event-stream", events)

@@ -16,6 +16,8 @@ Scenarios (see `GEMINI_SCENARIOS`):
   then a `write_file` just outside the workspace, then `LIMITS_MESSAGE`.
 * ``endless``: runs ``true`` at every step, never finishing; each response reports 400 tokens
   (300 prompt, 100 candidates), so a budget is what ends it.
+* ``endless-unmetered``: as ``endless``, but no response carries `usageMetadata` (a provider whose
+  stream reports none, docs/cli.md#budgets).
 
 A URL prefix selects the scenario per request: `base_url_for("fail")` is
 ``http://127.0.0.1:<port>/fail`` (the CLI appends ``/v1beta/models/...``). Only the standard
@@ -44,7 +46,7 @@ __all__ = [
     "GeminiUsage",
 ]
 
-GEMINI_SCENARIOS: Final = ("write-file", "fail", "limits", "endless")
+GEMINI_SCENARIOS: Final = ("write-file", "fail", "limits", "endless", "endless-unmetered")
 LIMIT_MESSAGE: Final = "Resource has been exhausted (wb scripted usage limit); try again in 3s."
 GEMINI_WRITE_FILE_MESSAGE: Final = "Created hello.txt with a greeting."
 _FINAL_CHUNKS: Final = ("Created hello.txt ", "with a greeting.")
@@ -143,6 +145,7 @@ _SCRIPTS: Final[dict[str, Callable[[str | None, int], _Step]]] = {
     "fail": _fail,
     "limits": _limits,
     "endless": _endless,
+    "endless-unmetered": lambda workspace, step: _Step(_endless(workspace, step).chunks),
 }
 
 

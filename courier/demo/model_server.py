@@ -21,6 +21,8 @@ Scenarios (see `SCENARIOS`):
   list (see `mcp_tool`), as a model would read them.
 * ``endless``: runs ``true`` at every step, never finishing; each response reports 400 tokens
   (300 in, 100 out), so a budget is what ends it.
+* ``endless-unmetered``: as ``endless``, but no response carries usage (a provider whose stream
+  reports none, docs/cli.md#budgets).
 * ``network``: tries to fetch ``http://127.0.0.1:<this server's port>/ping`` from a command
   (bash's ``/dev/tcp``, so no curl is needed), then reports back. A ``GET /ping`` that arrives is
   recorded in `requests` like any other request, so a caller can tell whether it got through.
@@ -57,7 +59,9 @@ __all__ = [
     "network_command",
 ]
 
-SCENARIOS: Final = ("write-file", "fail", "http-500", "commit", "network", "supervise", "endless")
+SCENARIOS: Final = (
+    "write-file", "fail", "http-500", "commit", "network", "supervise", "endless", "endless-unmetered"
+)  # fmt: skip
 ENDLESS_COMMAND: Final = "true"
 # Each response of the `endless` scenario reports 300 + 100 = 400 tokens (a budget's arithmetic).
 ENDLESS_USAGE: Final = 400
@@ -235,6 +239,10 @@ def _endless(body: Mapping[str, Any], step: int, port: int) -> _Step:
     return _Step([_shell_call(body, f"call_true_{step}", ENDLESS_COMMAND)], TokenUsage(300, 0, 100, 0))
 
 
+def _endless_unmetered(body: Mapping[str, Any], step: int, port: int) -> _Step:
+    return _Step([_shell_call(body, f"call_true_{step}", ENDLESS_COMMAND)])
+
+
 def _commit(body: Mapping[str, Any], step: int, port: int) -> _Step:
     if step == 0:
         return _Step([_shell_call(body, "call_commit", COMMIT_COMMAND)], ONE_COMMAND_USAGE[0])
@@ -344,6 +352,7 @@ _SCRIPTS: Final[dict[str, Callable[[Mapping[str, Any], int, int], _Step]]] = {
     "network": _network,
     "supervise": _supervise,
     "endless": _endless,
+    "endless-unmetered": _endless_unmetered,
 }
 
 

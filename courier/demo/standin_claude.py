@@ -7,8 +7,9 @@ on stdin, and holds a real, if tiny, conversation with `POST $ANTHROPIC_BASE_URL
 `Write` tool. It runs the commands the model asks for in its working directory (`/bin/bash -c`,
 no sandbox: it only ever talks to the demo's scripted server), writes files inside it
 (outside only with bypassPermissions), and prints the stream-json lines Claude Code prints:
-`system/init`, one `assistant` line per content block, `user` tool results, one `result` with
-summed usage. Exit codes: 0 success, 1 error result or flag error.
+`system/init`, one `assistant` line per content block (each with its message's `message_start`
+usage, as Claude Code prints it), `user` tool results, one `result` with summed usage.
+Exit codes: 0 success, 1 error result or flag error.
 
 The session is kept as Claude Code keeps it, `$CLAUDE_CONFIG_DIR/projects/<cwd, each character
 other than a letter or digit made '-'>/<session>.jsonl` (~/.claude without the variable), one
@@ -104,6 +105,11 @@ class Session:
     turns: int = 0
     denials: list[dict[str, Any]] = field(default_factory=list)
     earlier: list[dict[str, Any]] = field(default_factory=list)  # a resumed session's messages
+    start_usage: dict[str, Any] | None = None  # the current message's `message_start` usage
+
+    def message_usage(self) -> dict[str, Any] | None:
+        """The usage an `assistant` line reports: its message's `message_start` usage (none if the stream had none)."""
+        return self.start_usage
 
     def session_file(self) -> str:
         config = os.environ.get("CLAUDE_CONFIG_DIR") or os.path.join(os.path.expanduser("~"), ".claude")
@@ -186,6 +192,7 @@ class Session:
         blocks: dict[int, dict[str, Any]] = {}
         partial: dict[int, str] = {}
         stop_reason, message_id = "end_turn", str(uuid.uuid4())
+        self.start_usage = None
         for raw in response:
             line = raw.decode("utf-8", "replace").strip()
             if not line.startswith("data:"):
@@ -194,6 +201,7 @@ class Session:
             kind = event.get("type")
             if kind == "message_start":
                 message_id = event["message"].get("id", message_id)
+                self.start_usage = event["message"].get("usage")
                 self.totals.add(event["message"].get("usage") or {})
             elif kind == "content_block_start":
                 blocks[event["index"]] = dict(event["content_block"])
@@ -259,8 +267,11 @@ class Session:
             blocks, stop_reason, message_id = self.ask(messages)
             self.turns += 1
             for block in blocks:
-                message = {"id": message_id, "type": "message", "role": "assistant", "model": self.model,
-                           "content": [block], "stop_reason": None}  # fmt: skip
+                message: dict[str, Any] = {"id": message_id, "type": "message", "role": "assistant",
+                                           "model": self.model, "content": [block], "stop_reason": None}  # fmt: skip
+                usage = self.message_usage()
+                if usage is not None:
+                    message["usage"] = usage
                 emit({"type": "assistant", "message": message, **self.common()})
             messages.append({"role": "assistant", "content": blocks})
             self.keep(messages[-1])

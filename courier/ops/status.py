@@ -101,6 +101,8 @@ def status_text(result: Result, *, details: bool = False) -> str:
             usage += f" (reasoning {u.reasoning_output_tokens})"
         if u.cost_usd is not None:
             usage += f", cost ${u.cost_usd:.4f} (the harness's estimate)"
+        elif r.budget and r.budget.cost_usd is not None:
+            usage += ", cost: unknown"  # never $0.0000 (docs/cli.md#budgets)
         out.append(fact("usage", usage))
     if r.budget:
         out.append(fact("budget", budget_text(r)))

@@ -5,7 +5,7 @@ from __future__ import annotations
 from courier.config import Profile
 from courier.errors import UsageError
 from courier.runs.harness import spec_for
-from protocol.models import Budget, RemoteRequest, UsageLimitPolicy
+from protocol.models import Budget, Price, RemoteRequest, UsageLimitPolicy
 
 
 def budget_in_force(profile: Profile, request: RemoteRequest) -> Budget | None:
@@ -20,8 +20,19 @@ def budget_in_force(profile: Profile, request: RemoteRequest) -> Budget | None:
     return Budget(tokens=tokens, cost_usd=float(cost) if cost else None)
 
 
-def check_budget(budget: Budget | None, harness: str, profile_name: str) -> None:
-    """Refuse a bound the harness cannot be held to: unknown usage never counts as zero (exit 2)."""
+def price_of(profile: Profile) -> Price | None:
+    """The profile's price as the record keeps it (docs/config.md#price)."""
+    setting = profile.price
+    if setting is None:
+        return None
+    return Price.model_validate(setting.model_dump())
+
+
+def check_budget(budget: Budget | None, harness: str, profile_name: str, price: Price | None = None) -> None:
+    """Refuse a bound the harness cannot be held to: unknown usage never counts as zero (exit 2).
+
+    A cost bound is checked after every model response: from its tokens at the profile's `price`, or from a
+    harness whose stream reports each response's cost (none of the supported CLIs does)."""
     if budget is None:
         return
     spec = spec_for(harness)
@@ -30,10 +41,12 @@ def check_budget(budget: Budget | None, harness: str, profile_name: str) -> None
             f"profile {profile_name}: harness {spec.name} reports no usage, so a budget cannot be enforced for it; "
             "drop budget from the profile and --max-tokens/--max-cost-usd from the command"
         )
-    if budget.cost_usd is not None and not spec.reports_cost:
+    if budget.cost_usd is not None and price is None and not spec.reports_cost:
         raise UsageError(
-            f"profile {profile_name}: harness {spec.name} ({spec.display}) reports no cost, so a cost_usd budget "
-            "cannot be enforced for it; bound its tokens instead (budget.tokens or --max-tokens)"
+            f"profile {profile_name}: harness {spec.name} ({spec.display}) reports no cost per model response, so a "
+            "cost_usd budget cannot be enforced without a price; give the profile a price "
+            "(price: {input_usd_per_mtok: X, output_usd_per_mtok: Y}) or bound its tokens instead "
+            "(budget.tokens or --max-tokens)"
         )
 
 

@@ -15,7 +15,7 @@ from types import FrameType
 from courier.config import Config, Provider
 from courier.errors import NotStartable, UsageError
 from courier.runs import process, sandbox, worktrees
-from courier.runs.budget import budget_in_force, check_budget, usage_limit_policy
+from courier.runs.budget import budget_in_force, check_budget, price_of, usage_limit_policy
 from courier.runs.changes import count_dirty
 from courier.runs.environment import resolve_credential
 from courier.runs.harness import UnknownHarness, spec_for
@@ -199,7 +199,8 @@ def dispatch(config: Config, request: RemoteRequest) -> Result:
     resolved, network = resolve_profile(config, request.profile)
     profile = config.profile(request.profile)
     budget = budget_in_force(profile, request)
-    check_budget(budget, resolved.harness, request.profile)
+    price = price_of(profile)
+    check_budget(budget, resolved.harness, request.profile, price)
     usage_limit = usage_limit_policy(profile, resolved.harness, request.profile)
     provider = config.provider(resolved.provider) if resolved.provider else None
     if provider is not None:
@@ -264,6 +265,7 @@ def dispatch(config: Config, request: RemoteRequest) -> Result:
             stall_after_ms=config.profile(request.profile).stall_after_ms,
             stop_when_stalled_ms=config.profile(request.profile).stop_when_stalled_ms,
             budget=budget,
+            price=price,
             usage_limit=usage_limit,
             max_waits=usage_limit.max_waits if usage_limit else None,
         )

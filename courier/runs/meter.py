@@ -8,18 +8,25 @@ carry exact per-response usage in every wire format, so the owner reads them as 
 The relay also sees a usage-limit refusal (HTTP 429 and its `retry-after`) the moment it
 happens, whatever the harness prints about it. See docs/harnesses.md.
 
-It listens on 127.0.0.1 only, forwards each request unchanged to the provider's base_url (the
-credential is in the worker's own request headers; the relay never reads, stores or prints
-it), and streams the answer back while parsing it. Once the owner closes it (a budget crossed),
-every later request is refused without being forwarded, so the provider answers no more.
+It listens on 127.0.0.1 only and serves its own worker only (docs/security.md#the-relays-placeholder):
+the worker holds a per-run placeholder (`wb-run-` + 32 hex digits) where the credential would be,
+and the relay replaces it with the real credential in each request it forwards (a header such as
+`Authorization: Bearer`, `x-api-key` or `x-goog-api-key`, or Gemini's `key=` query parameter). A
+request without this run's placeholder, whoever sends it, is refused with 403: not forwarded, not
+counted. The answer streams back as it comes while the relay parses it. Once the owner closes it
+(a budget crossed), every later request is refused without being forwarded, so the provider
+answers no more.
 """
 
 from __future__ import annotations
 
 import email.utils
+import hmac
 import http.client
 import json
 import os
+import re
+import secrets
 import socketserver
 import threading
 import time
@@ -60,14 +67,23 @@ _RESET_HEADERS = (
     "x-ratelimit-reset-tokens",
     "x-ratelimit-reset-requests",
 )
+PLACEHOLDER_PREFIX = "wb-run-"
+_PLACEHOLDER = re.compile(rb"wb-run-[0-9a-f]{32}")
+
+
+def new_placeholder() -> str:
+    """A fresh per-run placeholder: `wb-run-` followed by 32 random hex digits (docs/security.md)."""
+    return PLACEHOLDER_PREFIX + secrets.token_hex(16)
 
 
 @dataclass(frozen=True)
 class ResponseUsage:
-    """What one model response reported: input tokens (cache reads and writes included) and output tokens."""
+    """What one model response reported: input tokens (cache reads and writes included), output tokens, and how many
+    of the input tokens were cache reads (priced at the cached rate, docs/config.md#price)."""
 
     input_tokens: int
     output_tokens: int
+    cached_input_tokens: int = 0
 
     @property
     def tokens(self) -> int:
@@ -99,7 +115,9 @@ def usage_in(wire_api: str, event: Any) -> tuple[ResponseUsage | None, bool]:
         usage = response.get("usage") if isinstance(response, dict) else None
         if not isinstance(usage, dict):
             return None, kind is not None
-        return ResponseUsage(_count(usage.get("input_tokens")), _count(usage.get("output_tokens"))), True
+        details = usage.get("input_tokens_details")
+        cached = _count(details.get("cached_tokens")) if isinstance(details, dict) else 0
+        return ResponseUsage(_count(usage.get("input_tokens")), _count(usage.get("output_tokens")), cached), True
     if wire_api == "anthropic":
         kind = event.get("type")
         if kind == "message_start":
@@ -115,7 +133,8 @@ def usage_in(wire_api: str, event: Any) -> tuple[ResponseUsage | None, bool]:
             _count(usage.get(key))
             for key in ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens")
         )
-        return ResponseUsage(tokens_in, _count(usage.get("output_tokens"))), kind == "message"
+        cached = _count(usage.get("cache_read_input_tokens"))
+        return ResponseUsage(tokens_in, _count(usage.get("output_tokens")), cached), kind == "message"
     if wire_api == "gemini":
         usage = event.get("usageMetadata")
         candidates = event.get("candidates")
@@ -125,15 +144,47 @@ def usage_in(wire_api: str, event: Any) -> tuple[ResponseUsage | None, bool]:
         if not isinstance(usage, dict):
             return None, False
         output = _count(usage.get("candidatesTokenCount")) + _count(usage.get("thoughtsTokenCount"))
-        return ResponseUsage(_count(usage.get("promptTokenCount")), output), final
+        cached = _count(usage.get("cachedContentTokenCount"))
+        return ResponseUsage(_count(usage.get("promptTokenCount")), output, cached), final
     return None, False
+
+
+def response_id_in(wire_api: str, event: Any) -> str | None:
+    """The provider's ID of the response an event belongs to (Claude Code's stream names Anthropic's), if any."""
+    if not isinstance(event, dict):
+        return None
+    if wire_api == "anthropic":
+        message = event.get("message") if event.get("type") == "message_start" else event
+        found = message.get("id") if isinstance(message, dict) else None
+    elif wire_api == "responses":
+        response = event.get("response") if event.get("type") else event
+        found = response.get("id") if isinstance(response, dict) else None
+    else:
+        found = event.get("responseId")
+    return found if isinstance(found, str) and 0 < len(found) <= 256 else None
+
+
+def is_model_request(wire_api: str, method: str, path: str) -> bool:
+    """A request answered by a model response (usage to count): not a probe, a model list or a token count."""
+    if method != "POST":
+        return False
+    route = path.split("?", 1)[0].rstrip("/")
+    if wire_api == "anthropic":
+        return route.endswith("/messages")
+    if wire_api == "responses":
+        return route.endswith("/responses")
+    return route.endswith((":generateContent", ":streamGenerateContent"))
 
 
 def _merge(old: ResponseUsage | None, new: ResponseUsage) -> ResponseUsage:
     """Anthropic's message_delta counts are cumulative and may omit the input: keep the larger of each."""
     if old is None:
         return new
-    return ResponseUsage(max(old.input_tokens, new.input_tokens), max(old.output_tokens, new.output_tokens))
+    return ResponseUsage(
+        max(old.input_tokens, new.input_tokens),
+        max(old.output_tokens, new.output_tokens),
+        max(old.cached_input_tokens, new.cached_input_tokens),
+    )
 
 
 def reset_time(headers: http.client.HTTPMessage, now: float) -> float | None:
@@ -178,20 +229,33 @@ def _limit_message(body: bytes) -> str:
 
 
 class Meter:
-    """The relay: `start()` gives the base URL the worker is pointed at; `close()` refuses further requests."""
+    """The relay: `start()` gives the base URL the worker is pointed at; `close()` refuses further requests.
+
+    `on_response(usage, response_id)` is called once per model response answered (usage None when
+    the response carried none); `admit()` is asked before each request is forwarded (False refuses it).
+    """
 
     def __init__(
         self,
         upstream_base_url: str,
         wire_api: str,
-        on_response: Callable[[ResponseUsage], None],
+        on_response: Callable[[ResponseUsage | None, str | None], None],
         on_limit: Callable[[LimitRefusal], None] | None = None,
+        *,
+        placeholder: str,
+        credential: str,
+        admit: Callable[[], bool] | None = None,
     ) -> None:
         parts = urlsplit(upstream_base_url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(f"base_url {upstream_base_url!r} is not an http(s) URL the relay can forward to")
+        if not _PLACEHOLDER.fullmatch(placeholder.encode()):
+            raise ValueError("the relay's placeholder must be wb-run- followed by 32 hex digits")
         self._upstream = parts
         self._wire_api = wire_api
+        self._placeholder = placeholder.encode()
+        self._credential = credential
+        self._admit = admit
         self._on_response = on_response
         self._on_limit = on_limit
         self._closed = threading.Event()
@@ -201,6 +265,7 @@ class Meter:
         self._handler: type[_RelayHandler] | None = None
         self._unix_server: socketserver.ThreadingUnixStreamServer | None = None
         self.answered = 0  # model responses forwarded
+        self.refused_foreign = 0  # requests refused for not carrying this run's placeholder
 
     @property
     def closed(self) -> bool:
@@ -277,9 +342,30 @@ class Meter:
     def usage_of(self, event: Any) -> tuple[ResponseUsage | None, bool]:
         return usage_in(self._wire_api, event)
 
-    def responded(self, usage: ResponseUsage) -> None:
+    def response_id(self, event: Any) -> str | None:
+        return response_id_in(self._wire_api, event)
+
+    def is_model_request(self, method: str, path: str) -> bool:
+        return is_model_request(self._wire_api, method, path)
+
+    def carries_placeholder(self, values: list[str]) -> bool:
+        """True when one of the request's header values or its path holds exactly this run's placeholder."""
+        for value in values:
+            for found in _PLACEHOLDER.findall(value.encode("latin-1", "replace")):
+                if hmac.compare_digest(found, self._placeholder):
+                    return True
+        return False
+
+    def with_credential(self, value: str) -> str:
+        """`value` with this run's placeholder replaced by the real credential (the relay's side only)."""
+        return value.replace(self._placeholder.decode(), self._credential)
+
+    def admitted(self) -> bool:
+        return self._admit is None or self._admit()
+
+    def responded(self, usage: ResponseUsage | None, response_id: str | None) -> None:
         self.answered += 1
-        self._on_response(usage)
+        self._on_response(usage, response_id)
 
     def limited(self, refusal: LimitRefusal) -> None:
         if self._on_limit is not None:
@@ -293,6 +379,7 @@ class _UnixRelayServer(socketserver.ThreadingUnixStreamServer):
 class _RelayHandler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     owner: Meter
+    model_request = False
 
     def log_message(self, format: str, *args: Any) -> None:
         pass
@@ -329,19 +416,27 @@ class _RelayHandler(BaseHTTPRequestHandler):
         except ValueError as exc:
             self._refuse(413, str(exc))
             return
+        if not meter.carries_placeholder([self.path, *self.headers.values()]):
+            meter.refused_foreign += 1
+            self._refuse(403, "this relay serves its own run only: the request does not carry the run's placeholder")
+            return
         if meter.closed:
             self._refuse(503, "wb stopped this run (its budget is spent); the request was not sent")
             return
         if meter.paused:
             self._refuse(503, "wb is waiting out the provider's usage limit; the request was not sent")
             return
-        headers = {k: v for k, v in self.headers.items() if k.lower() not in _HOP_BY_HOP}
+        if not meter.admitted():
+            self._refuse(503, "wb stopped this run: a model response reported no usage; the request was not sent")
+            return
+        headers = {k: meter.with_credential(v) for k, v in self.headers.items() if k.lower() not in _HOP_BY_HOP}
         headers["Host"] = meter.upstream_host
         headers["Accept-Encoding"] = "identity"  # the relay reads what passes
+        self.model_request = meter.is_model_request(self.command, self.path)
         upstream = meter.connection()
         try:
             payload = body if body or self.command == "POST" else None
-            upstream.request(self.command, self.path, body=payload, headers=headers)
+            upstream.request(self.command, meter.with_credential(self.path), body=payload, headers=headers)
             response = upstream.getresponse()
         except OSError as exc:
             upstream.close()
@@ -363,13 +458,13 @@ class _RelayHandler(BaseHTTPRequestHandler):
             return
         if not streaming:
             data = response.read(MAX_BODY_BYTES)
-            if response.status == 200:
+            if response.status == 200 and self.model_request:
                 try:
-                    usage, _ = meter.usage_of(json.loads(data))
+                    value = json.loads(data)
                 except ValueError:
-                    usage = None
-                if usage is not None:
-                    meter.responded(usage)
+                    value = None
+                usage, _ = meter.usage_of(value)
+                meter.responded(usage, meter.response_id(value))
             self._head(response, len(data))
             self.wfile.write(data)
             return
@@ -392,7 +487,8 @@ class _RelayHandler(BaseHTTPRequestHandler):
         meter = self.owner
         pending = b""
         usage: ResponseUsage | None = None
-        counted = False
+        response_id: str | None = None
+        counted = not (self.model_request and response.status == 200)
         while True:
             chunk = response.read1(_CHUNK)
             if not chunk:
@@ -408,15 +504,16 @@ class _RelayHandler(BaseHTTPRequestHandler):
                 except ValueError:
                     continue
                 found, final = meter.usage_of(event)
+                response_id = response_id or meter.response_id(event)
                 if found is not None:
                     usage = _merge(usage, found)
                 if final and usage is not None and not counted:
                     counted = True
-                    meter.responded(usage)
+                    meter.responded(usage, response_id)
             try:
                 self.wfile.write(chunk)
                 self.wfile.flush()
             except OSError:
                 break
-        if usage is not None and not counted:
-            meter.responded(usage)
+        if not counted:
+            meter.responded(usage, response_id)  # usage None: the response reported none

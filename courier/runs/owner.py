@@ -27,7 +27,7 @@ from courier.runs.environment import Credential, resolve_credential, worker_envi
 from courier.runs.harness import harness_for, spec_for
 from courier.runs.harness.base import EventParser, Harness, Launch
 from courier.runs.harness.message import bounded_message
-from courier.runs.metering import RunMeter
+from courier.runs.metering import RunMeter, relay_needed
 from courier.runs.store import Record, Store, rfc3339, utc_now, within_admission_grace
 from protocol import limits
 from protocol.durations import format_duration_ms
@@ -116,7 +116,7 @@ class Owner:
         self.secret = b""
         self.events_lost = False
         # budgets and usage limits (docs/cli.md#budgets, docs/cli.md#waiting-out-a-usage-limit)
-        self.meter = RunMeter(record)
+        self.meter = RunMeter(record, stream_reports_messages=self.summary.reports_message_usage)
         self.carried_diagnostics: list[str] = []
         self.carried_tool_calls = 0
         self.worker_s = 0.0  # time spent in workers so far: the run's --timeout bounds it, not the waits
@@ -136,7 +136,9 @@ class Owner:
             return
         assert self.launch is not None
         self.secret = credential.value.encode() if credential else b""
-        env = self.harness.environment(self.launch, self.confined_environment(worker_environment(credential)))
+        # With the relay in front, the worker holds the run's placeholder, never the credential (docs/security.md).
+        worker_env = worker_environment(self.meter.worker_credential(credential))
+        env = self.harness.environment(self.launch, self.confined_environment(worker_env))
         stdin = self.store.read_task(record.agent_id).encode()
         try:
             while True:
@@ -268,10 +270,11 @@ class Owner:
         record.sandbox = sandbox.decide(
             record, None if record.sandbox_mode == "off" else bwrap_probe.probe(os.environ.get("PATH"))
         )
-        confined = record.sandbox.kind == "bwrap"
+        self.meter.needed = relay_needed(record)  # a confined run with a provider is always relayed
         if provider is not None:
-            provider = self.meter.wrap(provider, routing.wire_api, confined=confined)
-        if confined:
+            assert credential is not None
+            provider = self.meter.wrap(provider, routing.wire_api, credential)
+        if record.sandbox.kind == "bwrap":
             self.confinement = self.plan()
         self.launch = Launch(
             worktree=record.worktree_dir or "",
@@ -406,7 +409,7 @@ class Owner:
                         self.store_event(log_fd, line)
                         stored += len(line)
                     self.note_session()
-                    self.meter.check_cost(self.summary)
+                    self.meter.observe(self.summary)  # per-message usage and cost against the budget
             if pending and not skipping:
                 line = self.redact(self.summary.feed(pending))
                 if stored + len(line) <= limits.EVENTS_STORED_MAX_BYTES:
@@ -456,6 +459,7 @@ class Owner:
         record.exit_code = exit_code
         record.result = self.final_message()
         record.tool_calls = self.carried_tool_calls + summary.tool_calls
+        self.meter.settle()
         record.usage = self.meter.usage(summary)
         record.session_id = summary.session_id or record.session_id or record.resume_session_id
         if record.worktree_dir:

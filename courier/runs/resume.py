@@ -14,7 +14,7 @@ import shutil
 from courier.config import Config
 from courier.errors import Finding, NotStartable, UsageError
 from courier.runs import process, sandbox
-from courier.runs.budget import budget_in_force, check_budget, usage_limit_policy
+from courier.runs.budget import budget_in_force, check_budget, price_of, usage_limit_policy
 from courier.runs.changes import count_dirty
 from courier.runs.dispatch import (
     busy_run,
@@ -77,7 +77,8 @@ def continue_run(config: Config, request: RemoteRequest) -> Result:
         )
     profile = config.profile(profile_name)
     budget = budget_in_force(profile, request)  # counts this run's own usage only (docs/cli.md#budgets)
-    check_budget(budget, resolved.harness, profile_name)
+    price = price_of(profile)
+    check_budget(budget, resolved.harness, profile_name, price)
     usage_limit = usage_limit_policy(profile, resolved.harness, profile_name)
     provider = config.provider(resolved.provider)
     resolve_credential(resolved.provider, provider)
@@ -118,6 +119,7 @@ def continue_run(config: Config, request: RemoteRequest) -> Result:
             stall_after_ms=config.profile(profile_name).stall_after_ms,
             stop_when_stalled_ms=config.profile(profile_name).stop_when_stalled_ms,
             budget=budget,
+            price=price,
             usage_limit=usage_limit,
             max_waits=usage_limit.max_waits if usage_limit else None,
         )

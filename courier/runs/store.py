@@ -19,7 +19,7 @@ from pydantic import ValidationError
 from courier.errors import Finding, NotFound, RecordUnreadable, UsageError, WbError
 from courier.runs import process
 from protocol import limits
-from protocol.models import ListWarning, Result, UsageLimitPolicy, is_terminal
+from protocol.models import ListWarning, Price, Result, UsageLimitPolicy, is_terminal
 from protocol.refs import is_run_id
 from protocol.timestamps import parse_rfc3339, rfc3339, utc_now
 from protocol.validate import describe_validation_error
@@ -63,6 +63,8 @@ class Record(Result):
     resume_session_id: str | None = None
     # Contract docs/cli.md#waiting-out-a-usage-limit: the profile's on_usage_limit (absent: a usage limit ends the run).
     usage_limit: UsageLimitPolicy | None = None
+    # docs/config.md#price: the profile's price, which lets a cost bound be checked after every response.
+    price: Price | None = None
 
 
 # Derived when a record is rendered, never stored.

@@ -111,7 +111,7 @@ print(json.dumps({{"type": "wb.result", "message": "probed"}}))
 def _checks(worktree: Path) -> dict[str, tuple[str, str]]:
     found = {}
     for line in (worktree / "probe.txt").read_text().splitlines():
-        name, verdict, detail = (line.split(" ", 2) + [""])[:3]
+        name, verdict, detail = [*line.split(" ", 2), ""][:3]
         found[name] = (verdict, detail)
     return found
 

@@ -9,14 +9,17 @@ cases with the real CLIs. Refusals at dispatch use the fakes (nothing starts).
 from __future__ import annotations
 
 import json
+import re
 import shlex
 import sys
+import urllib.error
+import urllib.request
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import Machine, wait_for
+from conftest import CREDENTIAL_ENV, CREDENTIAL_VALUE, Machine, wait_for
 
 import courier
 from courier.demo.scripted_http import ScriptedServer
@@ -50,6 +53,17 @@ EXTRA_PROFILES = """\
       provider: endless
       model: {model}
       budget: {{cost_usd: 0.5}}
+    metered-cost:
+      harness: {harness}
+      provider: endless
+      model: {model}
+      budget: {{cost_usd: 0.01}}
+      price: {{input_usd_per_mtok: 3, output_usd_per_mtok: 15}}
+    unmetered:
+      harness: {harness}
+      provider: endless-unmetered
+      model: {model}
+      budget: {{tokens: 1000}}
     scripted:
       harness: command
       command: [/bin/true]
@@ -79,6 +93,32 @@ def standin(machine: Machine, cli: Cli, server: ScriptedServer[Any], tmp_path: P
     )
     machine.clone()
     return machine
+
+
+PLACEHOLDER = re.compile(r"wb-run-[0-9a-f]{32}")
+# The variable each CLI reads its credential from (docs/harnesses.md); Codex reads the provider's own.
+KEY_VARIABLE = {"codex": CREDENTIAL_ENV, "claude": "ANTHROPIC_API_KEY", "gemini": "GEMINI_API_KEY"}
+
+
+def _put_first_on_path(machine: Machine, tmp_path: Path, name: str, runs: str) -> None:
+    """`name` on the machine's PATH: a wrapper that writes its environment to worker-env.json in its working
+    directory (what the worker was handed), then execs `runs` with the package importable."""
+    bin_dir = tmp_path / f"{name}-wrapped-bin"
+    bin_dir.mkdir()
+    package_parent = str(Path(courier.__file__).resolve().parents[1])
+    dump = "import json, os; json.dump(dict(os.environ), open('worker-env.json', 'w'))"
+    wrapper = bin_dir / name
+    wrapper.write_text(
+        f"#!/bin/sh\n{shlex.quote(sys.executable)} -c {shlex.quote(dump)}\n"
+        f"PYTHONPATH={shlex.quote(package_parent)}; export PYTHONPATH\nexec {runs} \"$@\"\n"
+    )
+    wrapper.chmod(0o755)
+    machine.env["PATH"] = f"{bin_dir}:{machine.env['PATH']}"
+
+
+def _worker_env(result: dict[str, Any]) -> dict[str, str]:
+    value: dict[str, str] = json.loads((Path(result["worktree_dir"]) / "worker-env.json").read_text())
+    return value
 
 
 def _dispatch(machine: Machine, profile: str, *extra: str) -> str:
@@ -206,8 +246,9 @@ def test_a_reset_further_than_max_wait_ends_the_run_at_once(standin: Machine, se
     ("profile", "extra", "named"),
     [
         ("scripted", (), "harness command reports no usage"),
-        ("unbounded", ("--max-cost-usd", "0.5"), "harness codex (Codex) reports no cost"),
-        ("priced", (), "harness codex (Codex) reports no cost"),
+        ("unbounded", ("--max-cost-usd", "0.5"), "harness codex (Codex) reports no cost per model response"),
+        ("priced", (), "harness codex (Codex) reports no cost per model response, so a cost_usd budget cannot be "
+                       "enforced without a price; give the profile a price"),
         ("scripted-waits", (), "harness command cannot resume a session"),
     ],
 )
@@ -231,9 +272,94 @@ def test_a_bad_budget_flag_is_a_usage_error(standin: Machine, flag: tuple[str, s
 
 
 @pytest.mark.parametrize("cli", ["claude"], indirect=True)
-def test_a_cost_bound_binds_claude_code_when_it_reports_its_cost(standin: Machine) -> None:
-    result = run(standin, "patient", "--max-cost-usd", "0.0001")
+def test_a_cost_bound_without_a_price_is_refused_for_claude_code_too(standin: Machine) -> None:
+    """Claude Code reports its cost only in its `result`, at the end of a turn: a run could spend far past the bound."""
+    done = standin.wb("agent", "dispatch", "--new-worktree", "w1", "--profile", "unbounded",
+                      "--repo", "acme/widget", "--task", "Do it.", "--max-cost-usd", "0.01")  # fmt: skip
+    assert done.returncode == 2, done.stdout
+    assert done.stderr.startswith("error: profile unbounded: harness claude (Claude Code) reports no cost per model")
+    assert "give the profile a price (price: {input_usd_per_mtok: X, output_usd_per_mtok: Y})" in done.stderr
+
+
+def test_with_a_price_a_cost_bound_is_checked_after_every_response(
+    standin: Machine, server: ScriptedServer[Any]
+) -> None:
+    """Each endless response is 300 in + 100 out: $0.0024 at $3/$15 per million; the fifth crosses $0.0100."""
+    result = run(standin, "metered-cost")
     assert result["state"] == "failed", result
-    cost = result["usage"]["cost_usd"]
-    assert cost > 0.0001 and result["failure"] == f"budget exceeded: ${cost:.4f} of $0.0001"
-    assert result["budget"] == {"cost_usd": 0.0001}
+    assert result["failure"] == "budget exceeded: $0.0120 of $0.0100", result
+    assert model_requests(server) == 5  # stopped after the crossing response, not at the end of a turn
+    assert result["budget"] == {"cost_usd": 0.01}
+    assert result["usage"]["cost_usd"] >= 0.012
+    status = standin.wb("agent", "status", result["agent_id"])
+    assert "budget:   $0.0120 of $0.0100\n" in status.stdout, status.stdout
+    assert "$0.0000" not in status.stdout
+
+
+def test_a_response_neither_side_reports_usage_for_stops_a_token_bounded_run(
+    standin: Machine, server: ScriptedServer[Any]
+) -> None:
+    result = run(standin, "unmetered")
+    assert result["state"] == "failed", result
+    assert result["failure"] == "budget cannot be enforced: a model response reported no usage"
+    assert model_requests(server) == 1  # nothing after the unreported response reached the provider
+
+
+@pytest.mark.parametrize("cli", ["claude"], indirect=True)
+def test_the_harnesss_own_larger_count_binds_when_the_provider_reports_none(
+    standin: Machine, server: ScriptedServer[Any], tmp_path: Path
+) -> None:
+    """The provider's stream carries no usage; Claude Code's `assistant` lines say 50,000 tokens: stopped after it."""
+    fake = Path(__file__).resolve().parents[1] / "fakes" / "claude_overreporting.py"
+    _put_first_on_path(standin, tmp_path, "claude", f"{shlex.quote(sys.executable)} {shlex.quote(str(fake))}")
+    result = run(standin, "unmetered")
+    assert result["state"] == "failed", result
+    assert result["failure"] == "budget exceeded: 50,000 tokens of 1,000", result
+    assert model_requests(server) == 1
+    status = standin.wb("agent", "status", result["agent_id"])
+    assert "budget:   50,000 of 1,000 tokens\n" in status.stdout
+
+
+def test_the_worker_holds_the_runs_placeholder_and_the_provider_gets_the_credential(
+    standin: Machine, server: ScriptedServer[Any], cli: Any, tmp_path: Path
+) -> None:
+    _put_first_on_path(standin, tmp_path, cli.name, f"{shlex.quote(sys.executable)} -m courier.demo.standin_{cli.name}")
+    result = run(standin, "budgeted")
+    assert result["failure"] == "budget exceeded: 1,200 tokens of 1,000", result  # it worked, through the relay
+    env = _worker_env(result)
+    assert PLACEHOLDER.fullmatch(env[KEY_VARIABLE[cli.name]]), env.get(KEY_VARIABLE[cli.name])
+    assert not any(CREDENTIAL_VALUE in value for value in env.values())  # the credential is not in the worker
+    forwarded = [request for request in server.requests if request.method == "POST"]
+    assert forwarded and all(CREDENTIAL_VALUE in str(dict(r.headers)) + r.path for r in forwarded)
+    assert not any(PLACEHOLDER.search(str(dict(r.headers)) + r.path) for r in forwarded)
+    events = (Path(standin.home) / "agents" / result["agent_id"] / "events.jsonl").read_bytes()
+    assert CREDENTIAL_VALUE.encode() not in events
+
+
+@pytest.mark.parametrize("cli", ["claude", "gemini"], indirect=True)
+def test_a_request_from_another_process_without_the_placeholder_is_refused_and_reaches_no_provider(
+    standin: Machine, server: ScriptedServer[Any], cli: Any, tmp_path: Path
+) -> None:
+    """While the run waits out a usage limit its relay is up; 12 requests from this process all get 403."""
+    _put_first_on_path(standin, tmp_path, cli.name, f"{shlex.quote(sys.executable)} -m courier.demo.standin_{cli.name}")
+    server.limit_at(1, 1, "50")
+    ref = _dispatch(standin, "quiet")
+    assert wait_for(lambda: bool(_status(standin, ref).get("waits")), timeout=60)
+    seen = _status(standin, ref)
+    env = json.loads((Path(seen["worktree_dir"]) / "worker-env.json").read_text())
+    relay = env["ANTHROPIC_BASE_URL" if cli.name == "claude" else "GOOGLE_GEMINI_BASE_URL"].rstrip("/")
+    assert relay.startswith("http://127.0.0.1:")
+    before = len(server.requests)
+    path = "/v1/messages" if cli.name == "claude" else f"/v1beta/models/{cli.model}:streamGenerateContent?alt=sse"
+    for key in (None, CREDENTIAL_VALUE, "wb-run-" + "0" * 32) * 4:
+        headers = {"content-type": "application/json", **({"x-api-key": key, "x-goog-api-key": key} if key else {})}
+        request = urllib.request.Request(f"{relay}{path}", data=b"{}", headers=headers, method="POST")
+        try:
+            with urllib.request.urlopen(request, timeout=30) as answer:
+                status = answer.status
+        except urllib.error.HTTPError as exc:
+            status = exc.code
+        assert status == 403
+    assert len(server.requests) == before  # none reached the provider
+    assert standin.wb("agent", "stop", ref).returncode == 0
+    assert wait_for(lambda: _status(standin, ref)["terminal"], timeout=10)

@@ -23,7 +23,7 @@ from courier.runs.harness.codex import EventSummary
 from courier.runs.harness.gemini import GeminiEvents
 from courier.runs.meter import ResponseUsage, reset_time, usage_in
 from courier.starting import require_budget_support
-from protocol.models import Budget, RemoteRequest, RemoteResponse, Result, UsageLimitPolicy
+from protocol.models import Budget, Price, RemoteRequest, RemoteResponse, Result, UsageLimitPolicy
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
@@ -82,11 +82,20 @@ def test_the_flags_replace_each_bound_of_the_profile(tmp_path: Path) -> None:
     assert budget_in_force(bare, RemoteRequest(schema_version=1)) is None
 
 
-def test_a_cost_bound_binds_only_a_harness_that_reports_cost() -> None:
-    check_budget(Budget(cost_usd=1.0), "claude", "x")
-    check_budget(Budget(tokens=5), "gemini", "x")
-    with pytest.raises(UsageError, match="harness gemini \\(Gemini CLI\\) reports no cost"):
-        check_budget(Budget(cost_usd=1.0), "gemini", "x")
+@pytest.mark.parametrize("harness", ["claude", "codex", "gemini"])
+def test_a_cost_bound_needs_a_price_for_a_harness_that_reports_no_cost_per_response(harness: str) -> None:
+    """Claude Code reports its cost only in its `result`, at the end of a turn: too late to bound a run by."""
+    check_budget(Budget(tokens=5), harness, "x")
+    check_budget(Budget(cost_usd=1.0), harness, "x", Price(input_usd_per_mtok=3, output_usd_per_mtok=15))
+    refused = f"harness {harness} .* reports no cost per model response.*give the profile a price"
+    with pytest.raises(UsageError, match=refused):
+        check_budget(Budget(cost_usd=1.0), harness, "x")
+
+
+def test_a_price_costs_cache_reads_at_the_cached_rate() -> None:
+    price = Price(input_usd_per_mtok=3, output_usd_per_mtok=15, cached_input_usd_per_mtok=0.3)
+    assert price.cost_usd(1_000_000, 500_000, 100_000) == pytest.approx(1.5 + 0.15 + 1.5)
+    assert Price(input_usd_per_mtok=3, output_usd_per_mtok=15).cost_usd(1_000_000, 500_000, 0) == pytest.approx(3.0)
 
 
 def test_the_failure_names_the_usage_and_the_bound() -> None:
@@ -105,7 +114,7 @@ def test_the_usage_of_each_wire_format() -> None:
     assert usage_in("responses", {"type": "response.output_text.delta"}) == (None, False)
     start = {"type": "message_start", "message": {"usage": {"input_tokens": 10, "cache_read_input_tokens": 290,
                                                             "output_tokens": 1}}}  # fmt: skip
-    assert usage_in("anthropic", start) == (ResponseUsage(300, 1), False)
+    assert usage_in("anthropic", start) == (ResponseUsage(300, 1, 290), False)
     assert usage_in("anthropic", {"type": "message_delta", "usage": {"output_tokens": 100}}) == (
         ResponseUsage(0, 100),
         False,

@@ -26,16 +26,16 @@ class HarnessSpec:
     executable: str | None  # None: the profile names its own command
     wire_apis: tuple[ProviderApi, ...]  # the provider wire_api values it speaks; () = no provider
     can_resume: bool
-    reports_cost: bool = False  # its stream reports a cost in dollars (a cost budget can bind it, docs/cli.md#budgets)
+    # Its stream reports each model response's cost in dollars, so a cost budget binds it without a price
+    # (docs/cli.md#budgets). Claude Code reports a cost only in its `result`, at the end of a turn: too late.
+    reports_cost: bool = False
 
 
 REGISTRY: dict[str, HarnessSpec] = {
     spec.name: spec
     for spec in (
         HarnessSpec("codex", "Codex", "courier.runs.harness.codex:Codex", "codex", ("responses",), True),
-        HarnessSpec(
-            "claude", "Claude Code", "courier.runs.harness.claude:Claude", "claude", ("anthropic",), True, True
-        ),
+        HarnessSpec("claude", "Claude Code", "courier.runs.harness.claude:Claude", "claude", ("anthropic",), True),
         HarnessSpec("gemini", "Gemini CLI", "courier.runs.harness.gemini:Gemini", "gemini", ("gemini",), True),
         HarnessSpec("command", "command", "courier.runs.harness.command:Command", None, (), False),
     )

@@ -26,6 +26,16 @@ DIAGNOSTICS_MAX = 50
 
 
 @dataclass(frozen=True)
+class MessageUsage:
+    """One model response's usage as the harness's stream reported it (docs/cli.md#budgets), by the provider's ID."""
+
+    message_id: str
+    input_tokens: int  # cache reads and writes included
+    output_tokens: int
+    cached_input_tokens: int = 0
+
+
+@dataclass(frozen=True)
 class Launch:
     """Everything a harness needs to build its command line and environment. Never the task.
 
@@ -80,6 +90,9 @@ class EventParser(ABC):
     `failure` applies the harness's terminal rule.
     """
 
+    # True when the stream reports each model response's usage (Claude Code's `assistant` lines).
+    reports_message_usage: ClassVar[bool] = False
+
     def __init__(self) -> None:
         self.session_id: str | None = None
         self.usage: Usage | None = None
@@ -93,6 +106,7 @@ class EventParser(ABC):
         self.limit_reset_at: float | None = None  # epoch seconds
         self._diagnostics: list[str] = []
         self._diagnostics_dropped = 0
+        self._message_usage: list[MessageUsage] = []  # reported since the last take_message_usage
 
     @property
     def diagnostics(self) -> list[str]:
@@ -108,6 +122,14 @@ class EventParser(ABC):
             return False
         self._diagnostics.append(clean(text))
         return True
+
+    def message_usage(self, usage: MessageUsage) -> None:
+        self._message_usage.append(usage)
+
+    def take_message_usage(self) -> list[MessageUsage]:
+        """The per-response usage the stream reported since the last call (the owner's meter takes it per line)."""
+        taken, self._message_usage = self._message_usage, []
+        return taken
 
     def skipped_oversize_line(self, size: int) -> None:
         """Record that the owner skipped a line of `size` bytes (over the 8 MiB line bound)."""

@@ -12,7 +12,7 @@ import os
 import re
 from typing import Any
 
-from courier.runs.harness.base import EventParser, Harness, Launch, is_usage_limit, plural_files
+from courier.runs.harness.base import EventParser, Harness, Launch, MessageUsage, is_usage_limit, plural_files
 from courier.runs.harness.lines import clean
 from protocol import limits
 from protocol.models import Usage
@@ -89,6 +89,23 @@ def usage_of(result: dict[str, Any]) -> Usage | None:
     )
 
 
+def message_usage_of(event: dict[str, Any]) -> MessageUsage | None:
+    """An `assistant` line's `message.usage`, by `message.id` (docs/cli.md#budgets): Claude Code repeats it on
+    every content block of the message; its output count is the one of `message_start`."""
+    message = event.get("message")
+    if not isinstance(message, dict):
+        return None
+    message_id, usage = message.get("id"), message.get("usage")
+    if not isinstance(message_id, str) or not 0 < len(message_id) <= 256 or not isinstance(usage, dict):
+        return None
+    counts = [_count(usage.get(key)) for key in ("input_tokens", "cache_read_input_tokens",
+                                                   "cache_creation_input_tokens", "output_tokens")]  # fmt: skip
+    if all(count is None for count in counts):
+        return None
+    plain, read, write, output = (count or 0 for count in counts)
+    return MessageUsage(message_id, plain + read + write, output, read)
+
+
 def _tool_uses(event: dict[str, Any]) -> list[dict[str, Any]]:
     message = event.get("message")
     content = message.get("content") if isinstance(message, dict) else None
@@ -150,6 +167,8 @@ def actions_of(event: dict[str, Any]) -> list[str]:
 class ClaudeEvents(EventParser):
     """What a Claude Code stream-json stream said, one line at a time, in bounded memory."""
 
+    reports_message_usage = True
+
     def __init__(self) -> None:
         super().__init__()
         self.result_seen = False
@@ -162,6 +181,9 @@ class ClaudeEvents(EventParser):
             self.session_id = event["session_id"]
         if kind == "assistant":
             self.tool_calls += len(_tool_uses(event))
+            usage = message_usage_of(event)
+            if usage is not None:
+                self.message_usage(usage)
         elif kind == "system" and event.get("subtype") in ("api_retry", "permission_denied"):
             for action in actions_of(event):
                 self.diagnose(action.removeprefix("diagnostic: "))
