@@ -10,6 +10,7 @@ it saw into its worktree, where the test reads it. Without bubblewrap (hidden fr
 from __future__ import annotations
 
 import json
+import re
 import os
 import shutil
 import socket
@@ -261,3 +262,94 @@ def test_the_status_text_shows_the_sandbox_after_resolved(machine: Machine, list
     labels = [line.split(":", 1)[0] for line in lines]
     assert "sandbox:  bwrap (network: provider only)" in lines
     assert labels.index("sandbox") == labels.index("resolved") + 1
+
+
+# A stand-in `codex` on PATH: it reads the provider's base_url and credential variable from the
+# command line wb gives Codex, talks to its relay with and without the placeholder, and looks for
+# the real credential in its environment and in every file it can write or its home holds.
+PROVIDER_PROBE = """\
+#!{python}
+import json, os, re, socket, sys, urllib.error, urllib.request
+
+args = " ".join(sys.argv)
+base_url = re.search(r'base_url="([^"]+)"', args).group(1)
+env_key = re.search(r'env_key="([^"]+)"', args).group(1)
+secret = {secret!r}
+out = {{"placeholder": os.environ.get(env_key, "")}}
+out["environ_has_secret"] = secret.encode() in open("/proc/self/environ", "rb").read()
+found = []
+for top in (os.getcwd(), os.environ.get("HOME", "/"), os.environ["TMPDIR"], os.environ.get("CODEX_HOME", "/")):
+    for folder, _, files in os.walk(top):
+        for name in files:
+            try:
+                with open(os.path.join(folder, name), "rb") as f:
+                    if secret.encode() in f.read(1 << 20):
+                        found.append(os.path.join(folder, name))
+            except OSError:
+                pass
+out["files_with_secret"] = found
+
+def post(token):
+    headers = {{"content-type": "application/json"}}
+    if token:
+        headers["authorization"] = "Bearer " + token
+    body = json.dumps({{"model": "m", "input": [], "stream": True}}).encode()
+    request = urllib.request.Request(base_url + "/responses", data=body, headers=headers, method="POST")
+    try:
+        with urllib.request.urlopen(request, timeout=20) as answer:
+            return answer.status
+    except urllib.error.HTTPError as exc:
+        return exc.code
+    except OSError as exc:
+        return type(exc).__name__
+
+out["with_placeholder"] = post(out["placeholder"])
+out["without_placeholder"] = post("")
+out["with_wrong_placeholder"] = post("wb-run-" + "0" * 32)
+try:
+    socket.create_connection(("127.0.0.1", {provider_port}), timeout=2).close()
+    out["provider_port"] = "connected"
+except OSError as exc:
+    out["provider_port"] = type(exc).__name__
+with open("provider-probe.json", "w") as f:
+    json.dump(out, f)
+"""
+
+PROVIDER_CONFIG = """\
+agents:
+  providers:
+    mock:
+      base_url: {base_url}
+      credential_env: {credential_env}
+  profiles:
+    relayed: {{harness: codex, provider: mock, model: gpt-5.5}}
+"""
+
+
+def test_a_confined_worker_holds_a_placeholder_and_reaches_only_its_relay(machine: Machine, tmp_path: Path) -> None:
+    from conftest import CREDENTIAL_ENV, CREDENTIAL_VALUE
+
+    from courier.demo.model_server import ModelServer
+
+    with ModelServer("endless") as server:
+        port = int(server.base_url.split(":")[2].split("/")[0])
+        bin_dir = tmp_path / "probe-bin"
+        bin_dir.mkdir()
+        codex = bin_dir / "codex"
+        codex.write_text(
+            PROVIDER_PROBE.format(python=os.path.realpath(sys.executable), secret=CREDENTIAL_VALUE, provider_port=port)
+        )
+        codex.chmod(0o700)
+        machine.env["PATH"] = f"{bin_dir}:{machine.env['PATH']}"
+        machine.write_config(PROVIDER_CONFIG.format(base_url=server.base_url, credential_env=CREDENTIAL_ENV))
+        machine.clone()
+        final = _run(machine, "relayed", {})
+        assert final["sandbox"] == {"kind": "bwrap", "network": "provider"}
+        seen = json.loads((Path(str(final["worktree_dir"])) / "provider-probe.json").read_text())
+        assert re.fullmatch(r"wb-run-[0-9a-f]{32}", seen["placeholder"]), seen
+        assert seen["environ_has_secret"] is False and seen["files_with_secret"] == []
+        assert seen["with_placeholder"] == 200
+        assert seen["without_placeholder"] == 403 and seen["with_wrong_placeholder"] == 403
+        assert seen["provider_port"] == "ConnectionRefusedError"  # the provider itself is out of reach
+        assert len([r for r in server.requests if r.method == "POST"]) == 1  # the refused ones never reached it
+        assert server.requests[-1].headers["authorization"] == f"Bearer {CREDENTIAL_VALUE}"  # swapped outside
