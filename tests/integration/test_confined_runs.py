@@ -353,3 +353,56 @@ def test_a_confined_worker_holds_a_placeholder_and_reaches_only_its_relay(machin
         assert seen["provider_port"] == "ConnectionRefusedError"  # the provider itself is out of reach
         assert len([r for r in server.requests if r.method == "POST"]) == 1  # the refused ones never reached it
         assert server.requests[-1].headers["authorization"] == f"Bearer {CREDENTIAL_VALUE}"  # swapped outside
+
+
+REMOTE_CONFIG = """\
+agents:
+  profiles:
+    probe: {{harness: command, command: [{script}]}}
+"""
+
+
+def test_a_run_on_an_ssh_machine_is_confined_there(tmp_path: Path) -> None:
+    from conftest import make_clone
+
+    from tests.integration.sshd import SshdFactory, sshd_unavailable_reason
+
+    if sshd_unavailable_reason() is not None:
+        pytest.skip(str(sshd_unavailable_reason()))
+    sshd = SshdFactory(tmp_path / "sshd")
+    try:
+        box = sshd.start("127.0.0.5")
+        make_clone(box.projects_root / "acme" / "widget")
+        script = box.root / "probe.py"
+        script.write_text(PROBE.format(python=os.path.realpath(sys.executable)))
+        script.chmod(0o700)
+        config = box.root / "remote-wb.yaml"
+        config.write_text(REMOTE_CONFIG.format(script=script))
+        config.chmod(0o600)
+        box.wb_home.mkdir(parents=True, exist_ok=True)
+        (box.wb_home / "canary").write_text(CANARY)
+        caller = Machine(
+            root=tmp_path,
+            env={
+                "HOME": str(tmp_path),
+                "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin",
+                "WB_CONFIG": str(sshd.write_wb_config("caller-confined", {"box": sshd.target(box)})),
+                "WB_HOME": str(tmp_path / "wbhome"),
+                "WB_SSH_CONFIG": str(sshd.client_config),
+                "LANG": "C.UTF-8",
+            },
+        )
+        task = {"canary": str(box.wb_home / "canary"), "record": "/nonexistent", "tmp": "/tmp/wb-x", "port": 9}
+        done = caller.wb(
+            "agent", "dispatch", "--to", "box", "--new-worktree", "w1", "--profile", "probe", "--repo", "acme/widget",
+            "--task", json.dumps(task), "--json",
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        final = caller.wb_json("agent", "await", json.loads(done.stdout)["agent_id"], "--to", "box")
+        assert isinstance(final, dict) and final["machine"] == "box" and final["state"] == "completed", final
+        assert final["sandbox"] == {"kind": "bwrap", "network": "provider"}
+        checks = _checks(Path(str(final["worktree_dir"])))
+        assert checks["edit"][0] == "ok" and checks["git-add"][0] == "ok"
+        assert checks["home-canary-read"][0] == "refused"
+    finally:
+        sshd.close()
