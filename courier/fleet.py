@@ -30,6 +30,7 @@ from protocol.timestamps import parse_rfc3339
 
 DUPLICATE_HOME = "same WB_HOME as this machine"
 _ARGV_SHOWN_MAX_BYTES = 60  # an exec machine's command in the HOST column, clipped
+_SANDBOX_SHOWN_MAX_BYTES = 120  # a peer's SANDBOX cell, clipped (its reason is foreign text)
 
 
 @dataclass
@@ -218,6 +219,7 @@ class ProbeRow:
     harnesses: list[str] | None = None  # from the peer's capabilities; [] when it lists none
     executor: str | None = None  # "ray" on a Ray head (docs/ray.md#machines---check)
     nodes: list[NodeFacts] | None = None
+    sandbox: str | None = None  # `bwrap 0.8.0` or `none: <why>`, from the peer's version reply
 
     def document(self) -> MachineProbe:
         return MachineProbe(**self.__dict__)
@@ -288,6 +290,7 @@ def _apply_probe(row: ProbeRow, answer: Answer) -> None:
     row.schema_version = response.schema_version
     row.harnesses = harnesses_of(response.capabilities)
     row.executor, row.nodes = response.executor, response.nodes
+    row.sandbox = response.sandbox
     row.clock_offset_ms = _offset_ms(response.now, answer.sent_at, answer.received_at)
     if row.clock_offset_ms is not None and abs(row.clock_offset_ms) > limits.CLOCK_OFFSET_WARN_MS:
         sys.stderr.write(
@@ -300,7 +303,7 @@ def _machines_table(rows: list[ProbeRow], check: bool) -> str:
         return "no machines configured (add them under session_move.targets in wb.yaml)\n"
     header = ["MACHINE", "CHANNEL", "HOST", "USER", "PORT", "WB_PATH", "OK"]
     if check:
-        header += ["WB", "SCHEMA", "RTT", "CLOCK", "HARNESSES"]
+        header += ["WB", "SCHEMA", "RTT", "CLOCK", "HARNESSES", "SANDBOX"]
     header.append("ERROR")
     table = [header]
     for r in rows:
@@ -312,6 +315,7 @@ def _machines_table(rows: list[ProbeRow], check: bool) -> str:
                 f"{r.rtt_ms}ms" if r.rtt_ms is not None else "-",
                 f"{r.clock_offset_ms:+d}ms" if r.clock_offset_ms is not None else "-",
                 ",".join(r.harnesses) if r.harnesses else "-",
+                _sandbox_cell(r),
             ]
         line.append(sanitize(r.error or ""))
         table.append(line)
@@ -322,6 +326,13 @@ def _machines_table(rows: list[ProbeRow], check: bool) -> str:
         + "\n"
         for row in table
     ) + "".join(executor_lines(r) for r in rows)
+
+
+def _sandbox_cell(row: ProbeRow) -> str:
+    """`bwrap 0.8.0`, `none: <why>`; `unknown` for a peer that answered without saying (older wb)."""
+    if row.sandbox is not None:
+        return clip_bytes(sanitize(row.sandbox), _SANDBOX_SHOWN_MAX_BYTES)
+    return "unknown" if row.wb_version is not None else "-"
 
 
 def executor_lines(row: ProbeRow) -> str:

@@ -82,6 +82,14 @@ class MachineProbe(Document):
     nodes: list[NodeFacts] | None = Field(
         default=None, description="With --check on a Ray head: each node's free/total cpus and gpus."
     )
+    sandbox: str | None = Field(
+        default=None,
+        description=(
+            "With --check: whether bubblewrap can confine a run there, `bwrap VERSION` or `none: <why>` "
+            "(docs/security.md#confined-runs); null without --check, for a machine that did not answer, "
+            "or for an older peer that does not say."
+        ),
+    )
 
     def to_json(self) -> dict[str, Any]:
         # A row whose channel reaches the machine by a command (its argv) carries argv instead of

@@ -144,3 +144,11 @@ COMMAND_ARG_MAX_BYTES = 4 * KIB
 TASK_MAX_TEXT = f"{TASK_MAX_BYTES // MIB} MiB"
 TIMEOUT_MAX_TEXT = f"{TIMEOUT_MAX_MS // MS_PER_HOUR}h"
 FOLLOW_WAIT_MAX_TEXT = f"{FOLLOW_WAIT_MAX_MS // MS_PER_MINUTE} min"
+
+# The owner's HTTP(S) proxy for a profile's `network: [HOST[:PORT], ...]` (courier/runs/connect_proxy.py).
+PROXY_HEADER_MAX_BYTES = 64 * KIB  # one request's (or an upstream response's) whole header block
+PROXY_HEADER_LINES_MAX = 100
+PROXY_HEADER_WAIT_S = 30.0  # a client that sends no complete header block by then is dropped
+PROXY_CONNECT_TIMEOUT_S = 10.0  # reaching an allowed host
+PROXY_CONNECTIONS_MAX = 100  # open client connections at once; past it, 503
+PROXY_READ_CHUNK_BYTES = 64 * KIB

@@ -424,6 +424,9 @@ class RemoteResponse(WireModel):
     placement: PlacementFacts | None = None  # version with `placement: true` (docs/cli.md#placement-across-a-fleet)
     executor: Literal["ray"] | None = None  # version on a Ray head (docs/ray.md#machines---check)
     nodes: list[NodeFacts] | None = None  # bounded with the whole reply (docs/protocol.md#bounds)
+    # version: whether bubblewrap can confine a worker there, `bwrap 0.8.0` or `none: <why>`
+    # (docs/cli.md, wb machines); an older peer sends none.
+    sandbox: str | None = None
     # Results already validated (made on this machine, or checked once by the caller's decoder),
     # kept typed so nobody validates them again.
     _typed_result: Result | StopResult | None = PrivateAttr(default=None)
@@ -480,6 +483,8 @@ class RemoteResponse(WireModel):
             body["executor"] = self.executor
         if self.nodes is not None:
             body["nodes"] = [node.to_wire() for node in self.nodes]
+        if self.sandbox is not None:
+            body["sandbox"] = self.sandbox
         # home_id is on every reply, null when the receiver could not use its home.
         body["home_id"] = self.home_id
         try:

@@ -12,9 +12,11 @@ from protocol.refs import check_repository
 
 def version_op(request: RemoteRequest, response: RemoteResponse, context: Context) -> None:
     from courier.capabilities import capabilities
+    from courier.runs.bwrap_probe import probe  # only here: every other operation stays without it
 
     response.wb_version = __version__
     response.capabilities = capabilities()
+    response.sandbox = probe().describe()
     if request.placement:
         from courier.runs.dispatch import placement_facts
 
