@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import os
 import select
 import shutil
@@ -17,6 +18,7 @@ import threading
 import time
 from datetime import timedelta
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from courier.config import Provider
 from courier.errors import WbError
@@ -26,11 +28,15 @@ from courier.runs.changes import summarize_changes
 from courier.runs.environment import Credential, resolve_credential, worker_environment
 from courier.runs.harness import harness_for, spec_for
 from courier.runs.harness.base import EventParser, Harness, Launch
+from courier.runs.harness.lines import NETWORK_REFUSED
 from courier.runs.harness.message import bounded_message
 from courier.runs.metering import RunMeter, relay_needed
 from courier.runs.store import Record, Store, rfc3339, utc_now, within_admission_grace
 from protocol import limits
 from protocol.durations import format_duration_ms
+
+if TYPE_CHECKING:
+    from courier.runs.connect_proxy import ConnectProxy
 
 _READ_CHUNK = limits.READ_CHUNK_BYTES
 _POLL_S = 0.1
@@ -121,6 +127,9 @@ class Owner:
         self.carried_tool_calls = 0
         self.worker_s = 0.0  # time spent in workers so far: the run's --timeout bounds it, not the waits
         self.confinement: sandbox.Plan | None = None  # docs/security.md#confinement: None runs the worker as it is
+        self.proxy: ConnectProxy | None = None  # for `network: [hosts]`
+        self.refused_hosts: list[str] = []  # by the proxy's threads; the pump stores them as lines
+        self.refused_lock = threading.Lock()
 
     def run(self) -> None:
         record = self.record
@@ -153,6 +162,8 @@ class Owner:
                 argv, stdin = resumed
         finally:
             self.meter.stop()
+            if self.proxy is not None:
+                self.proxy.stop()
             if self.confinement is not None:
                 self.confinement.cleanup()
         self.decide_and_save(exit_code=exit_code)
@@ -315,7 +326,29 @@ class Owner:
         if relay is not None:
             relay.listen_unix(plan.socket_dir, sandbox.RELAY_SOCKET)
             plan.forwards.append((relay.port, sandbox.RELAY_SOCKET))
+        if isinstance(record.network, list):
+            from courier.runs.connect_proxy import ConnectProxy
+
+            self.proxy = ConnectProxy(record.network, self.note_refused)
+            fd = os.open(plan.socket_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            try:  # through the directory's descriptor: a run's path may be longer than a socket address holds
+                self.proxy.start_unix(f"/proc/self/fd/{fd}/{sandbox.PROXY_SOCKET}")
+            finally:
+                os.close(fd)
+            taken = {port for port, _ in plan.forwards}
+            plan.forwards.append((next(p for p in sandbox.PROXY_PORTS if p not in taken), sandbox.PROXY_SOCKET))
         return plan
+
+    def note_refused(self, host: str) -> None:
+        with self.refused_lock:
+            self.refused_hosts.append(host)
+
+    def store_refused(self, log_fd: int) -> None:
+        """The proxy's refusals as the owner's own transcript lines (`network refused: HOST`)."""
+        with self.refused_lock:
+            hosts, self.refused_hosts = self.refused_hosts, []
+        for host in hosts:
+            self.store_event(log_fd, json.dumps({"type": NETWORK_REFUSED, "host": host}).encode() + b"\n")
 
     def confined_environment(self, env: dict[str, str]) -> dict[str, str]:
         """A confined worker's TMPDIR is its own; without the machine's network, the machine's proxies are
@@ -326,6 +359,11 @@ class Owner:
         if not plan.share_network:
             for name in [name for name in env if name.lower().endswith("_proxy")]:
                 del env[name]
+        proxy = next((port for port, name in plan.forwards if name == sandbox.PROXY_SOCKET), None)
+        if proxy is not None:
+            for name in ("HTTPS_PROXY", "HTTP_PROXY", "https_proxy", "http_proxy"):
+                env[name] = f"http://127.0.0.1:{proxy}"
+            env["NO_PROXY"] = env["no_proxy"] = "127.0.0.1,localhost"  # the relay is reached directly
         for name in ("TMPDIR", "TMP", "TEMP"):
             env[name] = str(plan.tmp_dir)
         return env
@@ -359,6 +397,8 @@ class Owner:
                     silent_for = now - last_output
                     self.stalled_since_output = rfc3339(utc_now() - timedelta(seconds=silent_for))
                     self.end_worker(worker)
+                if self.refused_hosts:
+                    self.store_refused(log_fd)
                 if self.meter.should_stop_worker() and worker.poll() is None:
                     self.end_worker(worker)  # a budget crossed, or a usage limit to wait out
                 if exited_at is None and worker.poll() is not None:
@@ -415,6 +455,7 @@ class Owner:
                 if stored + len(line) <= limits.EVENTS_STORED_MAX_BYTES:
                     self.store_event(log_fd, line)
         finally:
+            self.store_refused(log_fd)
             os.close(log_fd)
             worker.stdout.close()
         worker.wait()

@@ -49,6 +49,7 @@ SOCKETS_DIR = "sockets"
 TMP_DIR = "tmp"
 RELAY_SOCKET = "relay.sock"
 PROXY_SOCKET = "proxy.sock"
+PROXY_PORTS = (3128, 3129)  # the proxy's port inside the sandbox's own loopback: any but the relay's
 
 
 @dataclass(frozen=True)

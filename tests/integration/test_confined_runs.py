@@ -10,8 +10,8 @@ it saw into its worktree, where the test reads it. Without bubblewrap (hidden fr
 from __future__ import annotations
 
 import json
-import re
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -406,3 +406,71 @@ def test_a_run_on_an_ssh_machine_is_confined_there(tmp_path: Path) -> None:
         assert checks["home-canary-read"][0] == "refused"
     finally:
         sshd.close()
+
+
+NETWORK_PROBE = """\
+#!{python}
+import json, urllib.error, urllib.request
+out = {{}}
+for name, url in (("allowed", "http://127.0.0.2:{port}/hello"), ("other", "http://127.0.0.3:{port}/hello")):
+    try:
+        with urllib.request.urlopen(url, timeout=20) as answer:
+            out[name] = [answer.status, answer.read().decode()]
+    except urllib.error.HTTPError as exc:
+        out[name] = [exc.code, ""]
+    except OSError as exc:
+        out[name] = [type(exc).__name__, ""]
+with open("network-probe.json", "w") as f:
+    json.dump(out, f)
+"""
+
+
+@pytest.fixture
+def two_servers() -> Iterator[int]:
+    """The same small HTTP server on 127.0.0.2 and 127.0.0.3 (one port): one host allowed, one not."""
+    import http.server
+    import threading
+
+    class Hello(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("content-length", "5")
+            self.end_headers()
+            self.wfile.write(b"hello")
+
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+    first = http.server.ThreadingHTTPServer(("127.0.0.2", 0), Hello)
+    port = first.server_address[1]
+    second = http.server.ThreadingHTTPServer(("127.0.0.3", port), Hello)
+    for server in (first, second):
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield port
+    finally:
+        for server in (first, second):
+            server.shutdown()
+            server.server_close()
+
+
+def test_network_hosts_pass_through_the_owners_proxy_and_others_are_refused(
+    machine: Machine, two_servers: int
+) -> None:
+    script = machine.root / "net.py"
+    script.write_text(NETWORK_PROBE.format(python=os.path.realpath(sys.executable), port=two_servers))
+    script.chmod(0o700)
+    machine.write_config(
+        "agents:\n  profiles:\n"
+        f"    net: {{harness: command, command: [{script}], network: ['127.0.0.2:{two_servers}']}}\n"
+    )
+    machine.clone()
+    final = _run(machine, "net", {})
+    assert final["state"] == "completed", final
+    assert final["sandbox"] == {"kind": "bwrap", "network": [f"127.0.0.2:{two_servers}"]}
+    seen = json.loads((Path(str(final["worktree_dir"])) / "network-probe.json").read_text())
+    assert seen == {"allowed": [200, "hello"], "other": [403, ""]}
+    logs = machine.wb("agent", "logs", str(final["agent_id"])).stdout
+    assert "network refused: 127.0.0.3" in logs
+    status = machine.wb("agent", "status", str(final["agent_id"])).stdout
+    assert f"sandbox:  bwrap (network: 127.0.0.2:{two_servers})\n" in status
