@@ -318,7 +318,7 @@ class Profile(_Entry):
     provider: str | None = None
     model: str | None = None
     reasoning: str | None = None
-    # true: the machine's network; [HOST[:PORT], …]: those hosts through wb's proxy (docs/security.md#confinement)
+    # true: the machine's network; [HOST[:PORT], …]: those hosts through wb's proxy (docs/security.md#confined-runs)
     network: bool | list[str] = False
     sandbox: Literal["auto", "required", "off"] | None = None  # wins over wb.yaml's sandbox.default
     sandbox_writable: list[str] | None = None  # wins over wb.yaml's sandbox.writable

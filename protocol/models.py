@@ -172,7 +172,7 @@ class NodeFacts(WireModel):
 
 
 class Sandbox(WireModel):
-    """How the worker ran (docs/security.md#confinement): `bwrap` and its network, or `none` and why not."""
+    """How the worker ran (docs/security.md#confined-runs): `bwrap` and its network, or `none` and why not."""
 
     kind: Literal["bwrap", "none"]
     network: Literal["provider", "all"] | list[Annotated[str, Field(max_length=260)]] | None = Field(
@@ -210,7 +210,7 @@ class Result(WireModel):
     tool_calls: int | None = Field(default=None, ge=0)
     usage: Usage | None = None
     budget: Budget | None = None  # docs/cli.md#budgets
-    sandbox: Sandbox | None = None  # docs/security.md#confinement: set by the owner as the worker starts
+    sandbox: Sandbox | None = None  # docs/security.md#confined-runs: set by the owner as the worker starts
     waits: list[Wait] | None = Field(default=None, max_length=1000)  # docs/cli.md#waiting-out-a-usage-limit
     max_waits: int | None = Field(default=None, ge=1)  # on_usage_limit's bound, for the `waiting:` line
     changes: ChangeSummary | None = None

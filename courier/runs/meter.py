@@ -308,7 +308,7 @@ class Meter:
 
     def listen_unix(self, directory: Path, name: str) -> None:
         """Also serve on the Unix socket `directory/name`: a confined worker's forwarder reaches the relay there
-        (docs/security.md#confinement). Bound through the directory's descriptor: a run's path may be longer than
+        (docs/security.md#confined-runs). Bound through the directory's descriptor: a run's path may be longer than
         a socket address can hold."""
         assert self._handler is not None
         fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)

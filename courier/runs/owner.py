@@ -126,7 +126,7 @@ class Owner:
         self.carried_diagnostics: list[str] = []
         self.carried_tool_calls = 0
         self.worker_s = 0.0  # time spent in workers so far: the run's --timeout bounds it, not the waits
-        self.confinement: sandbox.Plan | None = None  # docs/security.md#confinement: None runs the worker as it is
+        self.confinement: sandbox.Plan | None = None  # docs/security.md#confined-runs: None runs the worker as it is
         self.proxy: ConnectProxy | None = None  # for `network: [hosts]`
         self.refused_hosts: list[str] = []  # by the proxy's threads; the pump stores them as lines
         self.refused_lock = threading.Lock()
@@ -205,6 +205,10 @@ class Owner:
         started = time.monotonic()
         self.pump(worker, events_path)
         self.worker_s += time.monotonic() - started
+        if self.confinement is not None:
+            # The sandbox's PID namespace ends with the harness: the kernel kills what is left in it (the
+            # forwarder's carrier, anything the harness left behind) as bubblewrap exits. Not leftovers to report.
+            process.wait_until(lambda: not process.group_members(worker.pid), limits.TIMEOUT_KILL_GRACE_S)
         left = process.terminate_group(worker.pid, limits.TIMEOUT_KILL_GRACE_S)
         if left:
             self.diagnostics.append(
@@ -297,6 +301,7 @@ class Owner:
             env_key=credential.env_name if credential else "",
             reasoning=record.resolved.reasoning,
             network=bool(record.network),
+            confined=self.confinement is not None,
             resume_session=record.resume_session_id,
             permissions=record.permissions,
             command=tuple(record.command) if record.command else None,
@@ -320,10 +325,11 @@ class Owner:
             writable=tuple(record.sandbox_writable or ()),
             share_network=record.network is True,
             files=files,
+            parent_home=self.store.run_dir(record.parent_id) / store_mod.HARNESS_HOME if record.parent_id else None,
         )
         plan.prepare()
         relay = self.meter.relay
-        if relay is not None:
+        if relay is not None and not plan.share_network:  # with the machine's network it reaches the relay as is
             relay.listen_unix(plan.socket_dir, sandbox.RELAY_SOCKET)
             plan.forwards.append((relay.port, sandbox.RELAY_SOCKET))
         if isinstance(record.network, list):

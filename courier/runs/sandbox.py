@@ -1,4 +1,4 @@
-"""The confined worker (docs/security.md#confinement): the bubblewrap command line around a harness's own.
+"""The confined worker (docs/security.md#confined-runs): the bubblewrap command line around a harness's own.
 
 The owner starts every harness (`command` included) through `bwrap` when the run's sandbox mode
 allows it and bubblewrap is usable here (courier/runs/bwrap_probe.py). Inside:
@@ -133,6 +133,9 @@ class Plan:
     # (port inside, socket file name in the run's sockets dir): the forwarder's listeners.
     forwards: list[tuple[int, str]] = field(default_factory=list)
     files: list[Path] = field(default_factory=list)  # single files written inside (codex's last message)
+    # A continued run's harness home is a copy of its parent's, whose paths the harness's own state names
+    # (Codex's session index): the copy is also bound at the parent's path, so they lead to the copy.
+    parent_home: Path | None = None
 
     @property
     def socket_dir(self) -> Path:
@@ -172,6 +175,8 @@ class Plan:
         binds += _git_binds(git_ro, git_rw)
         if self.forwards:
             binds.append(("--ro-bind", str(self.socket_dir), str(self.socket_dir)))
+        if self.parent_home is not None:
+            binds.append(("--bind", str(self.harness_home), str(self.parent_home)))
         for option, source, target in _ordered(binds):
             if os.path.lexists(source):
                 out += [option, source, target]

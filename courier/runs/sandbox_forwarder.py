@@ -2,7 +2,7 @@
 
     python -I -S sandbox_forwarder.py PORT=/run/dir/sockets/relay.sock [...] -- HARNESS ARGV...
 
-Started by bwrap before the harness (docs/security.md#confinement). It binds every listener
+Started by bwrap before the harness (docs/security.md#confined-runs). It binds every listener
 first (so the harness can connect at once: early connections wait in the backlog), forks one
 child that carries connections, and execs the harness in its own place, so the harness keeps
 the process bwrap waits for and its exit code is the worker's. The child dies with the PID

@@ -47,7 +47,7 @@ class Record(Result):
     preexisting_changes: int | None = None
     timeout_ms: int
     network: bool | list[str] = False
-    # docs/security.md#confinement: the mode in force (auto | required | off), where it came from, the writable paths.
+    # docs/security.md#confined-runs: the mode in force (auto | required | off), where it came from, the writable paths.
     sandbox_mode: str = "auto"
     sandbox_source: str | None = None  # "profile fast" or "wb.yaml's sandbox.default": the `off` reason names it
     sandbox_writable: list[str] | None = None

@@ -1,4 +1,4 @@
-"""Confined runs with the real bubblewrap and real git (docs/security.md#confinement).
+"""Confined runs with the real bubblewrap and real git (docs/security.md#confined-runs).
 
 A `command` harness probe runs inside wb's sandbox: it edits its worktree and uses git there,
 then tries what a confined worker must not do (the real home's canary, another run's record,

@@ -15,7 +15,7 @@ from protocol import limits
 
 DIAGNOSTIC_MAX_BYTES = limits.LOG_ACTION_MAX_BYTES
 # A line the owner itself adds to a confined run's transcript when its proxy refuses a host
-# (docs/security.md#confinement): the worker action `network refused: HOST`, whatever the harness.
+# (docs/security.md#confined-runs): the worker action `network refused: HOST`, whatever the harness.
 NETWORK_REFUSED = "wb.network_refused"
 MALFORMED_EXCERPT_CHARS = 120
 
