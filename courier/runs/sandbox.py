@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 from courier.errors import NotStartable
+from protocol import limits
 
 if TYPE_CHECKING:
     from courier.config import Config
@@ -186,7 +187,7 @@ class Plan:
         if self.forwards:
             interpreter = os.path.realpath(sys.executable)
             listens = [f"{port}={self.socket_dir / name}" for port, name in self.forwards]
-            out += [interpreter, "-I", "-S", str(FORWARDER), *listens, "--"]
+            out += [interpreter, "-I", "-S", str(FORWARDER), str(limits.RELAY_READ_CHUNK_BYTES), *listens, "--"]
         return out + argv
 
 

@@ -1,6 +1,6 @@
 """Inside a confined worker's network namespace: 127.0.0.1:PORT → a Unix socket the owner listens on.
 
-    python -I -S sandbox_forwarder.py PORT=/run/dir/sockets/relay.sock [...] -- HARNESS ARGV...
+    python -I -S sandbox_forwarder.py CHUNK PORT=/run/dir/sockets/relay.sock [...] -- HARNESS ARGV...
 
 Started by bwrap before the harness (docs/security.md#confined-runs). It binds every listener
 first (so the harness can connect at once: early connections wait in the backlog), forks one
@@ -18,7 +18,7 @@ import socket
 import sys
 import threading
 
-_CHUNK = 65536
+_chunk = 1  # bytes per read: the first argument (courier/runs/sandbox.py passes wb's bound; nothing of wb is imported)
 # A socket path longer than sun_path (108 bytes) is reached through its directory's descriptor.
 _SUN_PATH_MAX = 100
 
@@ -26,7 +26,7 @@ _SUN_PATH_MAX = 100
 def _pipe(source: socket.socket, sink: socket.socket) -> None:
     try:
         while True:
-            data = source.recv(_CHUNK)
+            data = source.recv(_chunk)
             if not data:
                 break
             sink.sendall(data)
@@ -78,8 +78,10 @@ def main(argv: list[str]) -> int:
     if "--" not in argv:
         print("sandbox_forwarder: usage: PORT=SOCKET ... -- ARGV", file=sys.stderr)
         return 2
+    global _chunk
     split = argv.index("--")
-    pairs, command = argv[:split], argv[split + 1 :]
+    pairs, command = argv[1:split], argv[split + 1 :]
+    _chunk = int(argv[0])
     listeners = []
     for pair in pairs:
         port, _, path = pair.partition("=")
