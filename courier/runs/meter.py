@@ -8,7 +8,7 @@ carry exact per-response usage in every wire format, so the owner reads them as 
 The relay also sees a usage-limit refusal (HTTP 429 and its `retry-after`) the moment it
 happens, whatever the harness prints about it. See docs/harnesses.md.
 
-It listens on 127.0.0.1 only and serves its own worker only (docs/security.md#the-relays-placeholder):
+It listens on 127.0.0.1 only and serves its own worker only (docs/cli.md#budgets; docs/security.md):
 the worker holds a per-run placeholder (`wb-run-` + 32 hex digits) where the credential would be,
 and the relay replaces it with the real credential in each request it forwards (a header such as
 `Authorization: Bearer`, `x-api-key` or `x-goog-api-key`, or Gemini's `key=` query parameter). A
@@ -72,7 +72,7 @@ _PLACEHOLDER = re.compile(rb"wb-run-[0-9a-f]{32}")
 
 
 def new_placeholder() -> str:
-    """A fresh per-run placeholder: `wb-run-` followed by 32 random hex digits (docs/security.md)."""
+    """A fresh per-run placeholder: `wb-run-` followed by 32 random hex digits (docs/harnesses.md, the relay)."""
     return PLACEHOLDER_PREFIX + secrets.token_hex(16)
 
 

@@ -3,19 +3,25 @@ docs/harnesses.md).
 
 Codex 0.169.0, Claude Code 2.1.328 and Gemini CLI 0.61.0, each against its in-suite scripted
 server: a token budget stops the run after the response that crosses it, with no later request
-answered; a usage limit (HTTP 429, `retry-after: 3`) is waited out and the same session resumed.
+answered; a usage limit (HTTP 429, `retry-after: 3`) is waited out and the same session resumed;
+the worker holds the run's placeholder, never the credential, and its relay answers a request
+without the placeholder with 403 (docs/cli.md#budgets).
 """
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import shutil
+import urllib.error
+import urllib.request
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import FAKES, Machine, require_cli
+from conftest import CREDENTIAL_VALUE, FAKES, Machine, require_cli, wait_for
 
 from courier.demo.scripted_http import ScriptedServer
 from tests.unattended_support import Cli, cli, model_requests, run, server, unattended_config
@@ -71,3 +77,52 @@ def test_a_usage_limit_is_waited_out_and_the_same_session_resumes(
     # holds one more tool result than Codex's and Claude Code's, so the script skips a step there.)
     steps = [served.step for served in server.served if getattr(served, "step", None) is not None]
     assert steps[0] == 0 and len(steps) >= 2 and 0 not in steps[1:], steps
+
+
+def _environ(pid: int) -> dict[str, str]:
+    raw = Path(f"/proc/{pid}/environ").read_bytes()
+    return dict(item.split("=", 1) for item in raw.decode("utf-8", "replace").split("\0") if "=" in item)
+
+
+def test_the_real_cli_holds_the_placeholder_and_its_relay_refuses_anyone_else(
+    real: Machine, cli: Cli, server: ScriptedServer[Any]
+) -> None:
+    done = real.wb("agent", "dispatch", "--new-worktree", "w1", "--profile", "budgeted", "--max-tokens", "100000000",
+                   "--repo", "acme/widget", "--task", "Do the scripted task.")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    ref = done.stdout.split()[0]
+
+    def status() -> dict[str, Any]:
+        value: dict[str, Any] = json.loads(real.wb("agent", "status", ref, "--json").stdout)
+        return value
+
+    assert wait_for(lambda: model_requests(server) >= 2, timeout=120), server.served  # it works through the relay
+    seen = status()
+    assert seen["state"] == "running" and seen.get("worker_pid"), seen
+    env = _environ(seen["worker_pid"])
+    key = {"codex": "TEST_PROVIDER_KEY", "claude": "ANTHROPIC_API_KEY", "gemini": "GEMINI_API_KEY"}[cli.name]
+    assert re.fullmatch(r"wb-run-[0-9a-f]{32}", env[key]), env.get(key)
+    assert not any(CREDENTIAL_VALUE in value for value in env.values())
+    if cli.name == "codex":
+        argv = Path(f"/proc/{seen['worker_pid']}/cmdline").read_bytes().decode()  # its -c overrides
+        relay = re.search(r'base_url="(http://127\.0\.0\.1:\d+[^"]*)"', argv)
+        assert relay is not None, argv
+        url = relay.group(1).rstrip("/") + "/responses"
+    else:
+        base = env["ANTHROPIC_BASE_URL" if cli.name == "claude" else "GOOGLE_GEMINI_BASE_URL"].rstrip("/")
+        url = base + ("/v1/messages" if cli.name == "claude" else f"/v1beta/models/{cli.model}:streamGenerateContent")
+    for credential in (CREDENTIAL_VALUE, "wb-run-" + "0" * 32):
+        headers = {"content-type": "application/json", "x-foreign": "1", "authorization": f"Bearer {credential}",
+                   "x-api-key": credential, "x-goog-api-key": credential}  # fmt: skip
+        request = urllib.request.Request(url, data=b"{}", headers=headers, method="POST")
+        try:
+            with urllib.request.urlopen(request, timeout=30) as answer:
+                code = answer.status
+        except urllib.error.HTTPError as exc:
+            code = exc.code
+        assert code == 403
+    assert not any("x-foreign" in {name.lower() for name in r.headers} for r in server.requests)  # none forwarded
+    forwarded = [r for r in server.requests if r.method == "POST"]
+    assert forwarded and all(CREDENTIAL_VALUE in json.dumps(dict(r.headers)) + r.path for r in forwarded)
+    assert real.wb("agent", "stop", ref).returncode == 0
+    assert wait_for(lambda: status()["terminal"], timeout=30)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import email.utils
 import http.client
 import io
+import json
 import time
 from pathlib import Path
 
@@ -16,12 +17,16 @@ from courier.capabilities import capabilities
 from courier.config import Config, load_config
 from courier.errors import UsageError
 from courier.ops.status import status_text
+from courier.render import budget_text
 from courier.runs import usage_wait
-from courier.runs.budget import budget_in_force, check_budget, exceeded, usage_limit_policy
+from courier.runs.budget import budget_in_force, check_budget, exceeded, price_of, usage_limit_policy
+from courier.runs.harness.base import MessageUsage
 from courier.runs.harness.claude import ClaudeEvents
 from courier.runs.harness.codex import EventSummary
 from courier.runs.harness.gemini import GeminiEvents
 from courier.runs.meter import ResponseUsage, reset_time, usage_in
+from courier.runs.metering import relay_needed
+from courier.runs.store import Record
 from courier.starting import require_budget_support
 from protocol.models import Budget, Price, RemoteRequest, RemoteResponse, Result, UsageLimitPolicy
 
@@ -59,6 +64,10 @@ def test_a_profile_takes_a_budget_and_on_usage_limit(tmp_path: Path) -> None:
         ("      budget: {tokenz: 5}\n", "tokenz"),
         ("      on_usage_limit: {resume: true, max_wait: 6}\n", "max_wait"),
         ("      on_usage_limit: {resume: true, max_waits: 0}\n", "max_waits must be a whole number from 1"),
+        ("      price: {input_usd_per_mtok: -1, output_usd_per_mtok: 15}\n", "price.input_usd_per_mtok: price rates"),
+        ("      price: {input_usd_per_mtok: 3}\n", "price.output_usd_per_mtok"),
+        ("      price: {input_usd_per_mtok: 3, output_usd_per_mtok: 15, cache: 1}\n", "price.cache"),
+        ("      price: {input_usd_per_mtok: '3', output_usd_per_mtok: 15}\n", "price.input_usd_per_mtok"),
     ],
 )
 def test_a_bad_budget_or_wait_setting_is_refused_naming_the_key(tmp_path: Path, text: str, named: str) -> None:
@@ -66,6 +75,12 @@ def test_a_bad_budget_or_wait_setting_is_refused_naming_the_key(tmp_path: Path, 
     with pytest.raises(UsageError) as caught:
         config.profile("x")
     assert named in caught.value.message and "agents.profiles.x" in caught.value.message
+
+
+def test_a_profile_takes_a_price(tmp_path: Path) -> None:
+    profile = _config(tmp_path, "      price: {input_usd_per_mtok: 3, output_usd_per_mtok: 15}\n").profile("x")
+    assert price_of(profile) == Price(input_usd_per_mtok=3.0, output_usd_per_mtok=15.0)
+    assert price_of(_config(tmp_path, "").profile("x")) is None
 
 
 def test_waiting_is_off_unless_resume_is_true(tmp_path: Path) -> None:
@@ -226,6 +241,14 @@ def test_status_shows_the_budget_after_the_usage() -> None:
     assert lines[at + 1] == "budget:   3,210 of 10,000 tokens; $0.0123 of $0.5000"
 
 
+def test_an_unknown_cost_is_shown_as_unknown_never_as_zero() -> None:
+    result = _result(budget={"tokens": 1000, "cost_usd": 0.01}, usage={"input_tokens": 300, "output_tokens": 100})
+    assert budget_text(result) == "400 of 1,000 tokens; cost: unknown of $0.0100"
+    text = status_text(result)
+    assert "usage:    input 300, output 100, cost: unknown\n" in text and "$0.0000" not in text
+    assert budget_text(_result(budget={"cost_usd": 0.01})) == "cost: unknown of $0.0100"
+
+
 def test_status_shows_a_wait_while_the_run_waits() -> None:
     wait = {"started_at": "2026-12-01T20:10:00Z", "until": "2026-12-01T20:25:00Z", "reason": "usage limit (anthropic)"}
     text = status_text(_result(waits=[wait], max_waits=3))
@@ -253,3 +276,28 @@ def test_a_budget_flag_for_an_older_peer_is_the_upgrade_message(monkeypatch: pyt
         "machine box runs wb 0.9.0, which does not support --max-tokens and --max-cost-usd; upgrade wb there"
     )
     require_budget_support(None, "", starting)  # type: ignore[arg-type]  # this machine: no question asked
+
+
+def test_claude_codes_assistant_lines_report_each_messages_usage_by_its_id() -> None:
+    """What the meter takes as the stream's figure for a response (docs/cli.md#budgets); repeated per content block."""
+    parser = ClaudeEvents()
+    usage = {"input_tokens": 10, "cache_read_input_tokens": 290, "cache_creation_input_tokens": 5, "output_tokens": 1}
+    line = {"type": "assistant", "message": {"id": "msg_1", "content": [], "usage": usage}}
+    parser.feed(json.dumps(line).encode() + b"\n")
+    parser.feed(json.dumps(line).encode() + b"\n")
+    parser.feed(json.dumps({"type": "assistant", "message": {"id": "msg_2", "content": []}}).encode() + b"\n")
+    assert parser.take_message_usage() == [MessageUsage("msg_1", 305, 1, 290)] * 2
+    assert parser.take_message_usage() == []
+
+
+@pytest.mark.parametrize(
+    ("fields", "needed"),
+    [
+        ({}, False),
+        ({"budget": {"tokens": 10}}, True),
+        ({"usage_limit": {"max_waits": 1}}, True),
+    ],
+)
+def test_the_relay_is_in_front_of_a_run_with_a_budget_or_a_wait(fields: dict[str, object], needed: bool) -> None:
+    record = Record.model_validate({**_result().model_dump(exclude_none=True), "timeout_ms": 60_000, **fields})
+    assert relay_needed(record) is needed
