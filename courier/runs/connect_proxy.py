@@ -211,6 +211,15 @@ def _linger(sock: socket.socket) -> None:
             left -= len(chunk)
 
 
+def _turn_away(client: socket.socket) -> None:
+    """503 for a connection past the bound (its own short thread: the answer lingers, the listener does not)."""
+    try:
+        _answer(client, _Answer(503, "Service Unavailable", "too many connections to the proxy"))
+        _linger(client)
+    finally:
+        client.close()
+
+
 def _kept_headers(head: _Head) -> list[tuple[str, str]]:
     """The headers a proxy sends on: neither hop-by-hop nor named by Connection."""
     named = {token.strip().lower() for value in head.values("connection") for token in value.split(",")}
@@ -249,21 +258,26 @@ class ConnectProxy:
     # -- listening -------------------------------------------------------------------------------
 
     def start_unix(self, path: str) -> None:
-        """Listen on a Unix socket at `path` (mode 0600; refused if `path` exists)."""
+        """Listen on a Unix socket at `path` (mode 0600; refused if `path` exists; any length)."""
         # Bound under a random name beside it, made 0600, then linked to `path`: the socket is
         # never reachable at `path` with looser permissions, and an existing file is not replaced.
-        staging = os.path.join(os.path.dirname(path) or ".", f".wb-proxy-{secrets.token_hex(6)}")
+        # All through the directory's descriptor: a run's path may be longer than a socket address holds.
+        directory, name = os.path.split(os.path.abspath(path))
+        staging = f".wb-proxy-{secrets.token_hex(6)}"
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         try:
-            listener.bind(staging)
+            listener.bind(f"/proc/self/fd/{fd}/{staging}")
             try:
-                os.chmod(staging, 0o600)
-                os.link(staging, path)
+                os.chmod(staging, 0o600, dir_fd=fd)
+                os.link(staging, name, src_dir_fd=fd, dst_dir_fd=fd, follow_symlinks=False)
             finally:
-                os.unlink(staging)
+                os.unlink(staging, dir_fd=fd)
         except BaseException:
             listener.close()
             raise
+        finally:
+            os.close(fd)
         self._unix_paths.append(path)
         self._listen(listener)
 
@@ -318,8 +332,7 @@ class ConnectProxy:
                 except OSError:
                     continue
                 if not self._admit(client):
-                    _answer(client, _Answer(503, "Service Unavailable", "too many connections to the proxy"))
-                    client.close()
+                    threading.Thread(target=_turn_away, args=(client,), name="wb-proxy-busy", daemon=True).start()
                     continue
                 threading.Thread(target=self._serve, args=(client,), name="wb-proxy-client", daemon=True).start()
 

@@ -6,6 +6,7 @@ server, by another name) stands for a host that is not on the list.
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import os
@@ -311,17 +312,29 @@ def test_stop_closes_every_open_tunnel() -> None:
             conn.close()
 
 
+@contextlib.contextmanager
+def _directory(path: Path) -> Iterator[int]:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        yield fd
+    finally:
+        os.close(fd)
+
+
 def test_the_unix_listener_is_0600_and_tunnels(tmp_path: Path, target: Target) -> None:
     refused: list[str] = []
     unix = ConnectProxy([f"localhost:{target.port}"], refused.append)
-    path = tmp_path / "proxy.sock"
+    deep = tmp_path / ("d" * 60) / ("e" * 60)  # longer than a socket address holds (108 bytes)
+    deep.mkdir(parents=True)
+    path = deep / "proxy.sock"
+    assert len(str(path)) > 108
     unix.start_unix(str(path))
     try:
         assert stat.S_ISSOCK(path.stat().st_mode) and stat.S_IMODE(path.stat().st_mode) == 0o600
-        assert [p.name for p in tmp_path.iterdir()] == ["proxy.sock"]
-        with socket.socket(socket.AF_UNIX) as sock:
+        assert [p.name for p in deep.iterdir()] == ["proxy.sock"]
+        with socket.socket(socket.AF_UNIX) as sock, _directory(deep) as fd:
             sock.settimeout(30)
-            sock.connect(str(path))
+            sock.connect(f"/proc/self/fd/{fd}/proxy.sock")
             sock.sendall(
                 f"CONNECT localhost:{target.port} HTTP/1.1\r\n\r\n"
                 f"GET /over-unix HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n".encode()
@@ -338,3 +351,16 @@ def test_the_unix_listener_is_0600_and_tunnels(tmp_path: Path, target: Target) -
     finally:
         unix.stop()
     assert not path.exists()
+
+
+def test_past_the_bound_of_open_connections_the_next_gets_503(proxy: Running) -> None:
+    from protocol import limits
+
+    bound = limits.PROXY_CONNECTIONS_MAX
+    held = [socket.create_connection(("127.0.0.1", proxy.port), timeout=30) for _ in range(bound)]
+    try:
+        # Accepted in order: the first ones hold every place, each waiting for its header block.
+        assert _raw(proxy.port, b"CONNECT localhost:1 HTTP/1.1\r\n\r\n").startswith(b"HTTP/1.1 503 ")
+    finally:
+        for sock in held:
+            sock.close()
