@@ -163,6 +163,8 @@ class Plan:
     def command_line(self, argv: list[str]) -> list[str]:
         hidden = _hidden_roots(self.wb_home)
         out = [self.bwrap, "--die-with-parent", "--unshare-pid", "--unshare-ipc"]
+        lock = _root_lock()
+        out += ["--cap-drop", "ALL"] if lock == _DROP_ALL else ["--unshare-user"] if lock else []
         if not self.share_network:
             out.append("--unshare-net")
         out += ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
@@ -184,11 +186,34 @@ class Plan:
         for root in hidden:
             out += ["--remount-ro", root]
         out += ["--chdir", self.worktree, "--"]
+        if lock and lock != _DROP_ALL:
+            out += lock
         if self.forwards:
             interpreter = os.path.realpath(sys.executable)
             listens = [f"{port}={self.socket_dir / name}" for port, name in self.forwards]
             out += [interpreter, "-I", "-S", str(FORWARDER), str(limits.RELAY_READ_CHUNK_BYTES), *listens, "--"]
         return out + argv
+
+
+_DROP_ALL = ["--cap-drop", "ALL"]
+
+
+def _root_lock() -> list[str]:
+    """What keeps a worker started as root from undoing its sandbox; nothing for an ordinary user.
+
+    Root keeps its capabilities inside bubblewrap: with CAP_SYS_ADMIN it could unmount the tmpfs over
+    a home or remount / read-write. Dropping them all would also stop Codex's own sandbox, which makes
+    namespaces of its own. So as root the sandbox gets its own user namespace, and the harness starts
+    in one more (`unshare --user --map-root-user --mount`): the mounts it inherits are then locked by
+    the kernel (no unmount, no remount read-write) while it keeps the capabilities of its own
+    namespaces for a sandbox of its own. Without util-linux's `unshare`, every capability is dropped.
+    """
+    if os.geteuid() != 0:
+        return []
+    found = shutil.which("unshare")
+    if found is None:
+        return _DROP_ALL
+    return [found, "--user", "--map-root-user", "--mount", "--"]
 
 
 def _hidden_roots(wb_home: Path) -> list[str]:

@@ -103,6 +103,12 @@ check("tmpdir-write", lambda: write(os.path.join(os.environ["TMPDIR"], "mine")))
 check("loopback", lambda: connect(targets["port"]))
 check("writable-extra", lambda: write(targets["extra"]) if targets.get("extra") else "none")
 check("processes", processes)
+def undo():  # what root's capabilities would allow: uncover the home, or make / writable
+    for argv in (["umount", os.path.dirname(os.path.dirname(targets["canary"]))], ["mount", "-o", "remount,rw", "/"]):
+        subprocess.run(argv, capture_output=True)
+    return read(targets["canary"])
+check("undo-the-sandbox", undo)
+check("usr-write", lambda: write("/usr/wb-confined-probe"))
 with open("probe.txt", "w") as f:
     f.write("\\n".join(out) + "\\n")
 print(json.dumps({{"type": "wb.result", "message": "probed"}}))
@@ -192,6 +198,8 @@ def test_a_confined_command_edits_its_worktree_and_reaches_nothing_else(machine:
     assert checks["tmpdir-write"][0] == "ok"
     assert checks["loopback"][0] == "refused"
     assert checks["writable-extra"] == ("ok", "none")
+    assert checks["undo-the-sandbox"][0] == "refused"  # as root too: the inherited mounts are locked
+    assert checks["usr-write"][0] == "refused" and not Path("/usr/wb-confined-probe").exists()
     seen = json.loads(checks["processes"][1])
     assert seen and not any("--wb-internal-agent-run" in command for command in seen), seen
     assert CANARY not in (machine.home / "agents" / str(final["agent_id"]) / "events.jsonl").read_text()
