@@ -283,7 +283,7 @@ class Owner:
             )
             credential = resolve_credential(record.resolved.provider, provider)
         record.sandbox = sandbox.decide(
-            record, None if record.sandbox_mode == "off" else bwrap_probe.probe(os.environ.get("PATH"))
+            record, None if record.sandbox_mode == "off" else bwrap_probe.usable(os.environ.get("PATH"))
         )
         self.meter.needed = relay_needed(record)  # a confined run with a provider is always relayed
         if provider is not None:
@@ -312,7 +312,7 @@ class Owner:
     def plan(self) -> sandbox.Plan:
         """What the confined worker may see and touch; the relay also listening inside the sandbox's reach."""
         record = self.record
-        found = bwrap_probe.probe(os.environ.get("PATH"))
+        found = bwrap_probe.usable(os.environ.get("PATH"))
         assert found.path is not None
         files = [self.run_dir / store_mod.LAST_MESSAGE] if record.resolved.harness == "codex" else []
         plan = sandbox.Plan(

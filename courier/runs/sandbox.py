@@ -91,7 +91,7 @@ def refuse_unless_startable(setting: Setting) -> None:
         return
     from courier.runs import bwrap_probe
 
-    found = bwrap_probe.probe(os.environ.get("PATH"))
+    found = bwrap_probe.usable(os.environ.get("PATH"))
     if not found.usable:
         raise NotStartable(required_refusal(found.reason))
 
