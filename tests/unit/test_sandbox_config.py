@@ -37,14 +37,15 @@ def test_the_profile_wins_over_the_section_and_a_bare_off_is_off(tmp_path: Path)
     config = _load(tmp_path, text)
     assert sandbox.setting_for(config, "p") == sandbox.Setting("off", "profile p", ("/srv/mine",))
     section_only = _load(tmp_path, "sandbox:\n  default: off\n  writable: [/srv/cache]\n" + PROFILE.format(extra=""))
-    assert sandbox.setting_for(section_only, "p") == sandbox.Setting("off", "wb.yaml's sandbox.default", ("/srv/cache",))
+    expected = sandbox.Setting("off", "wb.yaml's sandbox.default", ("/srv/cache",))
+    assert sandbox.setting_for(section_only, "p") == expected
 
 
 @pytest.mark.parametrize(
     ("section", "message"),
     [
         ("sandbox:\n  default: sometimes\n", "sandbox.default: must be auto, required or off"),
-        ("sandbox:\n  writable: [relative/path]\n", "sandbox.writable: 'relative/path' must be an absolute, clean path"),
+        ("sandbox:\n  writable: [rel/path]\n", "sandbox.writable: 'rel/path' must be an absolute, clean path"),
         ("sandbox:\n  writable: /srv\n", "sandbox.writable: must be a list of absolute paths"),
         ("sandbox:\n  network: true\n", "sandbox.network: unknown key (the keys are default and writable)"),
         ("sandbox: [auto]\n", "sandbox: must be a mapping"),
