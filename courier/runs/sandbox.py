@@ -254,12 +254,14 @@ def _needed_reads(argv: list[str], path_env: str, hidden: list[str], forwarder: 
 
 
 def _install_roots(found: str, hidden: list[str]) -> list[str]:
-    """Where an executable is installed: `<prefix>` for `<prefix>/bin/x`, else its directory; both for the
-    path as found and for the file it resolves to. Never a hidden root itself (a script in ~/ binds only itself)."""
+    """Where an executable is installed: `<prefix>` for `<prefix>/bin/x` or `<prefix>/shims/x`, else its directory;
+    both for the path as found and for the file it resolves to. Never a hidden root itself (a script in ~/ binds
+    only itself)."""
     roots = []
     for candidate in dict.fromkeys((found, os.path.realpath(found))):
         parent = os.path.dirname(candidate)
-        root = os.path.dirname(parent) if os.path.basename(parent) == "bin" else parent
+        # `<prefix>/bin/x`, or a version manager's `<root>/shims/x` (pyenv, rbenv, asdf: the shim runs the manager)
+        root = os.path.dirname(parent) if os.path.basename(parent) in ("bin", "shims") else parent
         if any(_within(h, root) for h in hidden):
             root = candidate
         roots.append(root)
