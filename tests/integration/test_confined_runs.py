@@ -482,3 +482,52 @@ def test_network_hosts_pass_through_the_owners_proxy_and_others_are_refused(
     assert "network refused: 127.0.0.3" in logs
     status = machine.wb("agent", "status", str(final["agent_id"])).stdout
     assert f"sandbox:  bwrap (network: 127.0.0.2:{two_servers})\n" in status
+
+
+# A worker that ignores SIGTERM and leaves a grandchild in a session of its own, with a marker on its command line.
+STUBBORN = """\
+#!/bin/sh
+trap '' TERM
+setsid sh -c 'sleep 300' {marker} &
+sh -c "trap '' TERM; sleep 300" {marker}
+"""
+
+
+def _host_processes_with(marker: str) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                if marker.encode() in Path("/proc", entry, "cmdline").read_bytes():
+                    found.append(int(entry))
+            except OSError:
+                pass
+    return found
+
+
+@pytest.mark.parametrize("ending", ["timeout", "stop"])
+def test_a_confined_worker_and_all_it_started_end_on_timeout_and_stop(machine: Machine, ending: str) -> None:
+    marker = f"wb-stubborn-{ending}-{os.getpid()}"
+    script = machine.root / "stubborn.sh"
+    script.write_text(STUBBORN.format(marker=marker))
+    script.chmod(0o700)
+    machine.write_config(f"agents:\n  profiles:\n    stubborn: {{harness: command, command: [{script}]}}\n")
+    machine.clone()
+    timeout = ["--timeout", "2s"] if ending == "timeout" else []
+    done = machine.wb(
+        "agent", "dispatch", "--new-worktree", "w1", "--profile", "stubborn", "--repo", "acme/widget", "--task", "x",
+        *timeout, "--json",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    ref = json.loads(done.stdout)["agent_id"]
+    assert wait_for(lambda: len(_host_processes_with(marker)) >= 2, 20)  # the worker and its grandchild run
+    if ending == "stop":
+        stopped = machine.wb("agent", "stop", ref)
+        assert stopped.returncode == 0 and "worker process" in stopped.stdout, stopped.stderr
+    final = machine.wb_json("agent", "await", ref, "--wait-timeout", "60s")
+    assert isinstance(final, dict) and final["sandbox"] == {"kind": "bwrap", "network": "provider"}
+    if ending == "timeout":
+        assert final["state"] == "timeout" and final["failure"] == "timed out after 2s", final
+    else:
+        assert final["state"] == "failed" and str(final["failure"]).startswith("stopped on request at "), final
+    assert wait_for(lambda: not _host_processes_with(marker), 5), _host_processes_with(marker)
