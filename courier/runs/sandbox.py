@@ -156,7 +156,7 @@ class Plan:
                 os.close(fd)
 
     def cleanup(self) -> None:
-        """The private TMPDIR, the sockets and git's private refs are the worker's while it runs, no longer."""
+        """The private TMPDIR and the sockets are the worker's while it runs, no longer."""
         for directory in (self.tmp_dir, self.socket_dir):
             shutil.rmtree(directory, ignore_errors=True)
 
@@ -164,7 +164,10 @@ class Plan:
         hidden = _hidden_roots(self.wb_home)
         out = [self.bwrap, "--die-with-parent", "--unshare-pid", "--unshare-ipc"]
         lock = _root_lock()
-        out += ["--cap-drop", "ALL"] if lock == _DROP_ALL else ["--unshare-user"] if lock else []
+        if lock == _DROP_ALL:
+            out += _DROP_ALL
+        elif lock:
+            out.append("--unshare-user")  # and `lock` starts the harness in one more (see _root_lock)
         if not self.share_network:
             out.append("--unshare-net")
         out += ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
