@@ -161,12 +161,16 @@ class Owner:
                     return
                 argv, stdin = resumed
         finally:
-            self.meter.stop()
+            # The relay's servers take up to their poll interval to shut down: not on the way to the terminal
+            # state (a `stop` returns once the worker is gone, and `status` then should say how it ended).
+            stopping = threading.Thread(target=self.meter.stop, name="wb-relay-stop", daemon=True)
+            stopping.start()
             if self.proxy is not None:
                 self.proxy.stop()
             if self.confinement is not None:
                 self.confinement.cleanup()
         self.decide_and_save(exit_code=exit_code)
+        stopping.join(limits.TERMINAL_SAVE_FIRST_PAUSE_S)
 
     def attempt(self, argv: list[str], env: dict[str, str], stdin: bytes) -> tuple[bool, int | None]:
         """Run the worker once, to its end: (started, its exit code); not started, the run was finished here."""
