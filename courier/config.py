@@ -44,6 +44,7 @@ _SECRET_PREFIXES = (
 _HOST = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 _USER = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*")
 _PATH_SEGMENT = re.compile(r"[A-Za-z0-9._+-]+")
+_NETWORK_HOST = re.compile(r"[A-Za-z0-9*][A-Za-z0-9.*-]{0,252}(:[0-9]{1,5})?")
 
 
 def check_identifier(value: str, what: str) -> str:
@@ -317,7 +318,10 @@ class Profile(_Entry):
     provider: str | None = None
     model: str | None = None
     reasoning: str | None = None
-    network: bool = False
+    # true: the machine's network; [HOST[:PORT], …]: those hosts through wb's proxy (docs/security.md#confined-runs)
+    network: bool | list[str] = False
+    sandbox: Literal["auto", "required", "off"] | None = None  # wins over wb.yaml's sandbox.default
+    sandbox_writable: list[str] | None = None  # wins over wb.yaml's sandbox.writable
     permissions: Literal["bypass"] | None = None  # claude only: --permission-mode bypassPermissions
     command: list[str] | None = None  # command only: ["/abs/path", "arg", …]
     # docs/cli.md#stalled-runs: Go durations; `0` (YAML integer or string) means never.
@@ -332,6 +336,30 @@ class Profile(_Entry):
     @classmethod
     def _ident(cls, value: str | None) -> str | None:
         return None if value is None else check_identifier(value, "model and reasoning")
+
+    @field_validator("network", mode="before")
+    @classmethod
+    def _network(cls, value: Any) -> Any:
+        if isinstance(value, bool) or value is None:
+            return bool(value)
+        if not isinstance(value, list) or not value or not all(isinstance(item, str) for item in value):
+            raise ValueError("network must be true, false or a list of HOST or HOST:PORT")
+        for item in value:
+            if not _NETWORK_HOST.fullmatch(item):
+                raise ValueError(f"network: {item[:80]!r} must be HOST or HOST:PORT (a host name, no scheme or path)")
+        return value
+
+    @field_validator("sandbox", mode="before")
+    @classmethod
+    def _sandbox_mode(cls, value: Any) -> Any:
+        return "off" if value is False else value  # YAML reads a bare `off` as false
+
+    @field_validator("sandbox_writable")
+    @classmethod
+    def _writable(cls, value: list[str] | None) -> list[str] | None:
+        from courier.config_file import check_writable_paths
+
+        return None if value is None else list(check_writable_paths(value, "sandbox_writable"))
 
     @field_validator("command")
     @classmethod
@@ -557,6 +585,8 @@ class Config:
     courier_idle_ms: int = limits.COURIER_IDLE_DEFAULT_MS
     courier_max_sessions: int = limits.COURIER_MAX_SESSIONS_DEFAULT
     ray_address: str | None = None  # agents.executor.ray.address: runs go to that Ray cluster (docs/ray.md)
+    sandbox_default: str = "auto"  # the top-level `sandbox:` section (docs/config.md#sandbox)
+    sandbox_writable: tuple[str, ...] = ()
 
     def target(self, machine: str) -> AnyTarget:
         entry = self.targets.get(machine)
@@ -611,6 +641,8 @@ def load_config(path: Path | None = None) -> Config:
         courier_idle_ms=settings.courier_idle_ms,
         courier_max_sessions=settings.courier_max_sessions,
         ray_address=settings.ray_address,
+        sandbox_default=settings.sandbox_default,
+        sandbox_writable=settings.sandbox_writable,
     )
 
 

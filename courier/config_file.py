@@ -41,6 +41,9 @@ class Settings:
     providers: dict[str, Any] = field(default_factory=dict)
     profiles: dict[str, Any] = field(default_factory=dict)
     targets: dict[str, Any] = field(default_factory=dict)
+    # The top-level `sandbox:` section (docs/config.md#sandbox): every profile's default on this machine.
+    sandbox_default: str = "auto"
+    sandbox_writable: tuple[str, ...] = ()
 
 
 def read_settings(path: Path) -> Settings:
@@ -71,7 +74,38 @@ def read_settings(path: Path) -> Settings:
     courier = _section(document, "courier", path)
     settings.courier_idle_ms, settings.courier_max_sessions = _courier_settings(courier, path)
     settings.ray_address = _executor(_section(agents, "executor", path, "agents."), path)
+    settings.sandbox_default, settings.sandbox_writable = _sandbox(_section(document, "sandbox", path), path)
     return settings
+
+
+SANDBOX_MODES = ("auto", "required", "off")
+
+
+def check_writable_paths(value: Any, where: str) -> tuple[str, ...]:
+    """Absolute, clean paths (`sandbox.writable`, a profile's `sandbox_writable`); else ValueError with the rule."""
+    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+        raise ValueError(f"{where}: must be a list of absolute paths")
+    for item in value:
+        if not item.startswith("/") or os.path.normpath(item) != item or "\x00" in item or item == "/":
+            raise ValueError(f"{where}: {item[:80]!r} must be an absolute, clean path other than /")
+    return tuple(value)
+
+
+def _sandbox(section: dict[str, Any], path: Path) -> tuple[str, tuple[str, ...]]:
+    """`sandbox.default` (auto | required | off) and `sandbox.writable` (docs/config.md#sandbox)."""
+    unknown = sorted(set(section) - {"default", "writable"})
+    if unknown:
+        raise UsageError(f"{path}: sandbox.{unknown[0]}: unknown key (the keys are default and writable)")
+    default = section.get("default", "auto")
+    if default is False:  # YAML reads a bare `off` as false
+        default = "off"
+    if default not in SANDBOX_MODES:
+        raise UsageError(f"{path}: sandbox.default: must be auto, required or off")
+    try:
+        writable = check_writable_paths(section.get("writable") or [], "sandbox.writable")
+    except ValueError as exc:
+        raise UsageError(f"{path}: {exc}") from None
+    return str(default), writable
 
 
 _loader_class: type | None = None

@@ -143,6 +143,8 @@ REPLY_VALUES_MAX = 200_000
 CAPABILITIES_MAX = 64
 # A `command` profile (docs/harnesses.md): at most this many argv items, each at most this many bytes.
 COMMAND_ARGS_MAX = 64
+# A profile's `network: [HOST[:PORT], …]` list (docs/security.md#confined-runs).
+NETWORK_HOSTS_MAX = 64
 SLOTS_MAX = 10_000  # a target's `slots` (docs/config.md#targets)
 PLACEMENT_TIMEOUT_DEFAULT_MS = 30 * MS_PER_SECOND  # dispatch --to auto's --machine-timeout (docs/cli.md)
 COMMAND_ARG_MAX_BYTES = 4 * KIB

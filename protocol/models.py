@@ -171,6 +171,16 @@ class NodeFacts(WireModel):
     gpus_total: float = 0
 
 
+class Sandbox(WireModel):
+    """How the worker ran (docs/security.md#confined-runs): `bwrap` and its network, or `none` and why not."""
+
+    kind: Literal["bwrap", "none"]
+    network: Literal["provider", "all"] | list[Annotated[str, Field(max_length=260)]] | None = Field(
+        default=None, max_length=limits.NETWORK_HOSTS_MAX
+    )
+    reason: str | None = Field(default=None, max_length=limits.RESULT_FAILURE_MAX_CHARS)
+
+
 class Result(WireModel):
     """What status, await, list and dispatch report about one run. Never the task."""
 
@@ -200,6 +210,7 @@ class Result(WireModel):
     tool_calls: int | None = Field(default=None, ge=0)
     usage: Usage | None = None
     budget: Budget | None = None  # docs/cli.md#budgets
+    sandbox: Sandbox | None = None  # docs/security.md#confined-runs: set by the owner as the worker starts
     waits: list[Wait] | None = Field(default=None, max_length=1000)  # docs/cli.md#waiting-out-a-usage-limit
     max_waits: int | None = Field(default=None, ge=1)  # on_usage_limit's bound, for the `waiting:` line
     changes: ChangeSummary | None = None

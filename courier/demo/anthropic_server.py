@@ -38,8 +38,10 @@ from courier.demo.model_server import (
     FAIL_MESSAGE,
     HELLO_CONTENT,
     HELLO_PATH,
+    PROBE_MESSAGE,
     WRITE_FILE_LIST_COMMAND,
     WRITE_FILE_MESSAGE,
+    probe_command,
 )
 from courier.demo.scripted_http import FieldSum, ScriptedHandler, ScriptedServer, sse, sum_usage
 
@@ -57,7 +59,7 @@ __all__ = [
     "ServedMessage",
 ]
 
-SCENARIOS: Final = ("write-file", "fail", "commit", "outside", "endless", "endless-unmetered")
+SCENARIOS: Final = ("write-file", "fail", "commit", "outside", "endless", "endless-unmetered", "probe")
 LIMIT_MESSAGE: Final = "Rate limit reached (wb scripted usage limit); try again in 3s."
 OUTSIDE_PATH: Final = "../outside-write-tool.txt"
 OUTSIDE_COMMAND: Final = "echo from-bash > ../outside-bash.txt"
@@ -169,6 +171,12 @@ def _outside(body: Mapping[str, Any], step: int) -> _Step:
     if step == 1:
         return _Step([_bash(OUTSIDE_COMMAND)], ONE_COMMAND_USAGE[0])
     return _Step([{"type": "text", "text": OUTSIDE_MESSAGE}], ONE_COMMAND_USAGE[1])
+
+
+def _probe(step: int, port: int) -> _Step:
+    if step == 0:
+        return _Step([_bash(probe_command(port))], ONE_COMMAND_USAGE[0])
+    return _Step([{"type": "text", "text": PROBE_MESSAGE}], ONE_COMMAND_USAGE[1])
 
 
 _SCRIPTS: Final[dict[str, Callable[[Mapping[str, Any], int], _Step]]] = {
@@ -287,7 +295,10 @@ class AnthropicServer(ScriptedServer[ServedMessage]):
         if retry_after is not None:
             _error(request, 429, "rate_limit_error", LIMIT_MESSAGE, {"retry-after": retry_after})
             return
-        step = _SCRIPTS[scenario](body, step_number)
+        if scenario == "probe":  # its command names this server's own port
+            step = _probe(step_number, int(request.server.server_address[1]))
+        else:
+            step = _SCRIPTS[scenario](body, step_number)
         self._serve(ServedMessage(scenario, step_number, step.http_status, step.usage if metered else None))
         if step.http_status != 200:
             _error(request, step.http_status, "invalid_request_error", FAIL_MESSAGE)

@@ -32,7 +32,14 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from courier.demo.model_server import FAIL_MESSAGE, HELLO_CONTENT, HELLO_PATH, WRITE_FILE_LIST_COMMAND
+from courier.demo.model_server import (
+    FAIL_MESSAGE,
+    HELLO_CONTENT,
+    HELLO_PATH,
+    PROBE_MESSAGE,
+    WRITE_FILE_LIST_COMMAND,
+    probe_command,
+)
 from courier.demo.scripted_http import FieldSum, ScriptedHandler, ScriptedServer, sse, sum_usage
 
 __all__ = [
@@ -46,7 +53,7 @@ __all__ = [
     "GeminiUsage",
 ]
 
-GEMINI_SCENARIOS: Final = ("write-file", "fail", "limits", "endless", "endless-unmetered")
+GEMINI_SCENARIOS: Final = ("write-file", "fail", "limits", "endless", "endless-unmetered", "probe")
 LIMIT_MESSAGE: Final = "Resource has been exhausted (wb scripted usage limit); try again in 3s."
 GEMINI_WRITE_FILE_MESSAGE: Final = "Created hello.txt with a greeting."
 _FINAL_CHUNKS: Final = ("Created hello.txt ", "with a greeting.")
@@ -140,6 +147,13 @@ def _endless(workspace: str | None, step: int) -> _Step:
     return _Step([call], GeminiUsage(300, 0, 100, 0))
 
 
+def _probe(step: int, port: int) -> _Step:
+    if step == 0:
+        return _Step([_call("run_shell_command", {"command": probe_command(port), "description": "Probe"})],
+                     GeminiUsage(300, 0, 30, 0))
+    return _Step([[{"text": PROBE_MESSAGE}]], GeminiUsage(400, 300, 10, 0))
+
+
 _SCRIPTS: Final[dict[str, Callable[[str | None, int], _Step]]] = {
     "write-file": _write_file,
     "fail": _fail,
@@ -228,7 +242,10 @@ class GeminiServer(ScriptedServer[GeminiServed]):
         if retry_after is not None:
             _error(request, 429, LIMIT_MESSAGE, "RESOURCE_EXHAUSTED", {"retry-after": retry_after})
             return
-        step = _SCRIPTS[scenario](workspace_of(body), step_number)
+        if scenario == "probe":  # its command names this server's own port
+            step = _probe(step_number, int(request.server.server_address[1]))
+        else:
+            step = _SCRIPTS[scenario](workspace_of(body), step_number)
         self._serve(GeminiServed(scenario, step_number, step.http_status, step.usage, model))
         if step.http_status != 200:
             _error(request, step.http_status, FAIL_MESSAGE, "INVALID_ARGUMENT")

@@ -60,7 +60,7 @@ __all__ = [
 ]
 
 SCENARIOS: Final = (
-    "write-file", "fail", "http-500", "commit", "network", "supervise", "endless", "endless-unmetered"
+    "write-file", "fail", "http-500", "commit", "network", "supervise", "endless", "endless-unmetered", "probe"
 )  # fmt: skip
 ENDLESS_COMMAND: Final = "true"
 # Each response of the `endless` scenario reports 300 + 100 = 400 tokens (a budget's arithmetic).
@@ -77,6 +77,9 @@ COMMIT_COMMAND: Final = (
 )
 COMMIT_MESSAGE: Final = "I tried to commit committed.txt."
 NETWORK_MESSAGE: Final = "I tried to reach the network."
+PROBE_MESSAGE: Final = "I probed the sandbox."
+# What the `probe` scenarios of every scripted server ask the worker to look for (docs/security.md#confined-runs).
+PROBE_CANARY_PATH: Final = ".ssh/id_canary"
 PING_BODY: Final = b"pong\n"
 LIMIT_MESSAGE: Final = "Rate limit reached (wb scripted usage limit); try again in 3s."
 
@@ -257,6 +260,31 @@ def network_command(port: int) -> str:
     )
 
 
+# The script a test commits to the repository as `probe.sh` before a `probe` run: each attempt prints one
+# `PROBE-1 <what>: ` line. A script, so every CLI runs one plain command (the Gemini CLI's policy refuses
+# subshells and redirections it cannot parse).
+PROBE_SCRIPT: Final = f"""#!/bin/bash
+say() {{ printf 'PROBE-%d %s: ' 1 "$1"; }}
+say canary; cat "$HOME/{PROBE_CANARY_PATH}" 2>&1; echo
+say plant; (echo x > "$HOME/planted") 2>&1 && echo written; echo
+say loopback; (exec 3<>/dev/tcp/127.0.0.1/$1) 2>/dev/null && echo REACHED || echo UNREACHABLE
+say processes; ls /proc | grep -c '^[0-9]'
+say environ; tr '\\0' ' ' < /proc/self/environ; echo
+echo x > probed.txt && say worktree && echo written
+"""
+
+
+def probe_command(port: int) -> str:
+    """The `probe` scenario's command: run the committed probe.sh against this server's own port."""
+    return f"bash probe.sh {port}"
+
+
+def _probe(body: Mapping[str, Any], step: int, port: int) -> _Step:
+    if step == 0:
+        return _Step([_shell_call(body, "call_probe", probe_command(port))], ONE_COMMAND_USAGE[0])
+    return _Step([_message("msg_1", PROBE_MESSAGE)], ONE_COMMAND_USAGE[1])
+
+
 def _network(body: Mapping[str, Any], step: int, port: int) -> _Step:
     if step == 0:
         return _Step([_shell_call(body, "call_net", network_command(port))], ONE_COMMAND_USAGE[0])
@@ -350,6 +378,7 @@ _SCRIPTS: Final[dict[str, Callable[[Mapping[str, Any], int, int], _Step]]] = {
     "http-500": _http_500,
     "commit": _commit,
     "network": _network,
+    "probe": _probe,
     "supervise": _supervise,
     "endless": _endless,
     "endless-unmetered": _endless_unmetered,

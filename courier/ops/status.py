@@ -6,7 +6,7 @@ from typing import Any
 
 from courier.ops.base import McpTool, Op, ToolCall, ref_arg, to_arg
 from courier.runs.context import Handler
-from protocol.models import RemoteRequest, Result
+from protocol.models import RemoteRequest, Result, Sandbox
 from protocol.operations import Operation
 
 
@@ -16,6 +16,18 @@ def status_request(reference: str | None, to: str | None) -> tuple[str, RemoteRe
 
     machine, run_id = target(reference, to)
     return machine, RemoteRequest.of("status", agent_id=run_id)
+
+
+def sandbox_text(sandbox: Sandbox) -> str:
+    """`bwrap (network: provider only)`, `bwrap (network: all)`, `bwrap (network: a.com, b.org)`, `none (why)`."""
+    if sandbox.kind != "bwrap":
+        return f"none ({sandbox.reason or 'unknown'})"
+    network = sandbox.network
+    if network in (None, "provider"):
+        shown = "provider only"
+    else:
+        shown = network if isinstance(network, str) else ", ".join(network)
+    return f"bwrap (network: {shown})"
 
 
 def status_text(result: Result, *, details: bool = False) -> str:
@@ -42,6 +54,8 @@ def status_text(result: Result, *, details: bool = False) -> str:
     if r.resolved.reasoning:
         resolved += f" (reasoning {r.resolved.reasoning})"
     out.append(fact("resolved", s(resolved)))
+    if r.sandbox is not None:
+        out.append(fact("sandbox", s(sandbox_text(r.sandbox))))
     where = r.worktree_dir or r.worktree
     out.append(fact("worktree", s(f"{where} ({r.worktree_mode}, {r.repository})")))
     if r.branch:

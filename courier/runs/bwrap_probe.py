@@ -38,17 +38,24 @@ class BwrapProbe:
 
 def probe(path_env: str | None = None) -> BwrapProbe:
     """Look for a usable bubblewrap on `path_env` (default: this process's PATH)."""
-    return _probe(path_env)
+    return _probe(path_env, True)
+
+
+def usable(path_env: str | None = None) -> BwrapProbe:
+    """As `probe`, without asking its version (`version` is None): what a run's start needs, one process fewer."""
+    return _probe(path_env, False)
 
 
 @functools.cache
-def _probe(path_env: str | None) -> BwrapProbe:
+def _probe(path_env: str | None, with_version: bool) -> BwrapProbe:
     found = shutil.which("bwrap", path=path_env)
     if found is None:
         return BwrapProbe(reason="bubblewrap not found")
     try:
-        version = subprocess.run(
-            [found, "--version"], capture_output=True, text=True, timeout=_PROBE_TIMEOUT_S, check=False
+        version = (
+            subprocess.run([found, "--version"], capture_output=True, text=True, timeout=_PROBE_TIMEOUT_S, check=False)
+            if with_version
+            else None
         )
         trial = subprocess.run(
             [found, *_TRIAL, "--", "true"],
@@ -63,5 +70,7 @@ def _probe(path_env: str | None) -> BwrapProbe:
     if trial.returncode != 0:
         first = next((line.strip() for line in trial.stderr.splitlines() if line.strip()), f"exit {trial.returncode}")
         return BwrapProbe(path=found, reason=f"bubblewrap cannot create namespaces here: {first[:200]}")
+    if version is None:
+        return BwrapProbe(path=found)
     words = version.stdout.split()
     return BwrapProbe(path=found, version=words[-1] if words else "unknown")

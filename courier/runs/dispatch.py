@@ -14,7 +14,7 @@ from types import FrameType
 
 from courier.config import Config, Provider
 from courier.errors import NotStartable, UsageError
-from courier.runs import process, worktrees
+from courier.runs import process, sandbox, worktrees
 from courier.runs.budget import budget_in_force, check_budget, price_of, usage_limit_policy
 from courier.runs.changes import count_dirty
 from courier.runs.environment import resolve_credential
@@ -25,7 +25,7 @@ from protocol.models import PlacementFacts, RemoteRequest, Resolved, Result, Rou
 from protocol.refs import format_reference, new_run_id
 
 
-def resolve_profile(config: Config, name: str) -> tuple[Resolved, bool]:
+def resolve_profile(config: Config, name: str) -> tuple[Resolved, bool | list[str]]:
     """The profile as it will execute, snapshotted into the record; and its network flag.
 
     Checks made here name the file, the key and the rule, as the file's own checks do (docs/config.md).
@@ -205,6 +205,8 @@ def dispatch(config: Config, request: RemoteRequest) -> Result:
     provider = config.provider(resolved.provider) if resolved.provider else None
     if provider is not None:
         resolve_credential(resolved.provider, provider)  # refuse now; the owner reads it again
+    confinement = sandbox.setting_for(config, request.profile)
+    sandbox.refuse_unless_startable(confinement)  # on the machine that runs it, before anything is made
     projects_root = config.projects_root
     if request.mode == "new":
         repository = request.repository
@@ -253,6 +255,9 @@ def dispatch(config: Config, request: RemoteRequest) -> Result:
             preexisting_changes=preexisting,
             timeout_ms=request.timeout_ms,
             network=network,
+            sandbox_mode=confinement.mode,
+            sandbox_source=confinement.source,
+            sandbox_writable=list(confinement.writable) or None,
             provider_options=(provider_options(provider) or None) if provider else None,
             permissions=profile.permissions,
             command=profile.command,

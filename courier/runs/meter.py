@@ -24,14 +24,17 @@ import email.utils
 import hmac
 import http.client
 import json
+import os
 import re
 import secrets
+import socketserver
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -259,6 +262,8 @@ class Meter:
         self._paused = threading.Event()  # while the owner waits out a usage limit
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
+        self._handler: type[_RelayHandler] | None = None
+        self._unix_server: socketserver.ThreadingUnixStreamServer | None = None
         self.answered = 0  # model responses forwarded
         self.refused_foreign = 0  # requests refused for not carrying this run's placeholder
 
@@ -290,17 +295,37 @@ class Meter:
         server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         server.daemon_threads = True
         self._server = server
+        self._handler = Handler
         self._thread = threading.Thread(target=server.serve_forever, name="wb-meter", daemon=True)
         self._thread.start()
         path = self._upstream.path.rstrip("/")
         return f"http://127.0.0.1:{server.server_address[1]}{path}"
 
+    @property
+    def port(self) -> int:
+        assert self._server is not None
+        return int(self._server.server_address[1])
+
+    def listen_unix(self, directory: Path, name: str) -> None:
+        """Also serve on the Unix socket `directory/name`: a confined worker's forwarder reaches the relay there
+        (docs/security.md#confined-runs). Bound through the directory's descriptor: a run's path may be longer than
+        a socket address can hold."""
+        assert self._handler is not None
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            server = _UnixRelayServer(f"/proc/self/fd/{fd}/{name}", self._handler)
+        finally:
+            os.close(fd)
+        self._unix_server = server
+        threading.Thread(target=server.serve_forever, name="wb-meter-unix", daemon=True).start()
+
     def stop(self) -> None:
         self.close()
-        server, self._server = self._server, None
-        if server is not None:
-            server.shutdown()
-            server.server_close()
+        for server in (self._server, self._unix_server):
+            if server is not None:
+                server.shutdown()
+                server.server_close()
+        self._server = self._unix_server = None
 
     # -- called from handler threads
 
@@ -347,6 +372,10 @@ class Meter:
             self._on_limit(refusal)
 
 
+class _UnixRelayServer(socketserver.ThreadingUnixStreamServer):
+    daemon_threads = True
+
+
 class _RelayHandler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     owner: Meter
@@ -354,6 +383,9 @@ class _RelayHandler(BaseHTTPRequestHandler):
 
     def log_message(self, format: str, *args: Any) -> None:
         pass
+
+    def address_string(self) -> str:  # a Unix socket's peer has no address
+        return str(self.client_address[0]) if self.client_address else "unix"
 
     def do_GET(self) -> None:
         self._relay()

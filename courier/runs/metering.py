@@ -39,8 +39,10 @@ _OPEN_RESPONSES = 256
 
 def relay_needed(record: Record) -> bool:
     """THE one decision whether the metering relay is in front of this run's worker (docs/cli.md#budgets):
-    a budget or a usage-limit wait is in force. Every run the relay serves gets the placeholder credential."""
-    return record.budget is not None or record.usage_limit is not None
+    a budget or a usage-limit wait is in force, or the worker is confined and has a provider (the relay is its
+    only way out, docs/security.md#confined-runs). Every run the relay serves gets the placeholder credential."""
+    confined = record.sandbox is not None and record.sandbox.kind == "bwrap" and bool(record.resolved.provider)
+    return record.budget is not None or record.usage_limit is not None or confined
 
 
 @dataclass
@@ -306,7 +308,9 @@ class RunMeter:
         reported = _add(self._carried, summary.usage)
         found = reported
         metered = self.input_tokens + self.output_tokens
-        if self.relay is not None and self.responses and metered:
+        # Without a bound the relay only carries the credential (a confined run): the harness's count stands.
+        bounded = self.budget is not None or self.policy is not None
+        if bounded and self.relay is not None and self.responses and metered:
             covers = reported is not None and reported.input_tokens + reported.output_tokens >= metered
             if not (covers and self.attempts == 1):
                 cost = reported.cost_usd if reported is not None else None

@@ -8,28 +8,35 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import os
 import select
+import shutil
 import signal
 import subprocess
 import threading
 import time
 from datetime import timedelta
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from courier.config import Provider
 from courier.errors import WbError
-from courier.runs import descendants, privacy, process, usage_wait
+from courier.runs import bwrap_probe, descendants, privacy, process, sandbox, usage_wait
 from courier.runs import store as store_mod
 from courier.runs.changes import summarize_changes
 from courier.runs.environment import Credential, resolve_credential, worker_environment
 from courier.runs.harness import harness_for, spec_for
 from courier.runs.harness.base import EventParser, Harness, Launch
+from courier.runs.harness.lines import NETWORK_REFUSED
 from courier.runs.harness.message import bounded_message
-from courier.runs.metering import RunMeter
+from courier.runs.metering import RunMeter, relay_needed
 from courier.runs.store import Record, Store, rfc3339, utc_now, within_admission_grace
 from protocol import limits
 from protocol.durations import format_duration_ms
+
+if TYPE_CHECKING:
+    from courier.runs.connect_proxy import ConnectProxy
 
 _READ_CHUNK = limits.READ_CHUNK_BYTES
 _POLL_S = 0.1
@@ -119,6 +126,10 @@ class Owner:
         self.carried_diagnostics: list[str] = []
         self.carried_tool_calls = 0
         self.worker_s = 0.0  # time spent in workers so far: the run's --timeout bounds it, not the waits
+        self.confinement: sandbox.Plan | None = None  # docs/security.md#confined-runs: None runs the worker as it is
+        self.proxy: ConnectProxy | None = None  # for `network: [hosts]`
+        self.refused_hosts: list[str] = []  # by the proxy's threads; the pump stores them as lines
+        self.refused_lock = threading.Lock()
 
     def run(self) -> None:
         record = self.record
@@ -135,7 +146,8 @@ class Owner:
         assert self.launch is not None
         self.secret = credential.value.encode() if credential else b""
         # With the relay in front, the worker holds the run's placeholder, never the credential (docs/security.md).
-        env = self.harness.environment(self.launch, worker_environment(self.meter.worker_credential(credential)))
+        worker_env = worker_environment(self.meter.worker_credential(credential))
+        env = self.harness.environment(self.launch, self.confined_environment(worker_env))
         stdin = self.store.read_task(record.agent_id).encode()
         try:
             while True:
@@ -149,14 +161,27 @@ class Owner:
                     return
                 argv, stdin = resumed
         finally:
-            self.meter.stop()
+            # The relay's servers take up to their poll interval to shut down: not on the way to the terminal
+            # state (a `stop` returns once the worker is gone, and `status` then should say how it ended).
+            stopping = threading.Thread(target=self.meter.stop, name="wb-relay-stop", daemon=True)
+            stopping.start()
+            if self.proxy is not None:
+                self.proxy.stop()
+            if self.confinement is not None:
+                self.confinement.cleanup()
         self.decide_and_save(exit_code=exit_code)
+        stopping.join(limits.TERMINAL_SAVE_FIRST_PAUSE_S)
 
     def attempt(self, argv: list[str], env: dict[str, str], stdin: bytes) -> tuple[bool, int | None]:
         """Run the worker once, to its end: (started, its exit code); not started, the run was finished here."""
         record = self.record
         events_path = self.run_dir / store_mod.EVENTS
         tracker = descendants.track_worker_tree()
+        if self.confinement is not None:
+            if shutil.which(argv[0], path=env.get("PATH")) is None:  # inside, bwrap would only say "execvp"
+                finish(self.store, record, "failed", f"could not start the harness: {self.missing(argv[0])}")
+                return False, None
+            argv = self.confinement.command_line(argv)
         try:
             worker = subprocess.Popen(
                 argv,
@@ -169,9 +194,7 @@ class Owner:
                 close_fds=True,
             )
         except FileNotFoundError:
-            executable = spec_for(record.resolved.harness).executable
-            where = f'harness executable "{argv[0]}" not found on PATH' if executable else f"{argv[0]} does not exist"
-            finish(self.store, record, "failed", f"could not start the harness: {where}")
+            finish(self.store, record, "failed", f"could not start the harness: {self.missing(argv[0])}")
             return False, None
         except OSError as exc:
             finish(self.store, record, "failed", f"could not start the harness {argv[0]}: {exc.strerror or exc}")
@@ -186,6 +209,10 @@ class Owner:
         started = time.monotonic()
         self.pump(worker, events_path)
         self.worker_s += time.monotonic() - started
+        if self.confinement is not None:
+            # The sandbox's PID namespace ends with the harness: the kernel kills what is left in it (the
+            # forwarder's carrier, anything the harness left behind) as bubblewrap exits. Not leftovers to report.
+            process.wait_until(lambda: not process.group_members(worker.pid), limits.TIMEOUT_KILL_GRACE_S)
         left = process.terminate_group(worker.pid, limits.TIMEOUT_KILL_GRACE_S)
         if left:
             self.diagnostics.append(
@@ -194,6 +221,10 @@ class Owner:
         # Also those that left the group (setsid): found by ancestry, the owner being their subreaper.
         self.diagnostics += descendants.describe(*tracker.end(limits.TIMEOUT_KILL_GRACE_S))
         return True, _exit_code(worker.returncode)
+
+    def missing(self, program: str) -> str:
+        executable = spec_for(self.record.resolved.harness).executable
+        return f'harness executable "{program}" not found on PATH' if executable else f"{program} does not exist"
 
     def wait_for_limit(self) -> tuple[list[str], bytes] | None:
         """Wait out a usage limit (docs/cli.md#waiting-out-a-usage-limit); the resumed command line and its prompt,
@@ -255,7 +286,15 @@ class Owner:
                 }
             )
             credential = resolve_credential(record.resolved.provider, provider)
+        record.sandbox = sandbox.decide(
+            record, None if record.sandbox_mode == "off" else bwrap_probe.usable(os.environ.get("PATH"))
+        )
+        self.meter.needed = relay_needed(record)  # a confined run with a provider is always relayed
+        if provider is not None:
+            assert credential is not None
             provider = self.meter.wrap(provider, routing.wire_api, credential)
+        if record.sandbox.kind == "bwrap":
+            self.confinement = self.plan()
         self.launch = Launch(
             worktree=record.worktree_dir or "",
             run_dir=self.run_dir,
@@ -265,13 +304,79 @@ class Owner:
             provider=provider,
             env_key=credential.env_name if credential else "",
             reasoning=record.resolved.reasoning,
-            network=record.network,
+            network=bool(record.network),
+            confined=self.confinement is not None,
             resume_session=record.resume_session_id,
             permissions=record.permissions,
             command=tuple(record.command) if record.command else None,
         )
         harness.prepare_home(self.launch)
         return credential, harness.argv(self.launch)
+
+    def plan(self) -> sandbox.Plan:
+        """What the confined worker may see and touch; the relay also listening inside the sandbox's reach."""
+        record = self.record
+        found = bwrap_probe.usable(os.environ.get("PATH"))
+        assert found.path is not None
+        files = [self.run_dir / store_mod.LAST_MESSAGE] if record.resolved.harness == "codex" else []
+        plan = sandbox.Plan(
+            bwrap=found.path,
+            worktree=record.worktree_dir or "",
+            run_dir=self.run_dir,
+            harness_home=self.run_dir / store_mod.HARNESS_HOME,
+            wb_home=self.store.home,
+            path_env=os.environ.get("PATH", ""),
+            writable=tuple(record.sandbox_writable or ()),
+            share_network=record.network is True,
+            files=files,
+            parent_home=self.store.run_dir(record.parent_id) / store_mod.HARNESS_HOME if record.parent_id else None,
+        )
+        plan.prepare()
+        relay = self.meter.relay
+        if relay is not None and not plan.share_network:  # with the machine's network it reaches the relay as is
+            relay.listen_unix(plan.socket_dir, sandbox.RELAY_SOCKET)
+            plan.forwards.append((relay.port, sandbox.RELAY_SOCKET))
+        if isinstance(record.network, list):
+            from courier.runs.connect_proxy import ConnectProxy
+
+            self.proxy = ConnectProxy(record.network, self.note_refused)
+            fd = os.open(plan.socket_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            try:  # through the directory's descriptor: a run's path may be longer than a socket address holds
+                self.proxy.start_unix(f"/proc/self/fd/{fd}/{sandbox.PROXY_SOCKET}")
+            finally:
+                os.close(fd)
+            taken = {port for port, _ in plan.forwards}
+            plan.forwards.append((next(p for p in sandbox.PROXY_PORTS if p not in taken), sandbox.PROXY_SOCKET))
+        return plan
+
+    def note_refused(self, host: str) -> None:
+        with self.refused_lock:
+            self.refused_hosts.append(host)
+
+    def store_refused(self, log_fd: int) -> None:
+        """The proxy's refusals as the owner's own transcript lines (`network refused: HOST`)."""
+        with self.refused_lock:
+            hosts, self.refused_hosts = self.refused_hosts, []
+        for host in hosts:
+            self.store_event(log_fd, json.dumps({"type": NETWORK_REFUSED, "host": host}).encode() + b"\n")
+
+    def confined_environment(self, env: dict[str, str]) -> dict[str, str]:
+        """A confined worker's TMPDIR is its own; without the machine's network, the machine's proxies are
+        unreachable (and would catch the relay's loopback address)."""
+        plan = self.confinement
+        if plan is None:
+            return env
+        if not plan.share_network:
+            for name in [name for name in env if name.lower().endswith("_proxy")]:
+                del env[name]
+        proxy = next((port for port, name in plan.forwards if name == sandbox.PROXY_SOCKET), None)
+        if proxy is not None:
+            for name in ("HTTPS_PROXY", "HTTP_PROXY", "https_proxy", "http_proxy"):
+                env[name] = f"http://127.0.0.1:{proxy}"
+            env["NO_PROXY"] = env["no_proxy"] = "127.0.0.1,localhost"  # the relay is reached directly
+        for name in ("TMPDIR", "TMP", "TEMP"):
+            env[name] = str(plan.tmp_dir)
+        return env
 
     def pump(self, worker: subprocess.Popen[bytes], events_path: Path) -> None:
         """Read the worker's output live: parse each line, store up to the cap, enforce the deadline."""
@@ -302,6 +407,8 @@ class Owner:
                     silent_for = now - last_output
                     self.stalled_since_output = rfc3339(utc_now() - timedelta(seconds=silent_for))
                     self.end_worker(worker)
+                if self.refused_hosts:
+                    self.store_refused(log_fd)
                 if self.meter.should_stop_worker() and worker.poll() is None:
                     self.end_worker(worker)  # a budget crossed, or a usage limit to wait out
                 if exited_at is None and worker.poll() is not None:
@@ -358,6 +465,7 @@ class Owner:
                 if stored + len(line) <= limits.EVENTS_STORED_MAX_BYTES:
                     self.store_event(log_fd, line)
         finally:
+            self.store_refused(log_fd)
             os.close(log_fd)
             worker.stdout.close()
         worker.wait()

@@ -13,7 +13,7 @@ import shutil
 
 from courier.config import Config
 from courier.errors import Finding, NotStartable, UsageError
-from courier.runs import process
+from courier.runs import process, sandbox
 from courier.runs.budget import budget_in_force, check_budget, price_of, usage_limit_policy
 from courier.runs.changes import count_dirty
 from courier.runs.dispatch import (
@@ -82,6 +82,8 @@ def continue_run(config: Config, request: RemoteRequest) -> Result:
     usage_limit = usage_limit_policy(profile, resolved.harness, profile_name)
     provider = config.provider(resolved.provider)
     resolve_credential(resolved.provider, provider)
+    confinement = sandbox.setting_for(config, profile_name)
+    sandbox.refuse_unless_startable(confinement)
     assert parent.worktree_dir is not None
     with deferred_signals(), clone_lock(store, parent.repository):
         if store.exists(agent_id):
@@ -107,6 +109,9 @@ def continue_run(config: Config, request: RemoteRequest) -> Result:
             preexisting_changes=count_dirty(parent.worktree_dir),
             timeout_ms=request.timeout_ms,
             network=network,
+            sandbox_mode=confinement.mode,
+            sandbox_source=confinement.source,
+            sandbox_writable=list(confinement.writable) or None,
             provider_options=provider_options(provider) or None,
             started_at=rfc3339(utc_now()),
             parent_id=parent.agent_id,

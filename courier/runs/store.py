@@ -46,7 +46,11 @@ class Record(Result):
     schema_version: int = limits.SCHEMA_VERSION
     preexisting_changes: int | None = None
     timeout_ms: int
-    network: bool = False
+    network: bool | list[str] = False
+    # docs/security.md#confined-runs: the mode in force (auto | required | off), where it came from, the writable paths.
+    sandbox_mode: str = "auto"
+    sandbox_source: str | None = None  # "profile fast" or "wb.yaml's sandbox.default": the `off` reason names it
+    sandbox_writable: list[str] | None = None
     provider_options: dict[str, int] | None = None
     permissions: str | None = None  # the profile's `permissions` (claude: "bypass")
     command: list[str] | None = None  # the profile's `command` (harness command)

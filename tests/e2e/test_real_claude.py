@@ -142,15 +142,19 @@ def test_an_upstream_error_fails_the_run_with_claudes_message(real: Machine, ser
     assert result["duration_ms"] < 30_000
 
 
-def test_the_worker_edits_only_inside_the_worktree_but_its_commands_reach_anywhere(
+def test_the_worker_edits_only_inside_the_worktree_and_its_commands_are_confined_too(
     real: Machine, server: AnthropicServer
 ) -> None:
-    """The narrow flags: Write outside the worktree is denied without a prompt; Bash is not confined."""
+    """The narrow flags: Write outside the worktree is denied without a prompt; Bash's write outside fails in
+    wb's sandbox (docs/security.md#confined-runs)."""
     result = _run(real, "outside")
     assert result["state"] == "completed" and result["result"] == OUTSIDE_MESSAGE, result
+    assert result["sandbox"] == {"kind": "bwrap", "network": "provider"}
     worktree = Path(result["worktree_dir"])
     assert not (worktree.parent / "outside-write-tool.txt").exists()
-    assert (worktree.parent / "outside-bash.txt").read_text() == "from-bash\n"
+    assert not (worktree.parent / "outside-bash.txt").exists()
+    tool_results = json.dumps([r.body for r in server.requests if r.method == "POST"])
+    assert "Read-only file system" in tool_results  # what the model was told the command met
     lines = _logs(real, result)
     assert lines[0] == "  changed 1 file"  # the attempt; the next line says it was denied
     assert lines[1].startswith("  diagnostic: Permission for this tool use was denied.")

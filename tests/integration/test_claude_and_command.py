@@ -31,7 +31,10 @@ agents:
   profiles:
     sonnet: {{harness: claude, provider: local-claude, model: claude-sonnet-4-5, reasoning: high}}
     bypass: {{harness: claude, provider: local-claude, model: claude-sonnet-4-5, permissions: bypass}}
+    unconfined: {{harness: claude, provider: local-claude, model: claude-sonnet-4-5, sandbox: "off"}}
     script: {{harness: command, command: [{script}, --greeting, hello there]}}
+sandbox:
+  writable: [{worktrees}]   # the script writes its environment beside its worktree
 """
 
 SCRIPT = """\
@@ -53,7 +56,9 @@ def claude(machine: Machine) -> Machine:
     script = machine.root / "agent.sh"
     script.write_text(SCRIPT)
     script.chmod(0o700)
-    machine.write_config(CONFIG.format(credential_env=CREDENTIAL_ENV, script=script))
+    worktrees = machine.projects / ".wb-worktrees" / "acme" / "widget"
+    worktrees.mkdir(parents=True)
+    machine.write_config(CONFIG.format(credential_env=CREDENTIAL_ENV, script=script, worktrees=worktrees))
     machine.clone()
     return machine
 
@@ -105,9 +110,17 @@ def test_the_worker_gets_the_allowlist_one_credential_and_a_private_config_dir(c
     assert result["state"] == "completed", result
     home = Path(claude.home, "agents", result["agent_id"], "harness-home")
     env = json.loads((home / "env.json").read_text())
-    # The harness got the credential as ANTHROPIC_API_KEY; the end of the run masked it in its home's files.
-    assert env["ANTHROPIC_API_KEY"] == "[redacted]" and CREDENTIAL_ENV not in env
-    assert env["ANTHROPIC_BASE_URL"] == "http://127.0.0.1:9"
+    # Confined, the harness got the run's placeholder as ANTHROPIC_API_KEY and the relay's address as its base URL
+    # (docs/security.md#confined-runs); the credential's own variable is not passed.
+    assert re.fullmatch(r"wb-run-[0-9a-f]{32}", env["ANTHROPIC_API_KEY"]) and CREDENTIAL_ENV not in env
+    base_url = env["ANTHROPIC_BASE_URL"]
+    assert re.fullmatch(r"http://127\.0\.0\.1:[0-9]+", base_url) and not base_url.endswith(":9")
+    unconfined = run(claude, "scenario:env-dump", profile="unconfined", worktree="w2")
+    unconfined_home = Path(claude.home, "agents", unconfined["agent_id"], "harness-home")
+    unconfined_env = json.loads((unconfined_home / "env.json").read_text())
+    # Unconfined, it got the credential itself; the end of the run masked it in its home's files.
+    assert unconfined_env["ANTHROPIC_API_KEY"] == "[redacted]" and CREDENTIAL_ENV not in unconfined_env
+    assert unconfined_env["ANTHROPIC_BASE_URL"] == "http://127.0.0.1:9"
     assert env["CLAUDE_CONFIG_DIR"] == str(home)
     assert env["CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC"] == "1" and env["CLAUDE_CODE_MAX_RETRIES"] == "0"
     assert not any(name.startswith(("WB_", "CODEX_", "PYTHON", "GIT_")) for name in env)
@@ -172,10 +185,13 @@ def test_a_hung_claude_times_out_and_a_stopped_one_fails(claude: Machine) -> Non
 
 
 def test_a_credential_the_harness_echoes_is_redacted(claude: Machine) -> None:
-    result = run(claude, "scenario:echo-credential")
+    result = run(claude, "scenario:echo-credential", profile="unconfined")
     assert result["state"] == "completed"
     assert result["result"] == "The key is [redacted]."
     assert CREDENTIAL_VALUE not in Path(result["log_path"]).read_text()
+    # Confined, it has only the run's placeholder to echo.
+    confined = run(claude, "scenario:echo-credential", worktree="w2")
+    assert re.fullmatch(r"The key is wb-run-[0-9a-f]{32}\.", confined["result"]), confined
 
 
 def test_a_machine_without_claude_fails_the_run_naming_it(claude: Machine, tmp_path: Path) -> None:
@@ -343,7 +359,7 @@ def test_the_demo_stand_in_holds_a_real_conversation_with_the_scripted_server(cl
     claude.env["PATH"] = f"{bin_dir}:{Path(sys.executable).parent}:/usr/bin:/bin"
     with AnthropicServer() as server:
         claude.write_config(
-            CONFIG.format(credential_env=CREDENTIAL_ENV, script="/bin/true").replace(
+            CONFIG.format(credential_env=CREDENTIAL_ENV, script="/bin/true", worktrees="/srv").replace(
                 "http://127.0.0.1:9", server.base_url_for("write-file")
             )
         )

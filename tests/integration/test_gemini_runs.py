@@ -50,6 +50,10 @@ agents:
 """
 
 
+# This machine runs its workers unconfined (docs/config.md#sandbox): what these tests check is that path.
+UNCONFINED = "sandbox:\n  default: \"off\"\n"
+
+
 @pytest.fixture
 def gem(machine: Machine) -> Machine:
     machine.write_config(GEMINI_CONFIG.format(credential_env=CREDENTIAL_ENV))
@@ -112,6 +116,7 @@ def test_a_gemini_run_completes_with_its_facts_and_never_stores_or_prints_the_ta
 
 
 def test_the_worker_gets_the_allowlist_the_one_credential_and_a_private_home(gem: Machine) -> None:
+    gem.write_config(gem.config_path.read_text() + UNCONFINED)  # the unconfined path: the worker holds the key
     result = run(gem, "scenario:env-dump", "g2", "--timeout", "2m")
     assert result["state"] == "completed", result
     home = Path(result["log_path"]).parent / "harness-home"
@@ -225,6 +230,7 @@ def test_garbage_and_an_oversize_line_are_diagnostics_of_a_completed_run(gem: Ma
 
 
 def test_the_credential_is_redacted_if_gemini_echoes_it(gem: Machine) -> None:
+    gem.write_config(gem.config_path.read_text() + UNCONFINED)  # the unconfined path: the worker holds the key
     result = run(gem, "scenario:echo-credential", "g1")
     assert result["state"] == "completed"
     assert result["result"] == "The key is [redacted]."

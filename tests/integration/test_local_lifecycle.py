@@ -14,6 +14,11 @@ from pathlib import Path
 import pytest
 from conftest import Machine, command_process, pid_alive, wait_for
 
+# The fake reports PIDs from inside the worker, and a killed owner keeps its worker alive: both only for an
+# unconfined worker (a confined one has PIDs of its own namespace and dies with its owner; tests/integration/
+# test_confined_runs.py covers its stop and timeout). These tests run their machine unconfined (docs/config.md#sandbox).
+UNCONFINED = "sandbox:\n  default: \"off\"\n"
+
 
 def _await(machine: Machine, ref: str, bound: str = "60s") -> dict[str, object]:
     done = machine.wb("agent", "await", ref, "--wait-timeout", bound, "--json")
@@ -131,6 +136,7 @@ def test_the_timeout_ends_a_hanging_harness(machine: Machine) -> None:
 
 
 def test_timeout_kills_a_worker_and_grandchild_that_ignore_sigterm(machine: Machine) -> None:
+    machine.write_config(machine.config_path.read_text() + UNCONFINED)  # see UNCONFINED
     machine.clone()
     ref = machine.dispatch("--timeout", "1s", task="scenario:ignore-term")
     result = _await(machine, ref)
@@ -141,6 +147,7 @@ def test_timeout_kills_a_worker_and_grandchild_that_ignore_sigterm(machine: Mach
 
 
 def test_stop_ends_a_worker_that_ignores_sigterm_and_records_stopped(machine: Machine) -> None:
+    machine.write_config(machine.config_path.read_text() + UNCONFINED)  # see UNCONFINED
     machine.clone()
     ref = machine.dispatch(task="scenario:ignore-term")
     pid_file = machine.home / "agents" / ref / "harness-home" / "grandchild.pid"
@@ -169,6 +176,7 @@ def test_stop_before_the_deadline_wins_over_the_timeout(machine: Machine) -> Non
 
 
 def test_a_killed_owner_is_abandoned_and_stop_still_stops_its_worker(machine: Machine) -> None:
+    machine.write_config(machine.config_path.read_text() + UNCONFINED)  # see UNCONFINED
     machine.clone()
     ref = machine.dispatch(task="scenario:hang")
     assert wait_for(lambda: _status(machine, ref).get("worker_pid"), 20)
@@ -187,6 +195,7 @@ def test_a_killed_owner_is_abandoned_and_stop_still_stops_its_worker(machine: Ma
 
 
 def test_a_background_child_is_killed_after_the_harness_exits(machine: Machine) -> None:
+    machine.write_config(machine.config_path.read_text() + UNCONFINED)  # see UNCONFINED
     machine.clone()
     ref = machine.dispatch(task="scenario:background-child")
     result = _await(machine, ref)

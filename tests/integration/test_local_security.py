@@ -11,6 +11,10 @@ from conftest import CREDENTIAL_ENV, CREDENTIAL_VALUE, Machine, wait_for
 SECRET_TASK = "scenario:hang the-secret-task-words-9f3e"
 
 
+# This machine runs its workers unconfined (docs/config.md#sandbox): what these tests check is that path.
+UNCONFINED = "sandbox:\n  default: \"off\"\n"
+
+
 def _all_cmdlines() -> list[bytes]:
     lines = []
     for entry in os.scandir("/proc"):
@@ -36,6 +40,7 @@ def test_no_command_line_carries_the_task_or_the_credential_while_a_run_is_live(
 
 
 def test_the_worker_environment_is_the_allowlist_plus_credential_and_codex_home(machine: Machine) -> None:
+    machine.write_config(machine.config_path.read_text() + UNCONFINED)  # the unconfined path: the worker holds the key
     machine.clone()
     ref = machine.dispatch(task="scenario:env-dump")
     assert machine.wb("agent", "await", ref).returncode == 0
@@ -79,6 +84,7 @@ def test_the_worker_environment_is_the_allowlist_plus_credential_and_codex_home(
 
 
 def test_the_credential_never_reaches_a_record_a_log_or_any_output(machine: Machine) -> None:
+    machine.write_config(machine.config_path.read_text() + UNCONFINED)  # the unconfined path: the worker holds the key
     machine.clone()
     ref = machine.dispatch(task="scenario:echo-credential")
     outputs = [machine.wb("agent", "await", ref)]

@@ -19,6 +19,11 @@ from typing import Any
 import pytest
 from conftest import CREDENTIAL_ENV, CREDENTIAL_VALUE, Machine, git, pid_alive, wait_for
 
+# What these tests check holds for an unconfined worker (docs/config.md#sandbox): it holds the credential itself, so
+# its echo is masked; the PIDs it reports are the machine's. Confined, it holds a placeholder and its PIDs are its
+# own namespace's (tests/integration/test_confined_runs.py). Their machine runs its workers unconfined.
+UNCONFINED = "sandbox:\n  default: \"off\"\n"
+
 
 def _status(machine: Machine, ref: str) -> dict[str, Any]:
     result = machine.wb_json("agent", "status", ref)
@@ -186,6 +191,7 @@ def test_a_credential_spelled_by_the_json_itself_leaves_every_stored_line_valid_
 
 
 def test_a_json_escaped_credential_is_redacted_in_actions_diagnostics_and_the_transcript(machine: Machine) -> None:
+    machine.write_config(machine.config_path.read_text() + UNCONFINED)  # see UNCONFINED
     machine.clone()
     ref = machine.dispatch(task="scenario:echo-credential-escaped")
     result = _await(machine, ref)
@@ -207,6 +213,7 @@ def test_a_json_escaped_credential_is_redacted_in_actions_diagnostics_and_the_tr
 
 
 def test_an_echoed_credential_is_redacted_in_every_file_the_harness_left(machine: Machine) -> None:
+    machine.write_config(machine.config_path.read_text() + UNCONFINED)  # see UNCONFINED
     machine.clone()
     ref = machine.dispatch(task="scenario:echo-credential")
     result = _await(machine, ref)
@@ -346,6 +353,7 @@ def _setsid_pid(machine: Machine, ref: str, *, alive: bool = True) -> int:
 
 @pytest.mark.parametrize("ending", ["stop", "timeout", "exit"])
 def test_a_child_that_calls_setsid_is_ended_with_the_run(machine: Machine, ending: str) -> None:
+    machine.write_config(machine.config_path.read_text() + UNCONFINED)  # see UNCONFINED
     machine.clone()
     task = "scenario:setsid-child after:" + ("complete" if ending == "exit" else "hang")
     ref = machine.dispatch(*(("--timeout", "3s") if ending == "timeout" else ()), task=task)

@@ -18,6 +18,10 @@ from conftest import CONFIG_TEMPLATE, CREDENTIAL_ENV, Machine, git, wait_for
 from courier.runs.store import Record, Store, rfc3339
 from tests.tests_support import sample_record
 
+# A worker that outlives its killed owner exists only unconfined (a confined one dies with its owner): the test
+# that needs one runs its machine unconfined (docs/config.md#sandbox).
+UNCONFINED = "sandbox:\n  default: \"off\"\n"
+
 
 def _await(machine: Machine, ref: str, bound: str = "60s") -> dict[str, object]:
     done = machine.wb("agent", "await", ref, "--wait-timeout", bound, "--json")
@@ -382,6 +386,7 @@ def test_prune_needs_older_than(machine: Machine) -> None:
 
 
 def test_prune_never_removes_an_abandoned_run_whose_worker_still_lives(machine: Machine) -> None:
+    machine.write_config(machine.config_path.read_text() + UNCONFINED)  # see UNCONFINED
     machine.clone()
     ref = machine.dispatch(task="scenario:silent")
     assert wait_for(lambda: _status(machine, ref).get("worker_alive") is True, 20)
@@ -404,7 +409,7 @@ def test_continue_a_claude_run_resumes_its_session_and_a_command_run_is_refused(
     script = machine.root / "agent.sh"
     script.write_text(SCRIPT)
     script.chmod(0o700)
-    machine.write_config(CONFIG.format(credential_env=CREDENTIAL_ENV, script=script))
+    machine.write_config(CONFIG.format(credential_env=CREDENTIAL_ENV, script=script, worktrees="/srv"))
     machine.clone()
     parent = machine.dispatch("--profile", "sonnet", task="scenario:complete")
     first = _await(machine, parent)

@@ -54,6 +54,7 @@ class Launch:
     env_key: str
     reasoning: str | None = None
     network: bool = False
+    confined: bool = False  # inside wb's sandbox (docs/security.md#confined-runs)
     permissions: str | None = None
     command: tuple[str, ...] | None = None
     resume_session: str | None = None

@@ -67,6 +67,7 @@ def codex_argv(
     last_message_path: str,
     env_key: str,
     resume_session: str | None = None,
+    confined: bool = False,
 ) -> list[str]:
     """The exact `codex exec` command line of docs/codex-notes.md#the-argv (no `--ephemeral`: sessions are kept
     in the run's private CODEX_HOME so a later run can continue them, docs/cli.md, wb agent continue).
@@ -119,6 +120,10 @@ def codex_argv(
         overrides.append(("model_reasoning_effort", toml_string(reasoning)))
     if network:
         overrides.append(("sandbox_workspace_write.network_access", "true"))
+    if confined:
+        # Inside wb's sandbox the machine's /tmp is read-only, and Codex's own bubblewrap would fail
+        # making /tmp/.git there; its TMPDIR (the run's private one) stays writable (docs/harnesses.md).
+        overrides.append(("sandbox_workspace_write.exclude_slash_tmp", "true"))
 
     argv = [
         "codex", "exec", "--json", "--ignore-user-config",
@@ -368,6 +373,7 @@ class Codex(Harness):
             last_message_path=str(launch.last_message_path),
             env_key=launch.env_key,
             resume_session=launch.resume_session,
+            confined=launch.confined,
         )
 
     def environment(self, launch: Launch, env: dict[str, str]) -> dict[str, str]:

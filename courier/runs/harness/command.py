@@ -11,7 +11,7 @@ import os
 from typing import Any
 
 from courier.runs.harness.base import EventParser, Harness, Launch
-from courier.runs.harness.lines import decode_line
+from courier.runs.harness.lines import decode_line, network_refused
 from protocol import limits
 
 RESULT_TYPE = "wb.result"
@@ -69,4 +69,7 @@ class Command(Harness):
         if not line or line.isspace():
             return None, []
         text, event, _ = decode_line(line)
+        refused = network_refused(event)
+        if refused is not None:
+            return None, [refused]
         return None, [] if result_message(event) is not None else [f"diagnostic: {text}"]

@@ -14,6 +14,9 @@ from courier.text import clip_bytes, sanitize
 from protocol import limits
 
 DIAGNOSTIC_MAX_BYTES = limits.LOG_ACTION_MAX_BYTES
+# A line the owner itself adds to a confined run's transcript when its proxy refuses a host
+# (docs/security.md#confined-runs): the worker action `network refused: HOST`, whatever the harness.
+NETWORK_REFUSED = "wb.network_refused"
 MALFORMED_EXCERPT_CHARS = 120
 
 
@@ -49,4 +52,14 @@ def action_lines(line: bytes | None) -> tuple[dict[str, Any] | None, list[str] |
     text, event, ok = decode_line(line)
     if not ok:
         return None, [f"diagnostic: malformed event line: {malformed_excerpt(text)}"]
+    refused = network_refused(event)
+    if refused is not None:
+        return None, [refused]
     return event, None
+
+
+def network_refused(event: Any) -> str | None:
+    """`network refused: HOST` for the owner's own line, else None."""
+    if isinstance(event, dict) and event.get("type") == NETWORK_REFUSED and isinstance(event.get("host"), str):
+        return f"network refused: {clean(event['host'], 300)}"
+    return None

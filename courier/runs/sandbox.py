@@ -1,0 +1,355 @@
+"""The confined worker (docs/security.md#confined-runs): the bubblewrap command line around a harness's own.
+
+The owner starts every harness (`command` included) through `bwrap` when the run's sandbox mode
+allows it and bubblewrap is usable here (courier/runs/bwrap_probe.py). Inside:
+
+* **Mounts.** `--ro-bind / /` first, then overlays: the system stays visible and read-only as it
+  is (a harness or its interpreter may live anywhere: /usr, /opt, /tmp), which is simpler and
+  harder to get wrong than listing what a CLI needs; then the homes (HOME, /home, /root, wb's
+  home, /run/user) are covered with empty tmpfs, made read-only once the few paths a run needs
+  are bound back into them: the harness's install dir, node's, wb's own interpreter (the
+  in-sandbox forwarder below runs on it) read-only; the worktree, its git admin dir, the clone's
+  objects, the harness home, a private TMPDIR and the configured writable paths read-write.
+* **Git.** The canonical clone's git dir is bound back read-only (config, hooks, HEAD, packed
+  refs, every branch but the run's own), with `objects` and `worktrees/<name>` writable over it
+  so status, diff and add work, and what `git stash` writes (see _git_paths).
+* **Processes.** New PID, IPC and mount namespaces with `/proc` of the new PID namespace;
+  `--die-with-parent`. Not `--new-session`: the owner signals the worker's process group
+  (stop, timeout, stall, budget) and bubblewrap's command would leave it; the worker has no
+  controlling terminal to inject into (the owner runs in its own session, stdio on pipes).
+* **Network.** A new network namespace has only its own loopback. The owner's relay (and the
+  CONNECT proxy for `network: [hosts]`) listen on Unix sockets in a private directory bound
+  into the sandbox; courier/runs/sandbox_forwarder.py, started inside before the harness,
+  listens on 127.0.0.1:PORT there (the port the relay has outside, so the provider's base_url
+  reads the same inside and out) and carries each connection to its socket.
+  `network: true` keeps the machine's network (no --unshare-net).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import socket
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal
+
+from courier.errors import NotStartable
+from protocol import limits
+
+if TYPE_CHECKING:
+    from courier.config import Config
+    from courier.runs.bwrap_probe import BwrapProbe
+    from courier.runs.store import Record
+    from protocol.models import Sandbox
+
+FORWARDER = Path(__file__).with_name("sandbox_forwarder.py")
+SOCKETS_DIR = "sockets"
+TMP_DIR = "tmp"
+RELAY_SOCKET = "relay.sock"
+PROXY_SOCKET = "proxy.sock"
+PROXY_PORTS = (3128, 3129)  # the proxy's port inside the sandbox's own loopback: any but the relay's
+
+
+@dataclass(frozen=True)
+class Setting:
+    """The sandbox mode in force for one profile on this machine, where it came from, the extra writable paths."""
+
+    mode: str
+    source: str
+    writable: tuple[str, ...] = ()
+
+
+def setting_for(config: Config, profile_name: str) -> Setting:
+    """The profile's `sandbox` and `sandbox_writable`, else wb.yaml's `sandbox:` section (docs/config.md#sandbox)."""
+    profile = config.profile(profile_name)
+    mode: str
+    if profile.sandbox is not None:
+        mode, source = profile.sandbox, f"profile {profile_name}"
+    else:
+        mode, source = config.sandbox_default, "wb.yaml's sandbox.default"
+    writable = tuple(profile.sandbox_writable) if profile.sandbox_writable is not None else config.sandbox_writable
+    return Setting(mode, source, writable)
+
+
+def machine_name() -> str:
+    return socket.gethostname() or "this machine"
+
+
+def required_refusal(reason: str | None) -> str:
+    return (
+        f"sandbox required but bubblewrap is not usable on {machine_name()}: {reason} "
+        "(install bubblewrap, or set sandbox: auto)"
+    )
+
+
+def refuse_unless_startable(setting: Setting) -> None:
+    """`required` without a usable bubblewrap: not startable (exit 1), before anything is created."""
+    if setting.mode != "required":
+        return
+    from courier.runs import bwrap_probe
+
+    found = bwrap_probe.usable(os.environ.get("PATH"))
+    if not found.usable:
+        raise NotStartable(required_refusal(found.reason))
+
+
+def network_label(network: bool | list[str]) -> Literal["provider", "all"] | list[str]:
+    if network is True:
+        return "all"
+    return list(network) if isinstance(network, list) else "provider"
+
+
+def decide(record: Record, found: BwrapProbe | None) -> Sandbox:
+    """How this run's worker runs: confined with its network, or not and why. `found` is None for mode off.
+
+    NotStartable when the mode is `required` and bubblewrap is not usable.
+    """
+    from protocol.models import Sandbox
+
+    if record.sandbox_mode == "off":
+        return Sandbox(kind="none", reason=f"off in {record.sandbox_source or 'the run'}")
+    assert found is not None
+    if not found.usable:
+        if record.sandbox_mode == "required":
+            raise NotStartable(required_refusal(found.reason))
+        return Sandbox(kind="none", reason=found.reason)
+    return Sandbox(kind="bwrap", network=network_label(record.network))
+
+
+@dataclass
+class Plan:
+    """What one confined worker may see and touch; `command_line` turns it into bwrap's argv."""
+
+    bwrap: str
+    worktree: str
+    run_dir: Path
+    harness_home: Path
+    wb_home: Path
+    path_env: str
+    writable: tuple[str, ...] = ()
+    share_network: bool = False
+    # (port inside, socket file name in the run's sockets dir): the forwarder's listeners.
+    forwards: list[tuple[int, str]] = field(default_factory=list)
+    files: list[Path] = field(default_factory=list)  # single files written inside (codex's last message)
+    # A continued run's harness home is a copy of its parent's, whose paths the harness's own state names
+    # (Codex's session index): the copy is also bound at the parent's path, so they lead to the copy.
+    parent_home: Path | None = None
+
+    @property
+    def socket_dir(self) -> Path:
+        return self.run_dir / SOCKETS_DIR
+
+    @property
+    def tmp_dir(self) -> Path:
+        return self.run_dir / TMP_DIR
+
+    def prepare(self) -> None:
+        """The run's own directories the sandbox binds (made by the user, 0700)."""
+        for directory in (self.tmp_dir, self.socket_dir, self.harness_home):
+            directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        for path in self.files:
+            if not path.exists():
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+                os.close(fd)
+
+    def cleanup(self) -> None:
+        """The private TMPDIR and the sockets are the worker's while it runs, no longer."""
+        for directory in (self.tmp_dir, self.socket_dir):
+            shutil.rmtree(directory, ignore_errors=True)
+
+    def command_line(self, argv: list[str]) -> list[str]:
+        hidden = _hidden_roots(self.wb_home)
+        out = [self.bwrap, "--die-with-parent", "--unshare-pid", "--unshare-ipc"]
+        lock = _root_lock()
+        if lock == _DROP_ALL:
+            out += _DROP_ALL
+        elif lock:
+            out.append("--unshare-user")  # and `lock` starts the harness in one more (see _root_lock)
+        if not self.share_network:
+            out.append("--unshare-net")
+        out += ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
+        for root in hidden:
+            out += ["--tmpfs", root]
+        reads = _needed_reads(argv, self.path_env, hidden, bool(self.forwards))
+        writes = [self.worktree, *self.writable, str(self.harness_home), str(self.tmp_dir)]
+        git_ro, git_rw = _git_paths(self.worktree)
+        binds: list[tuple[str, str, str]] = [("--ro-bind", path, path) for path in reads]
+        binds += [("--bind", path, path) for path in writes + [str(p) for p in self.files]]
+        binds += _git_binds(git_ro, git_rw)
+        if self.forwards:
+            binds.append(("--ro-bind", str(self.socket_dir), str(self.socket_dir)))
+        if self.parent_home is not None:
+            binds.append(("--bind", str(self.harness_home), str(self.parent_home)))
+        for option, source, target in _ordered(binds):
+            if os.path.lexists(source):
+                out += [option, source, target]
+        for root in hidden:
+            out += ["--remount-ro", root]
+        out += ["--chdir", self.worktree, "--"]
+        if lock and lock != _DROP_ALL:
+            out += lock
+        if self.forwards:
+            interpreter = os.path.realpath(sys.executable)
+            listens = [f"{port}={self.socket_dir / name}" for port, name in self.forwards]
+            out += [interpreter, "-I", "-S", str(FORWARDER), str(limits.RELAY_READ_CHUNK_BYTES), *listens, "--"]
+        return out + argv
+
+
+_DROP_ALL = ["--cap-drop", "ALL"]
+
+
+def _root_lock() -> list[str]:
+    """What keeps a worker started as root from undoing its sandbox; nothing for an ordinary user.
+
+    Root keeps its capabilities inside bubblewrap: with CAP_SYS_ADMIN it could unmount the tmpfs over
+    a home or remount / read-write. Dropping them all would also stop Codex's own sandbox, which makes
+    namespaces of its own. So as root the sandbox gets its own user namespace, and the harness starts
+    in one more (`unshare --user --map-root-user --mount`): the mounts it inherits are then locked by
+    the kernel (no unmount, no remount read-write) while it keeps the capabilities of its own
+    namespaces for a sandbox of its own. Without util-linux's `unshare`, every capability is dropped.
+    """
+    if os.geteuid() != 0:
+        return []
+    found = shutil.which("unshare")
+    if found is None:
+        return _DROP_ALL
+    return [found, "--user", "--map-root-user", "--mount", "--"]
+
+
+def _hidden_roots(wb_home: Path) -> list[str]:
+    """The homes covered with an empty tmpfs inside, shallowest first, each once (a nested one is covered already)."""
+    candidates = [os.environ.get("HOME", ""), "/home", "/root", str(wb_home), "/run/user"]
+    roots: list[str] = []
+    for candidate in sorted({os.path.realpath(c) for c in candidates if c}, key=len):
+        if os.path.isdir(candidate) and candidate != "/" and not any(_within(candidate, root) for root in roots):
+            roots.append(candidate)
+    # An ssh-agent's socket directory in /tmp is hidden too: the sandbox sees /tmp read-only, and a
+    # socket on a read-only mount still accepts connections.
+    with contextlib.suppress(OSError):
+        roots += sorted(f"/tmp/{name}" for name in os.listdir("/tmp") if name.startswith("ssh-"))
+    return roots
+
+
+def _within(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+def _needed_reads(argv: list[str], path_env: str, hidden: list[str], forwarder: bool) -> list[str]:
+    """Read-only paths inside hidden roots that the harness needs: its install dir, its interpreter's, node's,
+    and wb's own interpreter (the forwarder's)."""
+    programs = [argv[0]] if argv else []
+    interpreter = _shebang_program(argv[0], path_env) if argv else None
+    if interpreter:
+        programs.append(interpreter)
+    programs.append("node")
+    roots: list[str] = []
+    for program in programs:
+        found = program if os.path.isabs(program) else shutil.which(program, path=path_env)
+        if found:
+            roots += _install_roots(found, hidden)
+    roots.append(os.path.realpath(sys.base_prefix))
+    if forwarder:
+        roots.append(str(FORWARDER))
+    return [root for root in dict.fromkeys(roots) if any(_within(root, h) for h in hidden)]
+
+
+def _install_roots(found: str, hidden: list[str]) -> list[str]:
+    """Where an executable is installed: `<prefix>` for `<prefix>/bin/x` or `<prefix>/shims/x`, else its directory;
+    both for the path as found and for the file it resolves to. Never a hidden root itself (a script in ~/ binds
+    only itself)."""
+    roots = []
+    for candidate in dict.fromkeys((found, os.path.realpath(found))):
+        parent = os.path.dirname(candidate)
+        # `<prefix>/bin/x`, or a version manager's `<root>/shims/x` (pyenv, rbenv, asdf: the shim runs the manager)
+        root = os.path.dirname(parent) if os.path.basename(parent) in ("bin", "shims") else parent
+        if any(_within(h, root) for h in hidden):
+            root = candidate
+        roots.append(root)
+    return roots
+
+
+def _shebang_program(program: str, path_env: str) -> str | None:
+    """The interpreter a script names on its first line (`#!/usr/bin/env python3` → `python3`)."""
+    found = program if os.path.isabs(program) else shutil.which(program, path=path_env)
+    if not found:
+        return None
+    try:
+        with open(found, "rb") as handle:
+            first = handle.readline(256)
+    except OSError:
+        return None
+    if not first.startswith(b"#!"):
+        return None
+    words = first[2:].decode("utf-8", "replace").split()
+    if not words:
+        return None
+    if os.path.basename(words[0]) == "env":
+        rest = [word for word in words[1:] if not word.startswith("-")]
+        return rest[0] if rest else None
+    return words[0]
+
+
+def _git_paths(worktree: str) -> tuple[list[str], list[str]]:
+    """(read-only, writable) paths of a linked worktree's git dirs, in the order they are bound.
+
+    `git stash` writes `refs/stash` and its log, and (through `reset --hard`) the worktree's own
+    branch, each by a lock file created beside it; so `refs/`, `logs/`, `logs/refs/` and the
+    directory of the run's own branch are writable, with every other directory below them
+    (heads, tags, remotes, …) and every other branch file in the own branch's directory bound
+    read-only on top: the run moves its own branch and its stash, never another ref.
+    """
+    try:
+        text = Path(worktree, ".git").read_text(errors="replace")
+    except OSError:
+        return [], []  # not a linked worktree: nothing of git beyond the worktree itself
+    if not text.startswith("gitdir:"):
+        return [], []
+    admin = os.path.normpath(os.path.join(worktree, text.split(":", 1)[1].strip()))
+    try:
+        common_rel = Path(admin, "commondir").read_text().strip()
+    except OSError:
+        common_rel = "../.."
+    common = os.path.normpath(os.path.join(admin, common_rel))
+    read_only, writable = [common], [os.path.join(common, "objects"), admin]
+    logs = os.path.join(common, "logs")
+    for top in (os.path.join(common, "refs"), logs, os.path.join(logs, "refs")):
+        writable.append(top)
+        read_only += [path for path in _subdirs(top) if path != os.path.join(logs, "refs")]
+    try:
+        head = Path(admin, "HEAD").read_text().strip()
+    except OSError:
+        head = ""
+    if head.startswith("ref: refs/heads/"):
+        own = head[len("ref: ") :]
+        for base in (common, logs):
+            branch = os.path.join(base, own)
+            folder = os.path.dirname(branch)
+            writable.append(folder)
+            siblings = _entries(folder)
+            read_only += [path for path in siblings if path != branch]
+    return read_only, writable
+
+
+def _subdirs(path: str) -> list[str]:
+    return [entry for entry in _entries(path) if os.path.isdir(entry) and not os.path.islink(entry)]
+
+
+def _entries(path: str) -> list[str]:
+    try:
+        return [entry.path for entry in os.scandir(path)]
+    except OSError:
+        return []
+
+
+def _git_binds(read_only: list[str], writable: list[str]) -> list[tuple[str, str, str]]:
+    """Git's binds by depth, a writable directory before the read-only entries inside it (see _git_paths)."""
+    binds = [("--ro-bind", path, path) for path in read_only] + [("--bind", path, path) for path in writable]
+    return sorted(binds, key=lambda bind: (bind[2].count("/"), bind[0] == "--ro-bind"))
+
+
+def _ordered(binds: list[tuple[str, str, str]]) -> list[tuple[str, str, str]]:
+    """Shallow targets first, so a deeper bind lands on top of the one that holds it."""
+    return sorted(dict.fromkeys(binds), key=lambda bind: bind[2].rstrip("/").count("/"))
