@@ -108,7 +108,8 @@ def pytest_configure(config: pytest.Config) -> None:
     if config.option.basetemp is None and not hasattr(config, "workerinput"):
         # Not under /tmp: with bubblewrap installed, the real Codex refuses to set up its sandbox's
         # helpers for a CODEX_HOME under the temporary directory, and its file edits then fail
-        # (docs/codex-notes.md#the-known-limits-of-the-sandbox, item 4). A user's WB_HOME is never there; the suite's should not be.
+        # (docs/codex-notes.md#the-known-limits-of-the-sandbox, item 4). A user's WB_HOME is never
+        # there; the suite's should not be.
         config.option.basetemp = tempfile.mkdtemp(prefix="wb-tests-", dir=_SUITE_TEMP_PARENT)
         config.add_cleanup(lambda: shutil.rmtree(config.option.basetemp, ignore_errors=True))
     config.addinivalue_line(
