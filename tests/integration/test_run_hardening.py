@@ -243,6 +243,7 @@ def test_no_spelling_of_the_credential_is_left_in_any_file_whatever_its_format(m
     the run directory holds any spelling of it, and the database is still a database."""
     import sqlite3
 
+    machine.write_config(machine.config_path.read_text() + UNCONFINED)  # see UNCONFINED
     machine.clone()
     ref = machine.dispatch(task="scenario:echo-credential-everywhere")
     result = _await(machine, ref)

@@ -435,7 +435,8 @@ def test_logs_stop_and_prune_print_their_json_documents(machine: Machine) -> Non
     """Each document is also checked against its published schema (Machine.wb validates every --json)."""
     machine.clone()
     live = machine.dispatch(task="scenario:silent")
-    assert wait_for(lambda: _status(machine, live).get("worker_alive") is True, 20)
+    # The scenario's one action, stored, then silence: the two reads below must see the same actions.
+    assert wait_for(lambda: bool(machine.wb_json("agent", "logs", live).get("actions")), 20)
     logs = machine.wb_json("agent", "logs", live)
     assert isinstance(logs, dict) and logs["agent_id"] == live and "machine" not in logs
     assert logs["path"] == str(machine.home / "agents" / live / "events.jsonl")
