@@ -185,7 +185,8 @@ class Plan:
             binds.append(("--bind", str(self.harness_home), str(self.parent_home)))
         for option, source, target in _ordered(binds):
             if os.path.lexists(source):
-                out += [option, source, target]
+                # `-try`: a path gone since it was listed (another run's branch lock renamed) is not an error
+                out += [f"{option}-try", source, target]
         for root in hidden:
             out += ["--remount-ro", root]
         out += ["--chdir", self.worktree, "--"]

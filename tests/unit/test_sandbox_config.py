@@ -110,7 +110,7 @@ def test_the_command_line_hides_the_homes_and_keeps_the_worker_in_its_namespaces
     assert "--unshare-net" in argv and "--new-session" not in argv
     assert argv[argv.index("--tmpfs", argv.index("--proc")) :].count("--tmpfs") >= 2
     assert ["--tmpfs", str(tmp_path / "home")] == argv[argv.index(str(tmp_path / "home")) - 1 :][:2]
-    assert ["--bind", str(worktree), str(worktree)] == argv[argv.index(str(worktree)) - 1 :][:3]
+    assert ["--bind-try", str(worktree), str(worktree)] == argv[argv.index(str(worktree)) - 1 :][:3]
     assert ["--chdir", str(worktree), "--"] == argv[argv.index("--chdir") :][:3]
     assert argv[-2:] == ["/bin/true", "x"]
     assert str(plan.socket_dir) not in argv  # no provider: no forwarder and no sockets bound
