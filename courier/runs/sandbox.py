@@ -6,10 +6,11 @@ allows it and bubblewrap is usable here (courier/runs/bwrap_probe.py). Inside:
 * **Mounts.** `--ro-bind / /` first, then overlays: the system stays visible and read-only as it
   is (a harness or its interpreter may live anywhere: /usr, /opt, /tmp), which is simpler and
   harder to get wrong than listing what a CLI needs; then the homes (HOME, /home, /root, wb's
-  home, /run/user) are covered with empty tmpfs, made read-only once the few paths a run needs
-  are bound back into them: the harness's install dir, node's, wb's own interpreter (the
-  in-sandbox forwarder below runs on it) read-only; the worktree, its git admin dir, the clone's
-  objects, the harness home, a private TMPDIR and the configured writable paths read-write.
+  home) and where Unix sockets live (/run, /tmp's socket directories) are covered with empty
+  tmpfs, made read-only once the few paths a run needs are bound back into them: the harness's
+  install dir, node's, wb's own interpreter (the in-sandbox forwarder below runs on it) read-only;
+  the worktree, its git admin dir, the clone's objects, the harness home, a private TMPDIR and the
+  configured writable paths read-write.
 * **Git.** The canonical clone's git dir is bound back read-only (config, hooks, HEAD, packed
   refs, every branch but the run's own), with `objects` and `worktrees/<name>` writable over it
   so status, diff and add work, and what `git stash` writes (see _git_paths).
@@ -28,9 +29,11 @@ allows it and bubblewrap is usable here (courier/runs/bwrap_probe.py). Inside:
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import shutil
 import socket
+import stat
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -50,6 +53,7 @@ SOCKETS_DIR = "sockets"
 TMP_DIR = "tmp"
 RELAY_SOCKET = "relay.sock"
 PROXY_SOCKET = "proxy.sock"
+_TMP_SCAN_MAX = 4096  # entries of /tmp (and of each directory in it) looked at for sockets, per run
 PROXY_PORTS = (3128, 3129)  # the proxy's port inside the sandbox's own loopback: any but the relay's
 
 
@@ -183,6 +187,12 @@ class Plan:
             binds.append(("--ro-bind", str(self.socket_dir), str(self.socket_dir)))
         if self.parent_home is not None:
             binds.append(("--bind", str(self.harness_home), str(self.parent_home)))
+        binds += [("--ro-bind", "/dev/null", path) for path in _tmp_sockets()]
+        if self.share_network:
+            # The machine's network needs its resolver, which may live in /run (systemd-resolved, resolvconf).
+            resolver = os.path.realpath("/etc/resolv.conf")
+            if any(_within(resolver, root) for root in hidden):
+                binds.append(("--ro-bind", resolver, resolver))
         for option, source, target in _ordered(binds):
             if os.path.lexists(source):
                 # `-try`: a path gone since it was listed (another run's branch lock renamed) is not an error
@@ -227,11 +237,47 @@ def _hidden_roots(wb_home: Path) -> list[str]:
     for candidate in sorted({os.path.realpath(c) for c in candidates if c}, key=len):
         if os.path.isdir(candidate) and candidate != "/" and not any(_within(candidate, root) for root in roots):
             roots.append(candidate)
-    # An ssh-agent's socket directory in /tmp is hidden too: the sandbox sees /tmp read-only, and a
-    # socket on a read-only mount still accepts connections.
-    with contextlib.suppress(OSError):
-        roots += sorted(f"/tmp/{name}" for name in os.listdir("/tmp") if name.startswith("ssh-"))
+    # A socket on a read-only mount still accepts connections, and a Unix socket is not behind the
+    # network namespace: /run (docker.sock, dbus, databases; /var/run is a link to it) is hidden, and so
+    # is every directory directly in /tmp that holds one (an ssh agent's, X11's, tmux's).
+    run = os.path.realpath("/run")
+    if os.path.isdir(run) and not any(_within(run, root) for root in roots):
+        roots = [root for root in roots if not _within(root, run)] + [run]
+    roots += [path for path in _tmp_socket_dirs() if not any(_within(path, root) for root in roots)]
     return roots
+
+
+def _tmp_socket_dirs() -> list[str]:
+    """The directories directly in /tmp with a socket (or an ssh agent's name) among their first entries."""
+    found: list[str] = []
+    with contextlib.suppress(OSError), os.scandir("/tmp") as entries:
+        for entry in itertools.islice(entries, _TMP_SCAN_MAX):
+            with contextlib.suppress(OSError):
+                if not entry.is_dir(follow_symlinks=False):
+                    continue
+                if entry.name.startswith("ssh-") or _holds_socket(entry.path):
+                    found.append(entry.path)
+    return sorted(found)
+
+
+def _holds_socket(directory: str) -> bool:
+    with contextlib.suppress(OSError), os.scandir(directory) as entries:
+        for entry in itertools.islice(entries, _TMP_SCAN_MAX):
+            with contextlib.suppress(OSError):
+                if stat.S_ISSOCK(entry.stat(follow_symlinks=False).st_mode):
+                    return True
+    return False
+
+
+def _tmp_sockets() -> list[str]:
+    """Sockets directly in /tmp: each is covered with /dev/null inside (a file cannot take a tmpfs)."""
+    found: list[str] = []
+    with contextlib.suppress(OSError), os.scandir("/tmp") as entries:
+        for entry in itertools.islice(entries, _TMP_SCAN_MAX):
+            with contextlib.suppress(OSError):
+                if stat.S_ISSOCK(entry.stat(follow_symlinks=False).st_mode):
+                    found.append(entry.path)
+    return sorted(found)
 
 
 def _within(path: str, root: str) -> bool:

@@ -77,6 +77,13 @@ def connect(port):
     socket.create_connection(("127.0.0.1", port), timeout=2).close()
     return "connected"
 
+def unix(path):
+    client = socket.socket(socket.AF_UNIX)
+    client.settimeout(2)
+    client.connect(path)
+    client.close()
+    return "connected"
+
 def processes():
     seen = []
     for pid in os.listdir("/proc"):
@@ -103,6 +110,9 @@ check("tmpdir-write", lambda: write(os.path.join(os.environ["TMPDIR"], "mine")))
 check("loopback", lambda: connect(targets["port"]))
 check("writable-extra", lambda: write(targets["extra"]) if targets.get("extra") else "none")
 check("processes", processes)
+for name in ("unix-run", "unix-tmp-dir", "unix-tmp"):
+    if targets.get(name):
+        check(name, lambda: unix(targets[name]))
 def undo():  # what root's capabilities would allow: uncover the home, or make / writable
     for argv in (["umount", os.path.dirname(os.path.dirname(targets["canary"]))], ["mount", "-o", "remount,rw", "/"]):
         subprocess.run(argv, capture_output=True)
@@ -122,6 +132,30 @@ def _checks(worktree: Path) -> dict[str, tuple[str, str]]:
         name, verdict, detail = [*line.split(" ", 2), ""][:3]
         found[name] = (verdict, detail)
     return found
+
+
+@pytest.fixture
+def unix_listeners() -> Iterator[dict[str, str]]:
+    """Real Unix sockets where the machine's services keep theirs: in /run (docker's, dbus's), in a directory
+    of /tmp (an ssh agent's, X11's, tmux's) and in /tmp itself. A network namespace does not stop them."""
+    tag = f"wb-confined-{os.getpid()}"
+    folder = Path("/tmp") / f"{tag}-sockets"
+    folder.mkdir()
+    paths = {"unix-run": f"/run/{tag}.sock", "unix-tmp-dir": str(folder / "agent.sock"), "unix-tmp": f"/tmp/{tag}.sock"}
+    servers = []
+    try:
+        for path in paths.values():
+            server = socket.socket(socket.AF_UNIX)
+            server.bind(path)
+            server.listen(8)
+            servers.append(server)
+        yield paths
+    finally:
+        for server in servers:
+            server.close()
+        for path in paths.values():
+            Path(path).unlink(missing_ok=True)
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.fixture
@@ -169,12 +203,14 @@ def _targets(machine: Machine, port: int, record: str) -> dict[str, object]:
     }
 
 
-def test_a_confined_command_edits_its_worktree_and_reaches_nothing_else(machine: Machine, listener: int) -> None:
+def test_a_confined_command_edits_its_worktree_and_reaches_nothing_else(
+    machine: Machine, listener: int, unix_listeners: dict[str, str]
+) -> None:
     _setup(machine)
     first = _run(machine, "quick", {}, worktree="w0")
     other_record = str(machine.home / "agents" / str(first["agent_id"]) / "run.json")
     assert Path(other_record).exists()
-    final = _run(machine, "probe", {**_targets(machine, listener, other_record), "escape": True})
+    final = _run(machine, "probe", {**_targets(machine, listener, other_record), **unix_listeners, "escape": True})
     assert final["state"] == "completed", final
     assert final["sandbox"] == {"kind": "bwrap", "network": "provider"}
     worktree = Path(str(final["worktree_dir"]))
@@ -198,6 +234,7 @@ def test_a_confined_command_edits_its_worktree_and_reaches_nothing_else(machine:
     assert checks["tmp-write"][0] == "refused" and not Path(f"/tmp/wb-confined-{os.getpid()}").exists()
     assert checks["tmpdir-write"][0] == "ok"
     assert checks["loopback"][0] == "refused"
+    assert [checks[name][0] for name in unix_listeners] == ["refused"] * 3, checks
     assert checks["writable-extra"] == ("ok", "none")
     assert checks["undo-the-sandbox"][0] == "refused"  # as root too: the inherited mounts are locked
     assert checks["usr-write"][0] == "refused" and not Path("/usr/wb-confined-probe").exists()
@@ -221,12 +258,15 @@ def test_writable_paths_and_the_machines_network_are_given_as_a_user_would(
     assert checks["home-canary-read"][0] == "refused"
 
 
-def test_sandbox_off_in_a_profile_runs_unconfined_and_says_so(machine: Machine, listener: int) -> None:
+def test_sandbox_off_in_a_profile_runs_unconfined_and_says_so(
+    machine: Machine, listener: int, unix_listeners: dict[str, str]
+) -> None:
     _setup(machine)
-    final = _run(machine, "unconfined", _targets(machine, listener, "/nonexistent"))
+    final = _run(machine, "unconfined", {**_targets(machine, listener, "/nonexistent"), **unix_listeners})
     assert final["sandbox"] == {"kind": "none", "reason": "off in profile unconfined"}
     checks = _checks(Path(str(final["worktree_dir"])))
     assert checks["home-canary-read"] == ("ok", CANARY)
+    assert [checks[name] for name in unix_listeners] == [("ok", "connected")] * 3  # what confinement takes away
     text = machine.wb("agent", "status", str(final["agent_id"])).stdout
     assert "sandbox:  none (off in profile unconfined)\n" in text
 
