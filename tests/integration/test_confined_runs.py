@@ -411,14 +411,17 @@ agents:
 """
 
 
-def test_a_run_on_an_ssh_machine_is_confined_there(tmp_path: Path) -> None:
+@pytest.mark.parametrize("channel", ["ssh", "exec"])
+def test_a_run_on_an_ssh_or_exec_machine_is_confined_there(tmp_path: Path, channel: str) -> None:
+    """The owner confines the worker on the machine that runs it, whatever reached that machine."""
     from conftest import make_clone
 
+    from tests.integration.exec_machines import ExecEnvFactory
     from tests.integration.sshd import SshdFactory, sshd_unavailable_reason
 
-    if sshd_unavailable_reason() is not None:
+    if channel == "ssh" and sshd_unavailable_reason() is not None:
         pytest.skip(str(sshd_unavailable_reason()))
-    sshd = SshdFactory(tmp_path / "sshd")
+    sshd = SshdFactory(tmp_path / "sshd") if channel == "ssh" else ExecEnvFactory(tmp_path / "exec")
     try:
         box = sshd.start("127.0.0.5")
         make_clone(box.projects_root / "acme" / "widget")

@@ -128,6 +128,7 @@ def test_more_runs_than_cpus_queue_then_complete_across_the_nodes(lab: Machine, 
         result = json.loads(done.stdout)
         assert result["state"] == "completed", result
         assert result["node"] in {"head", "w1", "w2"}
+        assert result["sandbox"]["kind"] == "bwrap", result  # the owner confines on whichever node runs it
         nodes.add(result["node"])
     assert len(nodes) >= 2, nodes
     _out, err = follower.communicate(timeout=WAIT_S)
