@@ -53,7 +53,6 @@ SOCKETS_DIR = "sockets"
 TMP_DIR = "tmp"
 RELAY_SOCKET = "relay.sock"
 PROXY_SOCKET = "proxy.sock"
-_TMP_SCAN_MAX = 4096  # entries of /tmp (and of each directory in it) looked at for sockets, per run
 PROXY_PORTS = (3128, 3129)  # the proxy's port inside the sandbox's own loopback: any but the relay's
 
 
@@ -251,7 +250,7 @@ def _tmp_socket_dirs() -> list[str]:
     """The directories directly in /tmp with a socket (or an ssh agent's name) among their first entries."""
     found: list[str] = []
     with contextlib.suppress(OSError), os.scandir("/tmp") as entries:
-        for entry in itertools.islice(entries, _TMP_SCAN_MAX):
+        for entry in itertools.islice(entries, limits.SANDBOX_TMP_SCAN_ENTRIES):
             with contextlib.suppress(OSError):
                 if not entry.is_dir(follow_symlinks=False):
                     continue
@@ -262,7 +261,7 @@ def _tmp_socket_dirs() -> list[str]:
 
 def _holds_socket(directory: str) -> bool:
     with contextlib.suppress(OSError), os.scandir(directory) as entries:
-        for entry in itertools.islice(entries, _TMP_SCAN_MAX):
+        for entry in itertools.islice(entries, limits.SANDBOX_TMP_SCAN_ENTRIES):
             with contextlib.suppress(OSError):
                 if stat.S_ISSOCK(entry.stat(follow_symlinks=False).st_mode):
                     return True
@@ -273,7 +272,7 @@ def _tmp_sockets() -> list[str]:
     """Sockets directly in /tmp: each is covered with /dev/null inside (a file cannot take a tmpfs)."""
     found: list[str] = []
     with contextlib.suppress(OSError), os.scandir("/tmp") as entries:
-        for entry in itertools.islice(entries, _TMP_SCAN_MAX):
+        for entry in itertools.islice(entries, limits.SANDBOX_TMP_SCAN_ENTRIES):
             with contextlib.suppress(OSError):
                 if stat.S_ISSOCK(entry.stat(follow_symlinks=False).st_mode):
                     found.append(entry.path)

@@ -169,7 +169,7 @@ def test_garbage_and_an_oversize_line_are_diagnostics(claude: Machine) -> None:
     assert garbage["harness_diagnostics"][0] == "malformed event line 2: this is not json"  # line 1: system/init
     assert len(garbage["harness_diagnostics"]) == 4
     long = run(claude, "scenario:long-line", worktree="w2")
-    assert long["state"] == "completed" and long["result"] == "Said too much once."
+    assert long["state"] == "completed" and long["result"] == "Said too much once.", long
     assert any("over the 8388608-byte line limit" in d for d in long["harness_diagnostics"])
 
 
