@@ -49,6 +49,7 @@ if TYPE_CHECKING:
     from protocol.models import Sandbox
 
 FORWARDER = Path(__file__).with_name("sandbox_forwarder.py")
+_WB_CODE = Path(__file__).resolve().parents[2]  # where the courier and protocol packages are
 SOCKETS_DIR = "sockets"
 TMP_DIR = "tmp"
 RELAY_SOCKET = "relay.sock"
@@ -296,10 +297,14 @@ def _needed_reads(argv: list[str], path_env: str, hidden: list[str], forwarder: 
         found = program if os.path.isabs(program) else shutil.which(program, path=path_env)
         if found:
             roots += _install_roots(found, hidden)
-    roots.append(os.path.realpath(sys.base_prefix))
+    # wb's own interpreter and code, read-only: the forwarder runs on it, and so does a harness that is
+    # a wb module (`python -m courier.demo.standin_claude`, the demo's stand-ins) from a venv or a
+    # checkout that may sit in a hidden home.
+    roots += [os.path.realpath(sys.base_prefix), os.path.realpath(sys.prefix), str(_WB_CODE)]
     if forwarder:
         roots.append(str(FORWARDER))
-    return [root for root in dict.fromkeys(roots) if any(_within(root, h) for h in hidden)]
+    # Only what lies inside a hidden root needs binding back, and never a hidden root as a whole.
+    return [root for root in dict.fromkeys(roots) if root not in hidden and any(_within(root, h) for h in hidden)]
 
 
 def _install_roots(found: str, hidden: list[str]) -> list[str]:

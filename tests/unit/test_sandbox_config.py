@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -114,3 +116,19 @@ def test_the_command_line_hides_the_homes_and_keeps_the_worker_in_its_namespaces
     assert ["--chdir", str(worktree), "--"] == argv[argv.index("--chdir") :][:3]
     assert argv[-2:] == ["/bin/true", "x"]
     assert str(plan.socket_dir) not in argv  # no provider: no forwarder and no sockets bound
+
+
+def test_wbs_own_code_and_interpreter_are_bound_back_from_a_hidden_home_but_never_a_whole_home() -> None:
+    """A harness that is a wb module (the demo's stand-ins: `python -m courier.demo.standin_claude`) runs on
+    wb's interpreter and code, which may sit in a hidden home (a venv or checkout under ~): both come back
+    read-only. A hidden root itself never does, even when wb's code is that root."""
+    from courier.runs import sandbox
+
+    code = str(sandbox._WB_CODE)
+    home = os.path.dirname(code)
+    reads = sandbox._needed_reads(["/bin/true"], "/usr/bin:/bin", [home], forwarder=False)
+    assert code in reads
+    if os.path.realpath(sys.prefix).startswith(home + "/"):
+        assert os.path.realpath(sys.prefix) in reads
+    assert home not in reads
+    assert code not in sandbox._needed_reads(["/bin/true"], "/usr/bin:/bin", [code], forwarder=False)
