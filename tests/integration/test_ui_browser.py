@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import yaml
 from conftest import FAKES, REMOTE_CONFIG, Machine, _kill_leftovers, make_clone, make_machine, wait_for
-from ui_support import UiServer, shared_browser, wait_until
+from ui_support import UiServer, open_stream, shared_browser, wait_until
 
 WB = str(Path(sys.executable).parent / "wb")
 HOSTILE = "<script>window.wbInjected = 1; document.title = 'pwned'</script><b id=injected>bold</b>"
@@ -186,20 +186,6 @@ def _receivers(machine: Machine) -> set[int]:
     return found
 
 
-def _open_stream(ui: UiServer, path: str) -> Any:
-    """A page's live stream, open: the socket, once the stream's first comment arrived."""
-    import socket
-
-    root, cookie = ui.sign_in()
-    connection = socket.create_connection((ui.host, ui.port), timeout=30)
-    connection.sendall(f"GET {root}{path} HTTP/1.1\r\nHost: x\r\nCookie: {cookie}\r\n\r\n".encode())
-    seen = b""
-    while b": following" not in seen:
-        chunk = connection.recv(65536)
-        assert chunk, seen
-        seen += chunk
-    return connection
-
 
 @pytest.mark.xfail(
     reason="open defect: now and then one far-side receiver of a closed page's follow is left running "
@@ -219,7 +205,7 @@ def test_closing_a_run_page_ends_its_follow_here_and_on_the_far_machine_within_5
     assert wait_for(lambda: json.loads(caller.wb("agent", "status", remote, "--json").stdout)["state"] == "running", 60)
     threads, receivers = server.num_threads(), _receivers(box)
     for _ in range(2):  # all open at once, then closed; twice
-        streams = [_open_stream(ui, f"/run/{ref}/actions") for ref in [local, remote] * 15]
+        streams = [open_stream(ui, f"/run/{ref}/actions") for ref in [local, remote] * 15]
         assert wait_for(lambda: len(_receivers(box) - receivers) >= 15, 60)  # each box follow reached the far side
         following = _receivers(box) - receivers
         assert server.num_threads() > threads
@@ -228,8 +214,8 @@ def test_closing_a_run_page_ends_its_follow_here_and_on_the_far_machine_within_5
         ended = lambda pids=following: not (_receivers(box) & pids) and server.num_threads() <= threads  # noqa: E731
         assert wait_for(ended, 5), (server.num_threads(), threads, _receivers(box) & following)
     for _ in range(30):  # one at a time, each closed at once
-        _open_stream(ui, f"/run/{remote}/actions").close()
-        _open_stream(ui, f"/run/{local}/actions").close()
+        open_stream(ui, f"/run/{remote}/actions").close()
+        open_stream(ui, f"/run/{local}/actions").close()
     assert wait_for(lambda: not (_receivers(box) - receivers) and server.num_threads() <= threads, 5), (
         server.num_threads(), threads)  # fmt: skip
     for ref in (local, remote):

@@ -10,7 +10,6 @@ in-process asyncssh tier would add nothing the openssh one does not, at half a m
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -18,7 +17,7 @@ from pathlib import Path
 import psutil
 import pytest
 from conftest import Machine, prepare_remote, wait_for
-from ui_support import UiServer
+from ui_support import UiServer, open_stream
 
 from tests.ssh_tiers import SshMachine, SshMachines, channel_tiers
 
@@ -39,17 +38,6 @@ def _receivers(box: SshMachine) -> set[int]:
             continue
     return found
 
-
-def _open_stream(ui: UiServer, path: str) -> socket.socket:
-    root, cookie = ui.sign_in()
-    connection = socket.create_connection((ui.host, ui.port), timeout=60)
-    connection.sendall(f"GET {root}{path} HTTP/1.1\r\nHost: x\r\nCookie: {cookie}\r\n\r\n".encode())
-    seen = b""
-    while b": following" not in seen:
-        chunk = connection.recv(65536)
-        assert chunk, seen
-        seen += chunk
-    return connection
 
 
 @pytest.mark.parametrize("ssh_tier", ["openssh", "exec-ssh"], indirect=True)
@@ -83,7 +71,7 @@ def test_closing_a_run_page_ends_the_far_sides_follow_within_5s(
         # The page server's own watch keeps one pending call on the machine (after its first list).
         assert wait_for(lambda: len(_receivers(box)) == 1, 60), _receivers(box)
         before = _receivers(box)
-        streams = [_open_stream(ui, f"/run/{ref}/actions") for _ in range(STREAMS)]
+        streams = [open_stream(ui, f"/run/{ref}/actions") for _ in range(STREAMS)]
         assert wait_for(lambda: len(_receivers(box) - before) >= STREAMS, 60), _receivers(box)
         for stream in streams:
             stream.close()
