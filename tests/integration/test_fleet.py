@@ -28,6 +28,7 @@ from tests.integration.inprocess_sshd import keygen
 from tests.json_documents import check_output
 from tests.ssh_tiers import (
     INPROCESS_CHANNEL,
+    SSH_TIERS,
     SshMachine,
     SshMachines,
     channel_tiers,
@@ -251,14 +252,14 @@ def test_machines_without_check_lists_the_configuration(fleet: Fleet) -> None:
     assert any(line.startswith("typo ") and " no " in line for line in lines)
 
 
+@pytest.mark.parametrize("ssh_tier", SSH_TIERS, indirect=True)
 def test_machines_check_shows_the_user_and_port_the_ssh_config_resolves_and_a_loopback_clock_as_ok(
     fleet: Fleet, tmp_path: Path
 ) -> None:
     """A machine whose user and port come only from the ssh config: the text table (with --check)
     shows those, as the connection uses them; JSON keeps wb.yaml's (unset: null). A loopback
-    machine's clock offset is below what one call can tell: `ok` (docs/cli.md, wb machines)."""
-    if fleet.factory.channel != "ssh":
-        pytest.skip("an exec machine has no user or port of its own (its command stands under HOST)")
+    machine's clock offset is below what one call can tell: `ok` (docs/cli.md, wb machines).
+    SSH tiers only: an exec machine has no user or port of its own (its command stands under HOST)."""
     server = fleet.healthy["node0"]
     client = fleet.factory.write_client_config(
         f"resolving-{tmp_path.name}", f"Host {server.host}\n  Port {server.port}\n  User root\n"
