@@ -25,7 +25,7 @@ from courier.errors import Finding, Interrupted, UsageError, WbError
 from courier.ops.await_ import await_remedy, await_target, await_text, still_running
 from courier.ops.continue_ import build_continue
 from courier.ops.dispatch import build_dispatch, dispatch_line
-from courier.ops.logs import check_tail, logs_request, logs_text
+from courier.ops.logs import check_tail, logs_request, logs_text, with_whole_id
 from courier.ops.stop import stop_remedy, stop_request
 from courier.render import to_json
 from courier.route import ask, await_result, command_started_at
@@ -66,6 +66,9 @@ AWAIT_DEFAULT = _default(limits.AWAIT_DEFAULT_MS)
 MACHINE_TIMEOUT_DEFAULT = _default(limits.MACHINE_TIMEOUT_DEFAULT_MS)
 PLACEMENT_TIMEOUT_DEFAULT = _default(limits.PLACEMENT_TIMEOUT_DEFAULT_MS)
 EXEC_TIMEOUT_DEFAULT = _default(limits.WATCH_EXEC_TIMEOUT_DEFAULT_MS)
+RefArg = Annotated[
+    str, typer.Argument(metavar="REF", help="agt-… or MACHINE:agt-… (a unique prefix of 6+ digits will do)")
+]
 ToOpt = Annotated[str | None, typer.Option("--to", metavar="MACHINE", help="Ask this configured machine.")]
 MachineTimeoutOpt = Annotated[
     str, typer.Option("--machine-timeout", metavar="DURATION", help="Give up on a machine not answering by then.")
@@ -167,7 +170,7 @@ def dispatch(
 
 @agent_app.command()
 def status(
-    reference: Annotated[str, typer.Argument(metavar="REF", help="agt-… or MACHINE:agt-…")],
+    reference: RefArg,
     to: ToOpt = None,
     machine_timeout: MachineTimeoutOpt = MACHINE_TIMEOUT_DEFAULT,
     fmt: FormatOpt = Format.text,
@@ -179,7 +182,7 @@ def status(
 
 @agent_app.command(name="await")
 def await_(
-    reference: Annotated[str, typer.Argument(metavar="REF", help="agt-… or MACHINE:agt-…")],
+    reference: RefArg,
     wait_timeout: Annotated[
         str, typer.Option("--wait-timeout", metavar="DURATION", help="Bound on the wait (0 = none).")
     ] = AWAIT_DEFAULT,
@@ -197,7 +200,7 @@ def await_(
         raise Interrupted(f"interrupted; the run continues; resume with wb agent await {ref}") from None
     _out(to_json(result.to_wire()) if _wants_json(fmt, json_flag) else await_text(result))
     if not result.terminal:
-        raise still_running(ref)
+        raise still_running(format_reference(machine, result.agent_id))  # the whole ID, not a prefix given
 
 
 @agent_app.command(name="list")
@@ -215,7 +218,7 @@ def list_(
 
 @agent_app.command()
 def logs(
-    reference: Annotated[str, typer.Argument(metavar="REF", help="agt-… or MACHINE:agt-…")],
+    reference: RefArg,
     tail: Annotated[
         int, typer.Option("--tail", metavar="N", help="How many worker actions.")
     ] = limits.LOGS_TAIL_DEFAULT,
@@ -237,8 +240,9 @@ def logs(
             f"--json prints the last worker actions; it cannot be combined with {'--raw' if raw else '--follow'}"
         )
     machine, request = logs_request(reference, to, tail=tail, raw=raw)
-    run_id = request.agent_id
     config = _config()
+    request = with_whole_id(request, lambda asked: ask(config, machine, asked, timeout_s=bound_s))
+    run_id = request.agent_id
     if follow:
         from courier.supervise import follow as follow_run
 
@@ -282,7 +286,7 @@ def _raw_transcript(opened: tuple[int, int, str]) -> None:
 
 @agent_app.command()
 def stop(
-    reference: Annotated[str, typer.Argument(metavar="REF", help="agt-… or MACHINE:agt-…")],
+    reference: RefArg,
     to: ToOpt = None,
     fmt: FormatOpt = Format.text,
     json_flag: JsonOpt = False,
@@ -307,7 +311,7 @@ def stop(
 
 @agent_app.command()
 def diff(
-    reference: Annotated[str, typer.Argument(metavar="REF", help="agt-… or MACHINE:agt-…")],
+    reference: RefArg,
     stat: Annotated[bool, typer.Option("--stat", help="Per-file +added -deleted and a total, no patch.")] = False,
     to: ToOpt = None,
     fmt: FormatOpt = Format.text,

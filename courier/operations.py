@@ -23,6 +23,7 @@ from courier.runs.context import Context, Handler, never_gone
 from protocol import limits
 from protocol.models import RemoteRequest, RemoteResponse
 from protocol.operations import operation
+from protocol.refs import is_run_prefix
 from protocol.timestamps import rfc3339, utc_now
 
 if TYPE_CHECKING:  # the receiver does not import the configuration unless it dispatches
@@ -36,6 +37,23 @@ def now_rfc3339() -> str:
 def handler_of(name: str) -> Handler:
     """The handler of a known operation; an unknown one is the table's refusal naming the known ones."""
     return REGISTRY[operation(name).name].handler()
+
+
+def _prefix_resolved(request: RemoteRequest, context: Context, *, on_cluster: bool) -> RemoteRequest:
+    """The request with its short reference resolved among this machine's runs (a Ray head: those it placed)."""
+    from courier.runs.prefixes import resolve, run_ids_under
+
+    if on_cluster:
+        from courier.executor.placements import Placements
+
+        assert context.config is not None  # cluster_handler loaded it
+        root, suffix = Placements(context.config.home).root, ".json"
+    else:
+        from courier.runs.context import store_for
+
+        root, suffix = store_for(context).root, ""
+    agent_id = resolve(request.agent_id, run_ids_under(root, request.agent_id, suffix))
+    return request.model_copy(update={"agent_id": agent_id})
 
 
 def perform(
@@ -54,7 +72,10 @@ def perform(
     try:
         context = Context(client_gone, config, in_process)
         # On a Ray head (agents.executor.ray) the cluster answers for all its nodes (docs/ray.md).
-        handler = cluster_handler(request.operation, context) or handler_of(request.operation)
+        cluster = cluster_handler(request.operation, context)
+        if operation(request.operation).needs_agent_id and is_run_prefix(request.agent_id):
+            request = _prefix_resolved(request, context, on_cluster=cluster is not None)
+        handler = cluster or handler_of(request.operation)
         handler(request, response, context)
     except WbError as exc:
         response.clear_results()

@@ -8,6 +8,9 @@ import secrets
 
 ID_PREFIX = "agt-"
 _RUN_ID = re.compile(r"agt-[0-9a-f]{32}")
+# A reference may name a run by a unique prefix of its ID (docs/cli.md#short-references).
+PREFIX_MIN_DIGITS = 6
+_RUN_REF = re.compile(rf"agt-[0-9a-f]{{{PREFIX_MIN_DIGITS},32}}")
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
 _OWNER = re.compile(r"[A-Za-z0-9][A-Za-z0-9-]{0,38}")
 _REPO = re.compile(r"[A-Za-z0-9._-]{1,100}")
@@ -30,6 +33,21 @@ def check_run_id(text: str) -> str:
 
 def is_run_id(text: str) -> bool:
     return _RUN_ID.fullmatch(text) is not None
+
+
+def check_run_ref(text: str) -> str:
+    """A whole run ID or a prefix of one (at least 6 hex digits) that the run's machine resolves."""
+    if not _RUN_REF.fullmatch(text):
+        raise BadName(
+            f'invalid agent run ID "{text}": expected "agt-" followed by its 32 lowercase hex characters, '
+            f"or at least the first {PREFIX_MIN_DIGITS} of them"
+        )
+    return text
+
+
+def is_run_prefix(text: str) -> bool:
+    """A short reference: a prefix of a run ID, not a whole one."""
+    return _RUN_REF.fullmatch(text) is not None and not is_run_id(text)
 
 
 def check_machine_name(text: str) -> str:
@@ -67,14 +85,14 @@ def check_repository(text: str) -> str:
 
 
 def split_reference(reference: str) -> tuple[str, str]:
-    """Split `machine:agt-…` or a bare run ID into (machine, run ID); machine is "" when local."""
+    """Split `machine:agt-…` or a bare run ID (or a prefix of one) into (machine, run ID); "" when local."""
     machine, colon, run_id = reference.partition(":")
     if not colon:
-        return "", check_run_id(reference.strip())
+        return "", check_run_ref(reference.strip())
     machine, run_id = machine.strip(), run_id.strip()
     if not machine or not run_id:
         raise BadName(f'invalid agent reference "{reference}": expected a run ID or MACHINE:RUN-ID')
-    return check_machine_name(machine), check_run_id(run_id)
+    return check_machine_name(machine), check_run_ref(run_id)
 
 
 def format_reference(machine: str, run_id: str) -> str:

@@ -11,7 +11,7 @@ from pydantic import ValidationError
 from protocol import limits
 from protocol.models import RemoteRequest
 from protocol.operations import operation
-from protocol.refs import BadName, check_run_id
+from protocol.refs import BadName, check_run_ref
 from protocol.rules import RequestRefused
 
 __all__ = ["RequestRefused", "check_schema_version", "decode_request", "describe_validation_error", "validate_request"]
@@ -84,7 +84,7 @@ def validate_request(request: RemoteRequest) -> RemoteRequest:
         if entry.needs_agent_id:
             if not request.agent_id:
                 raise RequestRefused(f"{entry.name} needs agent_id")
-            check_run_id(request.agent_id)
+            check_run_ref(request.agent_id)  # a prefix is resolved by the receiver (courier/runs/prefixes.py)
         if entry.check is not None:
             entry.check(request)
     except BadName as exc:

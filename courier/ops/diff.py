@@ -60,7 +60,7 @@ async def diff_tool(call: ToolCall, args: Any) -> dict[str, Any]:
         try:
             diff.patch.encode("utf-8")
         except UnicodeEncodeError:  # a byte git wrote that is not UTF-8 travels as a lone surrogate
-            ref = format_reference(machine, request.agent_id)
+            ref = format_reference(machine, diff.agent_id)
             raise Finding(
                 f"the patch of {ref} has bytes that are not UTF-8, which JSON cannot carry; "
                 f"pass stat, or read it with: wb agent diff {ref}"

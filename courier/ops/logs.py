@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from courier.ops.base import Arg, McpTool, Op, ToolCall, ref_arg, to_arg
@@ -9,6 +10,7 @@ from courier.runs.context import Handler
 from protocol import limits
 from protocol.models import RemoteRequest, RemoteResponse
 from protocol.operations import Operation
+from protocol.refs import is_run_prefix
 from protocol.rules import RequestRefused
 
 if TYPE_CHECKING:
@@ -45,6 +47,17 @@ def logs_request(reference: str, to: str | None, *, tail: int, raw: bool) -> tup
     check_tail(tail)
     machine, run_id = target(reference, to)
     return machine, RemoteRequest.of("logs", agent_id=run_id, tail=tail, raw=raw)
+
+
+def with_whole_id(request: RemoteRequest, ask: Callable[[RemoteRequest], RemoteResponse]) -> RemoteRequest:
+    """A short reference resolved first by one status call: a logs reply names no run, and its output must.
+
+    Only for a prefix (docs/cli.md#short-references); a whole ID costs nothing.
+    """
+    if not is_run_prefix(request.agent_id):
+        return request
+    named = ask(RemoteRequest.of("status", agent_id=request.agent_id)).result_of().agent_id
+    return request.model_copy(update={"agent_id": named})
 
 
 def logs_text(logs: str, *, raw: bool, terminal: bool) -> str:
@@ -88,6 +101,7 @@ async def logs_tool(call: ToolCall, args: Any) -> dict[str, Any]:
 
     machine, request = logs_request(args.ref, args.to, tail=args.tail, raw=args.raw)
     reach = await call.reach()
+    request = await call.blocking(lambda: with_whole_id(request, lambda asked: reach.ask(machine, asked)))
     logs = await call.blocking(lambda: reply_text(request, reach.ask(machine, request)))
     return LogsDocument(agent_id=request.agent_id, machine=machine or None, logs=logs).to_json()
 

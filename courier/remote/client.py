@@ -27,6 +27,7 @@ from protocol.models import (
     collector_paused,
 )
 from protocol.operations import TABLE, Reply
+from protocol.refs import is_run_prefix
 from protocol.validate import describe_validation_error
 
 _SHORT_TEXT_MAX = 256
@@ -151,7 +152,8 @@ def _stamped(item: dict[str, Any], machine: str, asked: str = "", operation: str
 
 
 def _check_subject(machine: str, operation: str, asked: str, named: str) -> None:
-    if asked and named != asked:
+    # A short reference is answered about the one run it names, whose ID it begins (docs/cli.md#short-references).
+    if asked and named != asked and not (is_run_prefix(asked) and named.startswith(asked)):
         raise ReplyUntrusted(
             f"{machine}: the {operation} reply is about agent run {sanitize(named)[:64]}, not {asked}; refused"
         )

@@ -130,6 +130,9 @@ def test_dispatch_await_status_list_logs_and_stop_here(machine: Machine) -> None
         ]
         logs = await call_ok(session, "logs", {"ref": ref, "tail": 3}, "logs")
         assert logs["agent_id"] == ref and logs["logs"].splitlines()[0].endswith("events.jsonl")
+        short = ref[:10]  # a short reference (docs/cli.md#short-references): the documents name the whole ID
+        assert (await call_ok(session, "status", {"ref": short}, "result"))["agent_id"] == ref
+        assert (await call_ok(session, "logs", {"ref": short, "tail": 3}, "logs"))["agent_id"] == ref
         refused = await call_error(session, "stop", {"ref": ref})
         assert refused["class"] == "finding" and refused["exit_code"] == 1
         assert refused["message"] == f"agent run {ref} is already completed"

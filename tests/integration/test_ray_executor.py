@@ -293,6 +293,9 @@ def test_the_same_operations_on_the_head_itself(ray_cluster: RayCluster) -> None
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)
     assert (result["state"], result["node"]) == ("completed", "w1")  # `fast` is w1's only
+    done = on_head("agent", "status", ref[:12], "--json")  # a short reference, resolved among the head's runs
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["agent_id"] == ref
     done = on_head("agent", "list", "--json")
     assert done.returncode == 0, done.stderr
     assert ref in {r["agent_id"] for r in json.loads(done.stdout)}

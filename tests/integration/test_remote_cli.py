@@ -175,6 +175,27 @@ def test_a_remote_run_round_trip_with_qualified_references(caller: Caller, box: 
     assert "the-remote-task-text-3c9d" not in box.log()
 
 
+def test_a_short_reference_is_resolved_by_the_machine_holding_the_run(caller: Caller, box: SshMachine) -> None:
+    """`box:agt-` and 6 hex digits names the run; box resolves it, and the output carries the whole ID."""
+    from tests_support import sample_record
+
+    from courier.runs.store import Store
+
+    ref = caller.dispatch("scenario:complete", "r-short")
+    run_id = ref.split(":", 1)[1]
+    awaited = caller.wb("agent", "await", f"box:{run_id[:10]}", "--json")
+    assert awaited.returncode == 0, awaited.stderr
+    assert json.loads(awaited.stdout)["agent_id"] == run_id
+    status = caller.wb("agent", "status", run_id[:10], "--to", "box")
+    assert status.returncode == 0 and f"agent:    {ref}\n" in status.stdout
+    twins = [sample_record(agent_id="agt-a11a5e" + tail + "0" * 24, state="completed") for tail in ("01", "02")]
+    for twin in twins:
+        Store(box.wb_home).create(twin, "task")
+    ambiguous = caller.wb("agent", "status", "box:agt-a11a5e")
+    assert ambiguous.returncode == 2 and ambiguous.stdout == ""
+    assert 'ambiguous run ID prefix "agt-a11a5e": agt-a11a5e01…, agt-a11a5e02… (give more digits)' in ambiguous.stderr
+
+
 def test_stop_through_a_qualified_reference(caller: Caller) -> None:
     ref = caller.dispatch("scenario:hang", "r2")
     assert wait_for(lambda: json.loads(caller.wb("agent", "status", ref, "--json").stdout).get("worker_pid"), 30)
