@@ -5,12 +5,12 @@ allows it and bubblewrap is usable here (courier/runs/bwrap_probe.py). Inside:
 
 * **Mounts.** `--ro-bind / /` first, then overlays: the system stays visible and read-only as it
   is (a harness or its interpreter may live anywhere: /usr, /opt, /tmp), which is simpler and
-  harder to get wrong than listing what a CLI needs; then the homes (HOME, /home, /root, wb's
-  home) and where Unix sockets live (/run, /tmp's socket directories) are covered with empty
-  tmpfs, made read-only once the few paths a run needs are bound back into them: the harness's
-  install dir, node's, wb's own interpreter (the in-sandbox forwarder below runs on it) read-only;
-  the worktree, its git admin dir, the clone's objects, the harness home, a private TMPDIR and the
-  configured writable paths read-write.
+  harder to get wrong than listing what a CLI needs. /tmp is the run's own private TMPDIR,
+  writable. The homes (HOME, /home, /root, wb's home) and /run, where Unix sockets live, are
+  covered with empty tmpfs, made read-only once the few paths a run needs are bound back into
+  them (and into /tmp): the harness's install dir, node's, wb's own interpreter (the in-sandbox
+  forwarder below runs on it) read-only; the worktree, its git admin dir, the clone's objects,
+  the harness home and the configured writable paths read-write.
 * **Git.** The canonical clone's git dir is bound back read-only (config, hooks, HEAD, packed
   refs, every branch but the run's own), with `objects` and `worktrees/<name>` writable over it
   so status, diff and add work, and what `git stash` writes (see _git_paths).
@@ -28,12 +28,9 @@ allows it and bubblewrap is usable here (courier/runs/bwrap_probe.py). Inside:
 
 from __future__ import annotations
 
-import contextlib
-import itertools
 import os
 import shutil
 import socket
-import stat
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -165,7 +162,8 @@ class Plan:
             shutil.rmtree(directory, ignore_errors=True)
 
     def command_line(self, argv: list[str]) -> list[str]:
-        hidden = _hidden_roots(self.wb_home)
+        tmp = os.path.realpath("/tmp")
+        hidden = _hidden_roots(self.wb_home, tmp)
         out = [self.bwrap, "--die-with-parent", "--unshare-pid", "--unshare-ipc"]
         lock = _root_lock()
         if lock == _DROP_ALL:
@@ -175,9 +173,13 @@ class Plan:
         if not self.share_network:
             out.append("--unshare-net")
         out += ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
+        # The run's own /tmp, its private TMPDIR: a CLI that writes /tmp whatever TMPDIR says (Codex makes
+        # /tmp/codex-daemon-<uid> before its own sandbox starts) works, and the machine's /tmp, with other
+        # users' files and its sockets, is out of sight.
+        out += ["--bind", str(self.tmp_dir), tmp]
         for root in hidden:
             out += ["--tmpfs", root]
-        reads = _needed_reads(argv, self.path_env, hidden, bool(self.forwards))
+        reads = _needed_reads(argv, self.path_env, [*hidden, tmp], bool(self.forwards))
         writes = [self.worktree, *self.writable, str(self.harness_home), str(self.tmp_dir)]
         git_ro, git_rw = _git_paths(self.worktree)
         binds: list[tuple[str, str, str]] = [("--ro-bind", path, path) for path in reads]
@@ -187,7 +189,6 @@ class Plan:
             binds.append(("--ro-bind", str(self.socket_dir), str(self.socket_dir)))
         if self.parent_home is not None:
             binds.append(("--bind", str(self.harness_home), str(self.parent_home)))
-        binds += [("--ro-bind", "/dev/null", path) for path in _tmp_sockets()]
         if self.share_network:
             # The machine's network needs its resolver, which may live in /run (systemd-resolved, resolvconf).
             resolver = os.path.realpath("/etc/resolv.conf")
@@ -230,54 +231,21 @@ def _root_lock() -> list[str]:
     return [found, "--user", "--map-root-user", "--mount", "--"]
 
 
-def _hidden_roots(wb_home: Path) -> list[str]:
-    """The homes covered with an empty tmpfs inside, shallowest first, each once (a nested one is covered already)."""
+def _hidden_roots(wb_home: Path, tmp: str) -> list[str]:
+    """The homes covered with an empty tmpfs inside, shallowest first, each once (a nested one is covered already);
+    none inside `tmp`, which the run's own /tmp covers."""
     candidates = [os.environ.get("HOME", ""), "/home", "/root", str(wb_home), "/run/user"]
     roots: list[str] = []
     for candidate in sorted({os.path.realpath(c) for c in candidates if c}, key=len):
         if os.path.isdir(candidate) and candidate != "/" and not any(_within(candidate, root) for root in roots):
             roots.append(candidate)
     # A socket on a read-only mount still accepts connections, and a Unix socket is not behind the
-    # network namespace: /run (docker.sock, dbus, databases; /var/run is a link to it) is hidden, and so
-    # is every directory directly in /tmp that holds one (an ssh agent's, X11's, tmux's).
+    # network namespace: /run (docker.sock, dbus, databases; /var/run is a link to it) is hidden. /tmp's
+    # sockets (an ssh agent's, X11's, tmux's) are behind the run's own /tmp (Plan.command_line).
     run = os.path.realpath("/run")
     if os.path.isdir(run) and not any(_within(run, root) for root in roots):
         roots = [root for root in roots if not _within(root, run)] + [run]
-    roots += [path for path in _tmp_socket_dirs() if not any(_within(path, root) for root in roots)]
-    return roots
-
-
-def _tmp_socket_dirs() -> list[str]:
-    """The directories directly in /tmp with a socket (or an ssh agent's name) among their first entries."""
-    found: list[str] = []
-    with contextlib.suppress(OSError), os.scandir("/tmp") as entries:
-        for entry in itertools.islice(entries, limits.SANDBOX_TMP_SCAN_ENTRIES):
-            with contextlib.suppress(OSError):
-                if not entry.is_dir(follow_symlinks=False):
-                    continue
-                if entry.name.startswith("ssh-") or _holds_socket(entry.path):
-                    found.append(entry.path)
-    return sorted(found)
-
-
-def _holds_socket(directory: str) -> bool:
-    with contextlib.suppress(OSError), os.scandir(directory) as entries:
-        for entry in itertools.islice(entries, limits.SANDBOX_TMP_SCAN_ENTRIES):
-            with contextlib.suppress(OSError):
-                if stat.S_ISSOCK(entry.stat(follow_symlinks=False).st_mode):
-                    return True
-    return False
-
-
-def _tmp_sockets() -> list[str]:
-    """Sockets directly in /tmp: each is covered with /dev/null inside (a file cannot take a tmpfs)."""
-    found: list[str] = []
-    with contextlib.suppress(OSError), os.scandir("/tmp") as entries:
-        for entry in itertools.islice(entries, limits.SANDBOX_TMP_SCAN_ENTRIES):
-            with contextlib.suppress(OSError):
-                if stat.S_ISSOCK(entry.stat(follow_symlinks=False).st_mode):
-                    found.append(entry.path)
-    return sorted(found)
+    return [root for root in roots if not _within(root, tmp)]
 
 
 def _within(path: str, root: str) -> bool:
