@@ -182,13 +182,13 @@ def wait_until(driver: Any, predicate: Any, timeout: float = 60) -> bool:
     return wait_for(holds, timeout, interval=0.1)
 
 
-def open_stream(ui: UiServer, path: str) -> socket.socket:
-    """A page's live stream, open: the socket, once the stream's first comment arrived."""
+def open_stream(ui: UiServer, path: str, first: bytes = b": following") -> socket.socket:
+    """A page's live stream, open: the socket, once the stream's first comment (`first`) arrived."""
     root, cookie = ui.sign_in()
     connection = socket.create_connection((ui.host, ui.port), timeout=60)
     connection.sendall(f"GET {root}{path} HTTP/1.1\r\nHost: x\r\nCookie: {cookie}\r\n\r\n".encode())
     seen = b""
-    while b": following" not in seen:
+    while first not in seen:
         chunk = connection.recv(65536)
         assert chunk, seen
         seen += chunk

@@ -3,8 +3,10 @@
 `Changes` runs one `courier.watch.Watch` for the server's machines (one pending call per
 machine, as `wb agent watch` keeps) and hands each event to every open fleet page, which
 then fetches its rows again; it runs the CLI's blocking code on a daemon thread, so Ctrl-C
-never waits for a machine that does not answer. `follow_lines` runs `logs --follow`'s loop
-(courier/supervise.py) for one run's page on the event loop, so closing the page cancels it.
+never waits for a machine that does not answer. The watch starts with the first fleet page
+that listens: a `wb ui` nobody has looked at asks no machine anything. `follow_lines` runs
+`logs --follow`'s loop (courier/supervise.py) for one run's page on the event loop, so closing
+the page cancels it.
 """
 
 from __future__ import annotations
@@ -69,19 +71,29 @@ class Changes:
         self.watch: object = None
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
+        """The server's loop; the watch itself waits for the first listener (`_watch`)."""
+        self.loop = loop
+
+    def _watch(self) -> None:
         from courier.watch import Watch
 
-        self.loop = loop
+        if self.watch is not None or self.stopping.is_set():
+            return
         fleet = Watch(self.config, self.machines, warn=lambda _: None)
         self.watch = fleet
         fleet.start()
 
         def pump() -> None:
+            answered: set[str] = set()
             while not self.stopping.is_set():
                 try:
-                    _, events = fleet.events.get(timeout=0.5)
+                    machine, events = fleet.events.get(timeout=0.5)
                 except queue.Empty:
                     continue
+                if machine not in answered:
+                    # Its first answer: what changed before the watch had a cursor there is fetched now.
+                    answered.add(machine)
+                    self._publish(json.dumps({"event": "watching", "machine": machine}))
                 for event in events:
                     if isinstance(event, MachineErrorEvent):
                         body = {"event": event.event, "machine": event.machine}
@@ -109,6 +121,7 @@ class Changes:
     async def stream(self) -> AsyncIterator[str]:
         mine: asyncio.Queue[str] = asyncio.Queue()
         self.subscribers.add(mine)
+        self._watch()
         try:
             yield ": watching\n\n"
             while True:
