@@ -50,6 +50,8 @@ courier_app = typer.Typer(
     no_args_is_help=True, rich_markup_mode=_PLAIN_HELP, help="The courier that keeps wb and its SSH connections warm."
 )
 app.add_typer(courier_app, name="courier")
+config_app = typer.Typer(no_args_is_help=True, rich_markup_mode=_PLAIN_HELP, help="The wb.yaml wb uses.")
+app.add_typer(config_app, name="config")
 
 
 class Format(StrEnum):
@@ -471,6 +473,20 @@ def machines(
 
     timeout_s = machine_timeout_s(machine_timeout)
     show_machines(_config(), check=check, as_json=_wants_json(fmt, json_flag), machine_timeout_s=timeout_s)
+
+
+@config_app.command("check")
+def config_check(fmt: FormatOpt = Format.text, json_flag: JsonOpt = False) -> None:
+    """Print every problem of the wb.yaml wb would use, one line each; exit 2 when there is one."""
+    from courier.config_check import check, text_lines
+
+    found = check()
+    if _wants_json(fmt, json_flag):
+        _out(to_json(found.to_json()))
+    else:
+        _out("".join(f"{line}\n" for line in text_lines(found)))
+    if not found.ok:
+        raise typer.Exit(2)
 
 
 @app.command()

@@ -16,7 +16,7 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from courier.config_file import read_settings
+from courier.config_file import Settings, read_settings
 from courier.errors import UsageError
 from courier.paths import config_path
 from protocol import limits
@@ -630,7 +630,11 @@ def load_config(path: Path | None = None) -> Config:
         path = config_path()
         if os.environ.get("WB_CONFIG") and not path.exists():
             raise UsageError(f"WB_CONFIG names {path}, which does not exist; create it or unset WB_CONFIG")
-    settings = read_settings(path)
+    return config_of(read_settings(path), path)
+
+
+def config_of(settings: Settings, path: Path) -> Config:
+    """The configuration of a file's settings: each entry validated, a problem kept with its entry."""
     return Config(
         path=path,
         home=settings.home,

@@ -16,14 +16,18 @@ import re
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from courier.errors import UsageError
 from courier.paths import HOME_ENV
 from protocol import limits
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     import yaml
+
+T = TypeVar("T")
 
 # yaml is imported when a wb.yaml is read, not with this module: a machine without one
 # (and the receiver's path, see courier.paths) never pays for it.
@@ -46,8 +50,24 @@ class Settings:
     sandbox_writable: tuple[str, ...] = ()
 
 
+# The keys wb reads outside the entries, by section (docs/config.md). Any other top-level section, and
+# any other key of these sections, is ignored by every command and reported by `wb config check`;
+# sandbox's and agents.executor's own keys are checked strictly where they are read.
+KNOWN_KEYS: dict[str, tuple[str, ...]] = {
+    "agents": ("home", "projects_root", "providers", "profiles", "executor"),
+    "session_move": ("targets",),
+    "courier": ("idle", "max_sessions_per_machine"),
+    "sandbox": ("default", "writable"),
+}
+
+
 def read_settings(path: Path) -> Settings:
     """The file at `path` checked and read (an absent file: the built-ins); every refusal is a UsageError."""
+    return settings_of(read_document(path), path)
+
+
+def read_document(path: Path) -> dict[str, Any]:
+    """The file at `path` as YAML, its permissions and form checked ({} when absent); else UsageError."""
     document: Any = {}
     if path.exists():
         import yaml
@@ -62,20 +82,51 @@ def read_settings(path: Path) -> Settings:
             raise UsageError(f"{path}: cannot read: {exc.strerror}") from None
         if not isinstance(document, dict):
             raise UsageError(f"{path}: the top level must be a mapping")
-    agents = _section(document, "agents", path)
-    session_move = _section(document, "session_move", path)
+    found: dict[str, Any] = document
+    return found
+
+
+def settings_of(document: dict[str, Any], path: Path, problems: list[UsageError] | None = None) -> Settings:
+    """The settings of a read document. Each refusal is raised, or with `problems` kept there while the
+    rest is still read with its defaults (`wb config check` names every problem in one pass)."""
+
+    def kept(read: Callable[[], T], default: T) -> T:
+        if problems is None:
+            return read()
+        try:
+            return read()
+        except UsageError as exc:
+            problems.append(exc)
+            return default
+
+    agents = kept(lambda: _section(document, "agents", path), _empty())
+    session_move = kept(lambda: _section(document, "session_move", path), _empty())
+    home = kept(lambda: _path_setting(agents, "home", HOME_ENV, Path.home() / ".wb", path), Path.home() / ".wb")
+    projects = Path.home() / "projects"
     settings = Settings(
-        home=_path_setting(agents, "home", HOME_ENV, Path.home() / ".wb", path),
-        projects_root=_path_setting(agents, "projects_root", "WB_PROJECTS_ROOT", Path.home() / "projects", path),
-        providers=_section(agents, "providers", path, "agents."),
-        profiles=_section(agents, "profiles", path, "agents."),
-        targets=_section(session_move, "targets", path, "session_move."),
+        home=home,
+        projects_root=kept(
+            lambda: _path_setting(agents, "projects_root", "WB_PROJECTS_ROOT", projects, path), projects
+        ),
+        providers=kept(lambda: _section(agents, "providers", path, "agents."), _empty()),
+        profiles=kept(lambda: _section(agents, "profiles", path, "agents."), _empty()),
+        targets=kept(lambda: _section(session_move, "targets", path, "session_move."), _empty()),
     )
-    courier = _section(document, "courier", path)
-    settings.courier_idle_ms, settings.courier_max_sessions = _courier_settings(courier, path)
-    settings.ray_address = _executor(_section(agents, "executor", path, "agents."), path)
-    settings.sandbox_default, settings.sandbox_writable = _sandbox(_section(document, "sandbox", path), path)
+    courier = kept(lambda: _section(document, "courier", path), _empty())
+    settings.courier_idle_ms, settings.courier_max_sessions = kept(
+        lambda: _courier_settings(courier, path), (settings.courier_idle_ms, settings.courier_max_sessions)
+    )
+    executor = kept(lambda: _section(agents, "executor", path, "agents."), _empty())
+    settings.ray_address = kept(lambda: _executor(executor, path), None)
+    sandbox = kept(lambda: _section(document, "sandbox", path), _empty())
+    settings.sandbox_default, settings.sandbox_writable = kept(
+        lambda: _sandbox(sandbox, path), (settings.sandbox_default, settings.sandbox_writable)
+    )
     return settings
+
+
+def _empty() -> dict[str, Any]:
+    return {}
 
 
 SANDBOX_MODES = ("auto", "required", "off")

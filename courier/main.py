@@ -29,8 +29,9 @@ def exit_now(code: int) -> NoReturn:
 
 
 # Commands that always run in this process: the courier's own controls, the demo and `wb ui`
-# (which run servers of their own), and any private entry.
-COLD_COMMANDS = ("courier", "demo", "mcp", "ui")
+# (which run servers of their own), `wb config check` (it reads a file that may be broken and
+# creates nothing, not even the courier's socket), and any private entry.
+COLD_COMMANDS = ("config", "courier", "demo", "mcp", "ui")
 
 
 def main() -> None:

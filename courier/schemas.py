@@ -16,6 +16,7 @@ from pydantic import BaseModel
 from protocol import limits
 from protocol.documents import (
     ActionsDocument,
+    ConfigCheckDocument,
     ErrorDocument,
     EventDocument,
     FleetDocument,
@@ -50,6 +51,7 @@ DOCUMENTS: dict[str, tuple[type[BaseModel], str]] = {
     "prune-fleet": (PruneFleetDocument, "wb agent prune --all --json"),
     "event": (EventDocument, "each line of wb agent watch --json"),
     "watch": (WatchDocument, "the MCP watch tool"),
+    "config-check": (ConfigCheckDocument, "wb config check --json"),
 }
 
 

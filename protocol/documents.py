@@ -249,3 +249,21 @@ class WatchDocument(Document):
 
     def to_json(self) -> dict[str, Any]:
         return {"events": [event.to_json() for event in self.events], "cursor": self.cursor, "idle": self.idle}
+
+
+class ConfigProblem(Document):
+    """One problem `wb config check` found."""
+
+    key: str | None = Field(
+        description="The dotted key the problem is in (`agents.profiles.fast`, `profiels`); null for the file itself."
+    )
+    message: str = Field(description="The line the text output prints, naming the key.")
+
+
+class ConfigCheckDocument(Document):
+    """`wb config check --json`: every problem of the wb.yaml wb would use, in file order by section."""
+
+    path: str = Field(description="The file checked (it may be absent: then the built-ins are in use).")
+    exists: bool
+    ok: bool = Field(description="No problem: the exit code is 0 (else 2).")
+    problems: list[ConfigProblem]

@@ -37,6 +37,8 @@ def schema_for(args: tuple[str, ...] | list[str]) -> str | None:
     words = [a for a in args if not a.startswith("-")]
     if words[:1] == ["machines"]:
         return "machines"
+    if words[:2] == ["config", "check"]:
+        return "config-check"
     if words[:1] != ["agent"] or len(words) < 2:
         return None
     op = REGISTRY.get(words[1])  # `wb agent NAME` is operation NAME: its module names what it prints
