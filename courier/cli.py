@@ -237,10 +237,8 @@ def logs(
     if follow and raw:
         raise UsageError("--follow prints worker actions; it cannot be combined with --raw")
     as_json = _wants_json(fmt, json_flag)
-    if as_json and (raw or follow):
-        raise UsageError(
-            f"--json prints the last worker actions; it cannot be combined with {'--raw' if raw else '--follow'}"
-        )
+    if as_json and raw:
+        raise UsageError("--json prints worker actions; it cannot be combined with --raw")
     machine, request = logs_request(reference, to, tail=tail, raw=raw)
     config = _config()
     request = with_whole_id(request, lambda asked: ask(config, machine, asked, timeout_s=bound_s))
@@ -250,7 +248,7 @@ def logs(
 
         ref = format_reference(machine, run_id)
         try:
-            follow_run(config, machine, run_id, _out, _warn)
+            follow_run(config, machine, run_id, _out, _warn, as_json=as_json)
         except KeyboardInterrupt:
             hint = f"interrupted; the run continues; follow it again with wb agent logs {ref} --follow"
             raise Interrupted(hint) from None

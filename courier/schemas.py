@@ -20,6 +20,7 @@ from protocol.documents import (
     ErrorDocument,
     EventDocument,
     FleetDocument,
+    FollowLine,
     ListDocument,
     LogsDocument,
     MachinesDocument,
@@ -52,6 +53,7 @@ DOCUMENTS: dict[str, tuple[type[BaseModel], str]] = {
     "event": (EventDocument, "each line of wb agent watch --json"),
     "watch": (WatchDocument, "the MCP watch tool"),
     "config-check": (ConfigCheckDocument, "wb config check --json"),
+    "follow-line": (FollowLine, "each line of wb agent logs --follow --json"),
 }
 
 

@@ -6,6 +6,7 @@ CLI only parses flags and prints what these return.
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 from collections.abc import Callable
@@ -24,6 +25,7 @@ from courier.render import ref_of
 from courier.route import ask, await_chunk_ms, upgrade_message
 from courier.text import sanitize
 from protocol import limits
+from protocol.documents import FollowLine
 from protocol.models import PruneResult, RemoteRequest, Result
 
 
@@ -54,8 +56,10 @@ def follow(
     agent_id: str,
     write: Callable[[str], None],
     warn: Callable[[str], None],
+    as_json: bool = False,
 ) -> Result:
-    """Print the run's actions as they happen until it is terminal; the terminal state last.
+    """Print the run's actions as they happen until it is terminal; the terminal state last (with `as_json`, one
+    FollowLine document a line: docs/cli.md, wb agent logs).
 
     Each call waits at most 5 min on the machine holding the run; a dropped connection is
     retried from the same byte offset, so no action is printed twice or lost.
@@ -76,13 +80,33 @@ def follow(
         failures = 0
         if response.next_offset is None:
             raise UsageError(upgrade_message(machine, response.wb_version, "logs --follow"))
-        if response.logs:
+        if response.logs and as_json:
+            write(_json_lines(machine, agent_id, response.logs))
+        elif response.logs:
             write(sanitize(response.logs, keep_newlines=True))
         offset = response.next_offset
         result = response.result_of()  # another machine's carries `machine` (stamped by its caller)
         if result.terminal:
-            write(terminal_line(result))
+            write(_json_end(machine, result) if as_json else terminal_line(result))
             return result
+
+
+def _json_lines(machine: str, agent_id: str, logs: str) -> str:
+    from courier.ops.logs import actions_of
+
+    return "".join(_line(FollowLine(agent_id=agent_id, machine=machine or None, action=action, state=None,
+                                    failure=None)) for action in actions_of(logs))  # fmt: skip
+
+
+def _json_end(machine: str, result: Result) -> str:
+    end = FollowLine(agent_id=result.agent_id, machine=machine or None, action=None, state=result.state,
+                     failure=result.failure)  # fmt: skip
+    return _line(end)
+
+
+def _line(document: FollowLine) -> str:
+    # ASCII: control, bidirectional and line-separator characters in an action arrive escaped.
+    return json.dumps(document.to_json(), ensure_ascii=True, separators=(",", ":")) + "\n"
 
 
 # -- prune -------------------------------------------------------------------------------------

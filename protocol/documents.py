@@ -137,6 +137,18 @@ class ActionsDocument(Document):
     )
 
 
+class FollowLine(Document):
+    """Each line of `wb agent logs --follow --json`: one worker action as it happens; the last line, the run's end."""
+
+    agent_id: str
+    machine: str | None = Field(
+        default=None, exclude_if=_absent_when_none, description="The machine holding the run; absent for this machine."
+    )
+    action: str | None = Field(description="One worker action as `logs --json` lists it; null on the last line.")
+    state: str | None = Field(description="Null while the run goes on; on the last line, its terminal state.")
+    failure: str | None = Field(description="On the last line, why the run failed (null when it did not).")
+
+
 class StopDocument(Document):
     """`wb agent stop --json`: the stop that was asked."""
 

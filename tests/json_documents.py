@@ -15,7 +15,7 @@ from courier.ops import REGISTRY
 
 SCHEMA_DIR = Path(__file__).resolve().parents[1] / "docs" / "schema"
 # Documents printed one per line (wb agent watch --json), each checked on its own.
-LINE_DOCUMENTS = frozenset({"event"})
+LINE_DOCUMENTS = frozenset({"event", "follow-line"})
 # Counted so a test can prove the check ran (tests/unit/test_schemas.py).
 checked: list[str] = []
 
@@ -39,6 +39,8 @@ def schema_for(args: tuple[str, ...] | list[str]) -> str | None:
         return "machines"
     if words[:2] == ["config", "check"]:
         return "config-check"
+    if words[:2] == ["agent", "logs"] and "--follow" in args:
+        return "follow-line"
     if words[:1] != ["agent"] or len(words) < 2:
         return None
     op = REGISTRY.get(words[1])  # `wb agent NAME` is operation NAME: its module names what it prints

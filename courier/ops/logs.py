@@ -69,13 +69,23 @@ def logs_text(logs: str, *, raw: bool, terminal: bool) -> str:
     return sanitize(logs, keep_newlines=True)
 
 
+def _lines(logs: str) -> list[str]:
+    return logs.removesuffix("\n").split("\n") if logs else []  # not splitlines: U+2028 is no line break here
+
+
+def actions_of(chunk: str) -> list[str]:
+    """The actions of one `logs --follow` reply (indented lines, no transcript line), as `actions_document` lists
+    them."""
+    return [line.removeprefix(_ACTION_INDENT) for line in _lines(chunk)]
+
+
 def actions_document(machine: str, agent_id: str, logs: str) -> ActionsDocument:
     """`logs --json` (docs/supervisors.md#the-documents): the logs reply's text (the transcript's path, then one
     indented action a line) as a document, so text and JSON never disagree."""
     from courier.runs.service import NO_TRANSCRIPT  # what the first line says when there is no transcript
     from protocol.documents import ActionsDocument
 
-    lines = logs.removesuffix("\n").split("\n") if logs else []  # not splitlines: U+2028 is no line break here
+    lines = _lines(logs)
     head = lines[0] if lines else NO_TRANSCRIPT
     actions = [line.removeprefix(_ACTION_INDENT) for line in lines[1:]]
     return ActionsDocument(

@@ -181,6 +181,21 @@ def test_follow_of_a_failed_run_shows_the_failure_once_and_the_state(machine: Ma
     assert lines[-1].startswith(f"{ref} failed: ")
 
 
+def test_follow_json_is_one_document_a_line_the_actions_of_logs_json_then_the_end(machine: Machine) -> None:
+    machine.clone()
+    ref = machine.dispatch(task="scenario:fail")
+    _await(machine, ref)
+    done = machine.wb("agent", "logs", ref, "--follow", "--json")  # each line checked against follow-line.json
+    assert done.returncode == 0, done.stderr
+    lines = [json.loads(line) for line in done.stdout.splitlines()]
+    listed = machine.wb_json("agent", "logs", ref, "--tail", "1000")
+    assert isinstance(listed, dict)
+    assert [line["action"] for line in lines[:-1]] == listed["actions"] and listed["actions"]
+    assert all(line["agent_id"] == ref and line["state"] is None and "machine" not in line for line in lines[:-1])
+    end = lines[-1]
+    assert end["action"] is None and end["state"] == "failed" and "401 Unauthorized" in end["failure"]
+
+
 def test_ctrl_c_while_following_exits_130_with_the_resume_hint(machine: Machine) -> None:
     machine.clone()
     ref = machine.dispatch(task="scenario:silent")
@@ -464,12 +479,10 @@ def test_logs_stop_and_prune_print_their_json_documents(machine: Machine) -> Non
     assert not Store(machine.home).exists(live)
 
 
-def test_logs_json_refuses_raw_and_follow(machine: Machine) -> None:
-    ref = "agt-" + "1" * 32
-    for flag in ("--raw", "--follow"):
-        done = machine.wb("agent", "logs", ref, flag, "--json")
-        assert done.returncode == 2 and done.stdout == ""
-        assert done.stderr == f"error: --json prints the last worker actions; it cannot be combined with {flag}\n"
+def test_logs_json_refuses_raw(machine: Machine) -> None:
+    done = machine.wb("agent", "logs", "agt-" + "1" * 32, "--raw", "--json")
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr == "error: --json prints worker actions; it cannot be combined with --raw\n"
 
 
 def test_logs_json_of_a_run_without_a_transcript_has_no_path(machine: Machine) -> None:
