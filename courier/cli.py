@@ -6,7 +6,7 @@ import codecs
 import os
 import sys
 from enum import StrEnum
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 import typer._click as typer_click  # typer vendors its own click
@@ -16,7 +16,7 @@ from typer import models as typer_models
 from typer._click import exceptions as click_exceptions
 
 from courier import __version__, cli_io, hot
-from courier.commands import check_list_scope, duration_ms, machine_timeout_s
+from courier.commands import check_list_scope, duration_ms, machine_timeout_s, wait_bound_ms
 from courier.commands import default_duration as _default
 from courier.commands import naming as _naming
 from courier.commands import target as _target
@@ -33,6 +33,9 @@ from courier.starting import send_dispatch, send_starting
 from courier.text import escape_controls, sanitize
 from protocol import limits
 from protocol.refs import format_reference
+
+if TYPE_CHECKING:
+    from protocol.models import Result
 
 # Plain help (rich_markup_mode=None): typer's rich help shows every flag as taking a value
 # (`--json <bool>`, `--help <bool>`); click's plain help shows a flag as a flag.
@@ -60,6 +63,14 @@ class Format(StrEnum):
 
 
 FormatOpt = Annotated[Format, typer.Option("--format", help="Output format.")]
+WaitOpt = Annotated[bool, typer.Option("--wait", help="Then wait for the run and print its facts, as await does.")]
+FollowOpt = Annotated[
+    bool, typer.Option("--follow", help="Then print its worker actions as they happen, and its facts, as await does.")
+]
+WaitTimeoutOpt = Annotated[
+    str | None,
+    typer.Option("--wait-timeout", metavar="DURATION", help="With --wait or --follow: bound on the wait (0 = none)."),
+]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Same as --format json.")]
 
 
@@ -147,10 +158,15 @@ def dispatch(
         str,
         typer.Option("--machine-timeout", metavar="DURATION", help="--to auto: bound on asking the candidates."),
     ] = PLACEMENT_TIMEOUT_DEFAULT,
+    wait: WaitOpt = False,
+    follow: FollowOpt = False,
+    wait_timeout: WaitTimeoutOpt = None,
     fmt: FormatOpt = Format.text,
     json_flag: JsonOpt = False,
 ) -> None:
     """Start one task in a worktree (--to auto[:LABEL]: where a slot is free); prints its reference."""
+    as_json = _wants_json(fmt, json_flag)
+    bound_ms = _then_wait_bound(wait, follow, wait_timeout, as_json)
     machine, request = build_dispatch(
         new_worktree=new_worktree,
         use_worktree=use_worktree,
@@ -167,7 +183,7 @@ def dispatch(
     )
     bound_s = machine_timeout_s(machine_timeout)
     result = send_dispatch(_config(), to, machine, request, bound_s)
-    _out(to_json(result.to_wire()) if _wants_json(fmt, json_flag) else dispatch_line(result))
+    _started(result, bound_ms, follow, as_json)
 
 
 @agent_app.command()
@@ -194,15 +210,48 @@ def await_(
 ) -> None:
     """Wait until the run is terminal (or the bound passes) and print the result."""
     machine, run_id, bound_ms = await_target(reference, to, wait_timeout)
+    _awaited(machine, run_id, bound_ms, _wants_json(fmt, json_flag))
+
+
+def _awaited(machine: str, run_id: str, bound_ms: int, as_json: bool, follow: bool = False) -> None:
+    """Wait for the run (following its actions with `follow`), print its facts, exit as `await` does."""
     ref = format_reference(machine, run_id)
+    config = _config()
     try:
         with _naming(await_remedy(ref), always=True):
-            result = await_result(_config(), machine, run_id, bound_ms, started_at=command_started_at())
+            if follow:
+                from courier.supervise import follow as follow_run
+
+                result = follow_run(config, machine, run_id, _out, _warn, bound_ms=bound_ms)
+            else:
+                result = await_result(config, machine, run_id, bound_ms, started_at=command_started_at())
     except KeyboardInterrupt:
         raise Interrupted(f"interrupted; the run continues; resume with wb agent await {ref}") from None
-    _out(to_json(result.to_wire()) if _wants_json(fmt, json_flag) else await_text(result))
+    _out(to_json(result.to_wire()) if as_json else await_text(result))
     if not result.terminal:
         raise still_running(format_reference(machine, result.agent_id))  # the whole ID, not a prefix given
+
+
+def _then_wait_bound(wait: bool, follow: bool, wait_timeout: str | None, as_json: bool) -> int | None:
+    """The wait `--wait` or `--follow` asks of dispatch or continue (ms, 0: none), checked before anything
+    starts; None without them."""
+    if wait and follow:
+        raise UsageError("--wait and --follow: give one (--follow waits too)")
+    if follow and as_json:
+        raise UsageError("--follow prints worker actions as text; with --json use --wait")
+    if not (wait or follow):
+        if wait_timeout is not None:
+            raise UsageError("--wait-timeout bounds --wait or --follow; give one of them")
+        return None
+    return wait_bound_ms(wait_timeout or AWAIT_DEFAULT)
+
+
+def _started(result: Result, bound_ms: int | None, follow: bool, as_json: bool) -> None:
+    """A started run's reference (JSON: its document), then, with --wait or --follow, what `await` prints."""
+    if bound_ms is None or not as_json:
+        _out(to_json(result.to_wire()) if as_json else dispatch_line(result))
+    if bound_ms is not None:
+        _awaited(result.machine or "", result.agent_id, bound_ms, as_json, follow)
 
 
 @agent_app.command(name="list")
@@ -352,10 +401,15 @@ def continue_(
     max_tokens: MaxTokensOpt = None,
     max_cost_usd: MaxCostOpt = None,
     to: ToOpt = None,
+    wait: WaitOpt = False,
+    follow: FollowOpt = False,
+    wait_timeout: WaitTimeoutOpt = None,
     fmt: FormatOpt = Format.text,
     json_flag: JsonOpt = False,
 ) -> None:
     """Start a new run in the same worktree that resumes REF's harness session with a follow-up task."""
+    as_json = _wants_json(fmt, json_flag)
+    bound_ms = _then_wait_bound(wait, follow, wait_timeout, as_json)
     machine, request, new_id = build_continue(
         reference=reference,
         task=task,
@@ -367,7 +421,7 @@ def continue_(
         max_cost_usd=max_cost_usd,
     )
     result = send_starting(_config(), machine, request, new_id)
-    _out(to_json(result.to_wire()) if _wants_json(fmt, json_flag) else dispatch_line(result))
+    _started(result, bound_ms, follow, as_json)
 
 
 @agent_app.command()

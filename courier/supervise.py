@@ -57,17 +57,23 @@ def follow(
     write: Callable[[str], None],
     warn: Callable[[str], None],
     as_json: bool = False,
+    bound_ms: int = 0,
 ) -> Result:
     """Print the run's actions as they happen until it is terminal; the terminal state last (with `as_json`, one
-    FollowLine document a line: docs/cli.md, wb agent logs).
+    FollowLine document a line: docs/cli.md, wb agent logs). With `bound_ms` (0: none), return the run as it is
+    once that long has passed (`dispatch --follow --wait-timeout`).
 
     Each call waits at most 5 min on the machine holding the run; a dropped connection is
     retried from the same byte offset, so no action is printed twice or lost.
     """
     offset = 0
     failures = 0
+    deadline = time.monotonic() + bound_ms / 1000 if bound_ms else None
     while True:
-        call = request("logs", agent_id=agent_id, follow=True, follow_from=offset, wait_timeout_ms=await_chunk_ms())
+        chunk_ms = await_chunk_ms()
+        if deadline is not None:
+            chunk_ms = max(1, min(chunk_ms, int((deadline - time.monotonic()) * 1000)))
+        call = request("logs", agent_id=agent_id, follow=True, follow_from=offset, wait_timeout_ms=chunk_ms)
         try:
             response = ask(config, machine, call)
         except WbError as exc:
@@ -88,6 +94,8 @@ def follow(
         result = response.result_of()  # another machine's carries `machine` (stamped by its caller)
         if result.terminal:
             write(_json_end(machine, result) if as_json else terminal_line(result))
+            return result
+        if deadline is not None and time.monotonic() >= deadline:
             return result
 
 
