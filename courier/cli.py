@@ -223,6 +223,10 @@ def _awaited(machine: str, run_id: str, bound_ms: int, as_json: bool, follow: bo
                 from courier.supervise import follow as follow_run
 
                 result = follow_run(config, machine, run_id, _out, _warn, bound_ms=bound_ms)
+            elif not as_json and sys.stderr.isatty():
+                from courier.live_line import await_with_line
+
+                result = await_with_line(config, machine, run_id, bound_ms, sys.stderr, _warn)
             else:
                 result = await_result(config, machine, run_id, bound_ms, started_at=command_started_at())
     except KeyboardInterrupt:

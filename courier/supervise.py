@@ -50,6 +50,10 @@ def terminal_line(result: Result) -> str:
     return line + "\n"
 
 
+class NoFollow(UsageError):
+    """The machine's wb is too old to follow a run (it has no `follow_from`)."""
+
+
 def follow(
     config: Config,
     machine: str,
@@ -58,10 +62,13 @@ def follow(
     warn: Callable[[str], None],
     as_json: bool = False,
     bound_ms: int = 0,
+    progress: Callable[[Result], None] | None = None,
+    chunk_ms: int | None = None,
 ) -> Result:
     """Print the run's actions as they happen until it is terminal; the terminal state last (with `as_json`, one
     FollowLine document a line: docs/cli.md, wb agent logs). With `bound_ms` (0: none), return the run as it is
-    once that long has passed (`dispatch --follow --wait-timeout`).
+    once that long has passed (`dispatch --follow --wait-timeout`). `progress` sees the run after every reply
+    that finds it still going; `chunk_ms` shortens each call's wait (at most 5 min) so those come more often.
 
     Each call waits at most 5 min on the machine holding the run; a dropped connection is
     retried from the same byte offset, so no action is printed twice or lost.
@@ -70,10 +77,10 @@ def follow(
     failures = 0
     deadline = time.monotonic() + bound_ms / 1000 if bound_ms else None
     while True:
-        chunk_ms = await_chunk_ms()
+        wait_ms = min(chunk_ms or limits.AWAIT_CHUNK_MS, await_chunk_ms())
         if deadline is not None:
-            chunk_ms = max(1, min(chunk_ms, int((deadline - time.monotonic()) * 1000)))
-        call = request("logs", agent_id=agent_id, follow=True, follow_from=offset, wait_timeout_ms=chunk_ms)
+            wait_ms = max(1, min(wait_ms, int((deadline - time.monotonic()) * 1000)))
+        call = request("logs", agent_id=agent_id, follow=True, follow_from=offset, wait_timeout_ms=wait_ms)
         try:
             response = ask(config, machine, call)
         except WbError as exc:
@@ -85,7 +92,7 @@ def follow(
             continue
         failures = 0
         if response.next_offset is None:
-            raise UsageError(upgrade_message(machine, response.wb_version, "logs --follow"))
+            raise NoFollow(upgrade_message(machine, response.wb_version, "logs --follow"))
         if response.logs and as_json:
             write(_json_lines(machine, agent_id, response.logs))
         elif response.logs:
@@ -97,6 +104,8 @@ def follow(
             return result
         if deadline is not None and time.monotonic() >= deadline:
             return result
+        if progress is not None:
+            progress(result)
 
 
 def _json_lines(machine: str, agent_id: str, logs: str) -> str:

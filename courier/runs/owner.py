@@ -34,6 +34,7 @@ from courier.runs.metering import RunMeter, relay_needed
 from courier.runs.store import Record, Store, rfc3339, utc_now, within_admission_grace
 from protocol import limits
 from protocol.durations import format_duration_ms
+from protocol.models import Usage
 
 if TYPE_CHECKING:
     from courier.runs.connect_proxy import ConnectProxy
@@ -43,6 +44,7 @@ _POLL_S = 0.1
 _DRAIN_POLL_S = 0.05
 _DRAIN_AFTER_EXIT_S = 2.0
 _OUTPUT_MARK_S = 2.0  # at most one extra mtime update per this many seconds of output
+_USAGE_SAVE_S = 1.0  # a running run's usage so far is saved at most this often (await's live line)
 REDACTED = b"[redacted]"
 
 
@@ -121,6 +123,7 @@ class Owner:
         self.stalled_since_output: str | None = None  # set when stop_when_stalled stopped the run
         self.secret = b""
         self.events_lost = False
+        self.usage_saved_at = 0.0
         # budgets and usage limits (docs/cli.md#budgets, docs/cli.md#waiting-out-a-usage-limit)
         self.meter = RunMeter(record, stream_reports_messages=self.summary.reports_message_usage)
         self.carried_diagnostics: list[str] = []
@@ -460,6 +463,7 @@ class Owner:
                         stored += len(line)
                     self.note_session()
                     self.meter.observe(self.summary)  # per-message usage and cost against the budget
+                    self.note_usage()
             if pending and not skipping:
                 line = self.redact(self.summary.feed(pending))
                 if stored + len(line) <= limits.EVENTS_STORED_MAX_BYTES:
@@ -477,6 +481,24 @@ class Owner:
             self.record.session_id = thread
             with contextlib.suppress(OSError):
                 self.store.save(self.record)
+
+    def note_usage(self) -> None:
+        """Save the usage so far while the run goes on (at most once a second), so `await`'s live line and
+        `status` show it before the end; the end saves the final count."""
+        now = time.monotonic()
+        if now - self.usage_saved_at < _USAGE_SAVE_S:
+            return
+        usage = self.meter.usage(self.summary)
+        meter = self.meter
+        if meter.input_tokens + meter.output_tokens > (usage.input_tokens + usage.output_tokens if usage else 0):
+            # Per-message counts (Claude Code's) come before the harness's own total, which comes at the end.
+            usage = Usage(input_tokens=meter.input_tokens, output_tokens=meter.output_tokens)
+        if usage is None or usage == self.record.usage:
+            return
+        self.usage_saved_at = now
+        self.record.usage = usage
+        with contextlib.suppress(OSError):
+            self.store.save(self.record)
 
     def stall_stop_after_s(self) -> float | None:
         """Seconds of silence after which the owner stops the run (stall_after + stop_when_stalled), if ever."""
