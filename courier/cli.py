@@ -488,6 +488,10 @@ def watch_(
         str,
         typer.Option("--exec-timeout", metavar="DURATION", help="Kill a CMD of --exec still running by then."),
     ] = EXEC_TIMEOUT_DEFAULT,
+    since: Annotated[
+        str | None,
+        typer.Option("--since", metavar="DURATION", help="First, a finished line per run that ended this recently."),
+    ] = None,
 ) -> None:
     """Print run transitions as they happen (dispatched, started, stalled, waiting, finished)."""
     from courier.watch import hook_argv, watch
@@ -497,6 +501,9 @@ def watch_(
     exec_timeout_ms = duration_ms(exec_timeout, "--exec-timeout")
     if exec_timeout_ms <= 0:
         raise UsageError("--exec-timeout must be more than 0")
+    since_ms = duration_ms(since, "--since") if since is not None else 0
+    if since is not None and since_ms <= 0:
+        raise UsageError("--since must be more than 0 (e.g. --since 10m)")
     config = _config()
     machine, _ = _target(None, to)
     machines = ["", *sorted(config.targets)] if all_machines else [machine]
@@ -509,6 +516,7 @@ def watch_(
         write=_out,
         warn=_warn,
         exec_timeout_s=exec_timeout_ms / 1000,
+        since_ms=since_ms,
     )
 
 

@@ -35,7 +35,7 @@ from courier.text import sanitize
 from protocol import limits
 from protocol.documents import MachineErrorEvent, RunEvent, WatchDocument
 from protocol.models import RemoteRequest, RemoteResponse, Result
-from protocol.timestamps import rfc3339, utc_now
+from protocol.timestamps import epoch_seconds, rfc3339, utc_now
 
 WATCH = "watch"  # the capability a peer lists (courier/capabilities.py reads it from the operation table)
 _CALL_SLACK_S = limits.AWAIT_CALL_SLACK_MS / limits.MS_PER_SECOND
@@ -427,22 +427,33 @@ def watch(
     write: Callable[[str], None],
     warn: Callable[[str], None],
     exec_timeout_s: float = limits.WATCH_EXEC_TIMEOUT_DEFAULT_MS / limits.MS_PER_SECOND,
+    since_ms: int = 0,
 ) -> None:
-    """Print every event until Ctrl-C (KeyboardInterrupt, exit 130), or with `until_idle` until no run is live."""
+    """Print every event until Ctrl-C (KeyboardInterrupt, exit 130), or with `until_idle` until no run is live.
+    With `since_ms`, first a `finished` line for each run that ended that long before watch started (`ended_since`).
+    """
     check_configured(config, machines)
+    started_at = time.time()
     fleet = Watch(config, machines, warn)
     hooks = Hooks(hook, warn, exec_timeout_s) if hook else None
+
+    def emit(events: list[Event]) -> None:
+        for event in events:
+            write(event_line(event, as_json))
+            if hooks is not None and isinstance(event, RunEvent) and event.event == "finished":
+                hooks.submit(event)
+
     fleet.start()
     try:
+        if since_ms:
+            for events in ended_since(fleet, started_at - since_ms / limits.MS_PER_SECOND):
+                emit(events)
         while True:
             try:
                 _, events = fleet.events.get(timeout=0.5)
             except queue.Empty:
                 continue
-            for event in events:
-                write(event_line(event, as_json))
-                if hooks is not None and isinstance(event, RunEvent) and event.event == "finished":
-                    hooks.submit(event)
+            emit(events)
             if until_idle and fleet.events.empty() and fleet.idle():
                 break
     except BaseException:
@@ -453,6 +464,49 @@ def watch(
         fleet.stop()
     if hooks is not None:
         hooks.drain()
+
+
+def ended_since(fleet: Watch, since: float) -> list[list[Event]]:
+    """`watch --since` (docs/cli.md, wb agent watch): the `finished` events of the runs that ended at or after
+    `since` (epoch seconds) and that the watch will not report, oldest first, then the watch's events so far.
+
+    The watch is started first and each machine's first answer awaited, so a run is either live in that
+    snapshot (the watch reports its end) or listed here: none is missed between the list and the watch.
+    While the list is read, the watch holds its replies (its lock), so none is reported twice either.
+    """
+    waiting = {machine for machine, state in fleet.states.items() if not state.skipped}
+    held: list[list[Event]] = []
+    deadline = time.monotonic() + limits.WATCH_RETRY_MAX_S
+    while waiting and time.monotonic() < deadline:
+        try:
+            machine, events = fleet.events.get(timeout=0.2)
+        except queue.Empty:
+            continue
+        held.append(events)
+        waiting.discard(machine)
+    ended: list[tuple[float, RunEvent]] = []
+    with fleet.lock:
+        while not fleet.events.empty():
+            held.append(fleet.events.get_nowait()[1])
+        reported = {event.ref for events in held for event in events if isinstance(event, RunEvent)}
+        for machine, state in fleet.states.items():
+            if state.skipped or not state.answered:
+                continue  # its error is among the held events; its runs are reported when it answers
+            try:
+                results = ask(fleet.config, machine, request("list"), timeout_s=limits.WATCH_RETRY_MAX_S).results_of()
+            except WbError as exc:
+                fleet._error(machine, f"--since: {exc.message}")
+                continue
+            for result in results:
+                if machine:
+                    result.machine = machine
+                finished = epoch_seconds(result.finished_at or "", 0.0)
+                tracked = result.agent_id in state.tracker.phases or result.agent_id in state.tracker.ended
+                if result.terminal and finished >= since and not tracked and ref_of(result) not in reported:
+                    state.tracker.ended.add(result.agent_id)  # a later snapshot that lists it says nothing
+                    ended.append((finished, run_event("finished", result)))
+    ended.sort(key=lambda pair: pair[0])
+    return [[event for _, event in ended], *held]
 
 
 # -- the MCP watch tool (docs/mcp.md): one bounded call, a cursor to call again with ----------------

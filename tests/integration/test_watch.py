@@ -14,6 +14,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,9 @@ import pytest
 import yaml
 from conftest import FAKES, REMOTE_CONFIG, Machine, make_clone, make_machine, wait_for
 
+from courier.runs.store import Store
 from protocol.entry import REMOTE_ARGUMENT, SERVE_ARGUMENT
+from protocol.timestamps import rfc3339, utc_now
 from tests.json_documents import check
 
 WB = str(Path(sys.executable).parent / "wb")
@@ -438,3 +441,50 @@ def test_with_the_courier_a_machine_costs_one_pending_call(
     # Three runs, each stopped: far fewer calls than a poll per run would make.
     assert calls() - before <= 8
     caller.wb("courier", "stop", env=on)
+
+
+# -- --since -----------------------------------------------------------------------------------
+
+
+def _finished_ago(machine: Machine, agent_id: str, seconds: float) -> None:
+    """Move a finished run's end back in time, as if it had ended `seconds` ago."""
+    store = Store(machine.home)
+    record = store.load(agent_id)
+    record.finished_at = rfc3339(utc_now() - timedelta(seconds=seconds))
+    store.save(record)
+
+
+def test_since_first_reports_each_run_that_ended_that_recently_oldest_first_and_runs_exec_for_it(
+    fleet: tuple[Machine, dict[str, Machine]], tmp_path: Path, watcher_cleanup: list[Watcher]
+) -> None:
+    caller, boxes = fleet
+    old = caller.dispatch(task="scenario:complete", worktree="l0")
+    recent = caller.dispatch(task="scenario:complete", worktree="l1")
+    remote = _dispatch_to(caller, "alpha", "scenario:complete", "a1")
+    for ref in (old, recent, remote):
+        assert caller.wb("agent", "await", ref, "--wait-timeout", "60s").returncode == 0
+    _finished_ago(caller, old, 2 * 3600)  # outside --since 1h
+    _finished_ago(caller, recent, 1800)
+    _finished_ago(boxes["alpha"], remote.split(":", 1)[1], 600)
+    live = caller.dispatch(task="scenario:wait-release", worktree="l2")
+    record = tmp_path / "hooked.txt"
+    hook = tmp_path / "hook"
+    hook.write_text(f"#!/bin/sh\necho \"$WB_REF\" >> '{record}'\n")
+    hook.chmod(0o755)
+    watcher = Watcher(caller, "--all", "--json", "--until-idle", "--since", "1h", "--exec", str(hook))
+    watcher_cleanup.append(watcher)
+    assert wait_for(lambda: watcher.saw(ref=live), 60), watcher.lines
+    _release(caller, live)
+    code, stderr = watcher.finish(90)
+    assert code == 0, stderr
+    lines = watcher.events()
+    assert [(line["ref"], line["event"]) for line in lines[:2]] == [(recent, "finished"), (remote, "finished")]
+    assert _events_of(lines, old) == [] and _events_of(lines, recent) == ["finished"]
+    assert _events_of(lines, live)[-1] == "finished" and lines[2]["ref"] == live  # then the live lines
+    assert record.read_text().splitlines() == [recent, remote, live]  # --exec for each finished line, in order
+
+
+def test_since_must_be_a_duration_above_0(machine: Machine) -> None:
+    for value in ("0", "soon"):
+        done = machine.wb("agent", "watch", "--since", value)
+        assert done.returncode == 2 and done.stdout == "" and done.stderr.startswith("error: "), done.stderr
