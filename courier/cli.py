@@ -158,6 +158,10 @@ def dispatch(
         str,
         typer.Option("--machine-timeout", metavar="DURATION", help="--to auto: bound on asking the candidates."),
     ] = PLACEMENT_TIMEOUT_DEFAULT,
+    wait_for_slot: Annotated[
+        str | None,
+        typer.Option("--wait-for-slot", metavar="DURATION", help="--to auto: wait this long for a free slot."),
+    ] = None,
     wait: WaitOpt = False,
     follow: FollowOpt = False,
     wait_timeout: WaitTimeoutOpt = None,
@@ -167,6 +171,7 @@ def dispatch(
     """Start one task in a worktree (--to auto[:LABEL]: where a slot is free); prints its reference."""
     as_json = _wants_json(fmt, json_flag)
     bound_ms = _then_wait_bound(wait, follow, wait_timeout, as_json)
+    slot_wait_ms = _slot_wait_ms(wait_for_slot, to)
     machine, request = build_dispatch(
         new_worktree=new_worktree,
         use_worktree=use_worktree,
@@ -182,7 +187,7 @@ def dispatch(
         max_cost_usd=max_cost_usd,
     )
     bound_s = machine_timeout_s(machine_timeout)
-    result = send_dispatch(_config(), to, machine, request, bound_s)
+    result = send_dispatch(_config(), to, machine, request, bound_s, slot_wait_ms)
     _started(result, bound_ms, follow, as_json)
 
 
@@ -248,6 +253,19 @@ def _then_wait_bound(wait: bool, follow: bool, wait_timeout: str | None, as_json
             raise UsageError("--wait-timeout bounds --wait or --follow; give one of them")
         return None
     return wait_bound_ms(wait_timeout or AWAIT_DEFAULT)
+
+
+def _slot_wait_ms(wait_for_slot: str | None, to: str | None) -> int:
+    if wait_for_slot is None:
+        return 0
+    from courier.commands import is_auto
+
+    if not is_auto(to):
+        raise UsageError("--wait-for-slot waits for a free slot of --to auto[:LABEL]; give --to auto")
+    wait_ms = duration_ms(wait_for_slot, "--wait-for-slot")
+    if wait_ms <= 0:
+        raise UsageError("--wait-for-slot must be more than 0 (e.g. --wait-for-slot 30m)")
+    return wait_ms
 
 
 def _started(result: Result, bound_ms: int | None, follow: bool, as_json: bool) -> None:

@@ -13,6 +13,7 @@ its reason is the upgrade message. None fits: exit 1 naming every candidate's re
 from __future__ import annotations
 
 import asyncio
+import queue
 import time
 from dataclasses import dataclass
 
@@ -43,8 +44,59 @@ class Candidate:
         return float("inf") if self.slots is None else self.slots - self.running
 
 
-def dispatch_auto(config: Config, to: str, request: RemoteRequest, machine_timeout_s: float) -> Result:
-    """Place the dispatch `request` on the best candidate of `to` and start it there."""
+class NoRoom(Finding):
+    """No candidate can take the run now (exit 1): each one's reason is in the message."""
+
+
+def dispatch_auto(
+    config: Config, to: str, request: RemoteRequest, machine_timeout_s: float, wait_for_slot_ms: int = 0
+) -> Result:
+    """Place the dispatch `request` on the best candidate of `to` and start it there; with `wait_for_slot_ms`,
+    when none can take it now, wait that long for one (`_wait_for_room`)."""
+    try:
+        return _place(config, to, request, machine_timeout_s)
+    except NoRoom as exc:
+        if wait_for_slot_ms <= 0:
+            raise
+        return _wait_for_room(config, to, request, machine_timeout_s, wait_for_slot_ms, exc)
+
+
+def _wait_for_room(
+    config: Config, to: str, request: RemoteRequest, machine_timeout_s: float, wait_ms: int, refused: NoRoom
+) -> Result:
+    """Watch the candidates and try again when one of their runs finishes (and at least every
+    SLOT_RECHECK_S, for a slot freed some other way: a clone made, a wb upgraded), never more often
+    than once per SLOT_RETRY_MIN_S; past `wait_ms`, the last refusal."""
+    from courier.watch import Watch
+
+    deadline = time.monotonic() + wait_ms / limits.MS_PER_SECOND
+    machines = [c.machine for c in _candidates(config, label_of(to)) if c.reason is None]
+    fleet = Watch(config, machines, warn=lambda _: None)
+    fleet.start()
+    try:
+        tried_at = time.monotonic()
+        while True:
+            recheck_at = min(deadline, tried_at + limits.SLOT_RECHECK_S)
+            while (left := recheck_at - time.monotonic()) > 0:
+                try:
+                    _, events = fleet.events.get(timeout=left)
+                except queue.Empty:
+                    break
+                if any(getattr(event, "event", "") == "finished" for event in events):
+                    break
+            if time.monotonic() >= deadline:
+                raise refused
+            time.sleep(max(0.0, tried_at + limits.SLOT_RETRY_MIN_S - time.monotonic()))
+            tried_at = time.monotonic()
+            try:
+                return _place(config, to, request, machine_timeout_s)
+            except NoRoom as exc:
+                refused = exc
+    finally:
+        fleet.stop()
+
+
+def _place(config: Config, to: str, request: RemoteRequest, machine_timeout_s: float) -> Result:
     label = label_of(to)
     candidates = _candidates(config, label)
     harness = _harness(config, request.profile)
@@ -67,7 +119,7 @@ def dispatch_auto(config: Config, to: str, request: RemoteRequest, machine_timeo
         except WbError as exc:  # an in-band refusal (full since the probe, no such worktree, …): try the next
             candidate.reason = _clip(exc.message, candidate.machine)
     reasons = "; ".join(f"{c.machine}: {c.reason}" for c in candidates)
-    raise Finding(f"no machine can take this run now: {reasons}")
+    raise NoRoom(f"no machine can take this run now: {reasons}")
 
 
 def _candidates(config: Config, label: str | None) -> list[Candidate]:

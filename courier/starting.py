@@ -35,12 +35,18 @@ def require_budget_support(config: Config, machine: str, starting: RemoteRequest
 
 
 def send_dispatch(
-    config: Config, to: str | None, machine: str, starting: RemoteRequest, machine_timeout_s: float
+    config: Config,
+    to: str | None,
+    machine: str,
+    starting: RemoteRequest,
+    machine_timeout_s: float,
+    wait_for_slot_ms: int = 0,
 ) -> Result:
-    """Start a dispatch: on `machine`, or where `--to auto[:LABEL]` places it (docs/cli.md#placement-across-a-fleet)."""
+    """Start a dispatch: on `machine`, or where `--to auto[:LABEL]` places it (docs/cli.md#placement-across-a-fleet),
+    waiting up to `wait_for_slot_ms` for a free slot."""
     if is_auto(to):
         from courier.placement import dispatch_auto
 
         assert to is not None
-        return dispatch_auto(config, to, starting, machine_timeout_s)
+        return dispatch_auto(config, to, starting, machine_timeout_s, wait_for_slot_ms)
     return send_starting(config, machine, starting, starting.agent_id)

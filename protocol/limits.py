@@ -104,6 +104,10 @@ WATCH_UNSEEN_SLACK_S = 120.0
 # A machine that does not answer is asked again after 1 s, 2 s, 4 s, … at most 30 s.
 WATCH_RETRY_FIRST_S = 1.0
 WATCH_RETRY_MAX_S = 30.0
+# dispatch --to auto --wait-for-slot (docs/cli.md#placement-across-a-fleet): placement is tried again when a
+# candidate's run finishes, and at least this often otherwise, but never twice within SLOT_RETRY_MIN_S.
+SLOT_RECHECK_S = 5.0
+SLOT_RETRY_MIN_S = 1.0
 # The MCP watch tool's cursor remembers at most this many ended runs per machine (not to report them twice).
 WATCH_ENDED_KEPT = 1200
 # `watch --exec`: CMD runs at most this long (`--exec-timeout`); past it, its process group is killed.

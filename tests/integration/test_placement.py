@@ -331,3 +331,36 @@ def test_an_older_peer_is_never_chosen_and_says_upgrade(fleet: Any) -> None:
         "error: no machine can take this run now: old: machine old runs wb 0.9.0, which does not support "
         "--to auto (placement); upgrade wb there; new: 1 of 1 slots busy\n"
     )
+
+
+def _dispatch_auto(caller: Machine, worktree: str, task: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return caller.wb(
+        "agent", "dispatch", "--to", "auto", "--new-worktree", worktree, "--profile", "fake",
+        "--repo", "acme/widget", "--task", task, *args,
+    )  # fmt: skip
+
+
+def test_wait_for_slot_places_the_run_once_a_candidates_run_finishes_and_gives_up_past_its_bound(fleet: Any) -> None:
+    caller = fleet({"one": _exec(_remote(fleet.root / "one"), slots=1)})
+    short = _dispatch_auto(caller, "w1", "scenario:slow sleep:4")
+    assert _machine_of(short) == "one"
+    began = time.monotonic()
+    waited = _dispatch_auto(caller, "w2", SLOW_TASK, "--wait-for-slot", "60s")
+    assert _machine_of(waited) == "one" and time.monotonic() - began >= 1.0  # it waited for the slot
+    first = json.loads(caller.wb("agent", "status", short.stdout.split()[0], "--json").stdout)
+    assert first["state"] == "completed"  # placed once the first run had finished, not beside it
+
+    began = time.monotonic()
+    refused = _dispatch_auto(caller, "w3", SLOW_TASK, "--wait-for-slot", "2s")
+    assert refused.returncode == 1 and refused.stdout == ""
+    assert refused.stderr.startswith("error: no machine can take this run now: one: 1 of 1 slots busy"), refused.stderr
+    assert 2.0 <= time.monotonic() - began < 30
+
+
+def test_wait_for_slot_is_for_to_auto_and_a_duration_above_0(fleet: Any) -> None:
+    caller = fleet({"one": _exec(_remote(fleet.root / "one"), slots=1)})
+    cases = ((("--wait-for-slot", "1m"), "give --to auto"), (("--to", "auto", "--wait-for-slot", "0"), "more than 0"))
+    for args, needle in cases:
+        done = caller.wb("agent", "dispatch", "--new-worktree", "w1", "--profile", "fake", "--repo", "acme/widget",
+                         "--task", "x", *args)  # fmt: skip
+        assert done.returncode == 2 and needle in done.stderr and done.stdout == "", done.stderr
