@@ -1,4 +1,4 @@
-"""The line `await` draws on a terminal while it waits (docs/cli.md#wb-agent-await).
+"""The line `await` draws on a terminal while it waits (docs/cli.md, wb agent await).
 
 `gpu-box:agt-… running 1m12s · 12,400 tokens · ran: pytest -q`: state, time since the run
 started, tokens so far (when the machine knows them), the last worker action. It is drawn on

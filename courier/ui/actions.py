@@ -18,7 +18,10 @@ FORM_MAX_BYTES = 2 * limits.TASK_MAX_BYTES
 FORM_MAX_TEXT = f"{FORM_MAX_BYTES // limits.MIB} MiB"
 
 
-FORM_MAX_FIELDS = 16  # the page's forms send at most two
+# The review form sends one field per commented diff line (docs/ui.md, comments on the diff), besides its task.
+COMMENTS_MAX = 200
+FORM_MAX_FIELDS = COMMENTS_MAX + 2
+COMMENT_PREFIX = "c "  # a comment's field is named `c PATH:LINE` (ui.js), so the task can say where it is
 
 
 class FormTooLarge(Exception):
@@ -36,7 +39,9 @@ def parse_form(body: bytes) -> dict[str, str]:
     try:
         fields = parse_qs(body.decode("utf-8", "replace"), keep_blank_values=True, max_num_fields=FORM_MAX_FIELDS)
     except ValueError:  # "Max number of fields exceeded"
-        raise FormMalformed(f"the form has more than {FORM_MAX_FIELDS} fields; the page's forms send two") from None
+        raise FormMalformed(
+            f"the form has more than {FORM_MAX_FIELDS} fields; a review sends at most {COMMENTS_MAX} comments"
+        ) from None
     return {key: values[0] for key, values in fields.items()}
 
 
@@ -55,3 +60,15 @@ def cli_message(error: WbError) -> str:
 def browser_task(text: str) -> str:
     """A textarea sends CRLF line ends; the task is the text as typed."""
     return text.replace("\r\n", "\n")
+
+
+def review_task(form: dict[str, str]) -> str:
+    """`continue with comments`: one `PATH:LINE: comment` line per commented diff line, in the order the page
+    sent them (file order, then line order), then the free text; blank comments are left out."""
+    lines = [
+        f"{name[len(COMMENT_PREFIX) :]}: {browser_task(text).strip()}"
+        for name, text in form.items()
+        if name.startswith(COMMENT_PREFIX) and text.strip()
+    ]
+    rest = browser_task(form.get("task", "")).strip()
+    return "\n".join(lines) + ("\n\n" + rest if lines and rest else rest)

@@ -52,8 +52,11 @@ def build_app(config: Config, scope: Scope, token: str, port: int) -> TokenGate:
         home = root(request)
         return html(pages.message_page(home, "not a run", actions.cli_message(error), home + "/"), 404)
 
-    def _filters(request: Request) -> tuple[str, str]:
-        return request.query_params.get("state", ""), request.query_params.get("machine", "")
+    def _filters(request: Request) -> tuple[str, str, int]:
+        """?state=, ?machine= and ?page= (1 when absent or not a whole number above 0)."""
+        number = request.query_params.get("page", "1")
+        page_number = int(number) if number.isdigit() and 0 < len(number) <= 6 else 1
+        return request.query_params.get("state", ""), request.query_params.get("machine", ""), max(1, page_number)
 
     async def fleet_page(request: Request) -> Response:
         view = await in_thread(lambda: operations.fleet(config, scope))
@@ -106,6 +109,25 @@ def build_app(config: Config, scope: Scope, token: str, port: int) -> TokenGate:
             return html(pages.diff_fragment(None, exc.message))
         return html(pages.diff_fragment(found, None))
 
+    async def run_patch(request: Request) -> Response:
+        """What `wb agent diff REF` prints, as a file `git apply` takes."""
+        try:
+            machine, run_id, _ = _target(request)
+            found = await in_thread(lambda: operations.diff(config, machine, run_id))
+        except WbError as exc:
+            return PlainTextResponse(f"{actions.cli_message(exc)}\n", status_code=actions.refusal_status(exc))
+        headers = {"content-disposition": f'inline; filename="{run_id}.patch"'}
+        return Response(found.patch or "", media_type="text/x-diff; charset=utf-8", headers=headers)
+
+    async def run_log(request: Request) -> Response:
+        """The run's raw transcript, as `wb agent logs REF --raw` prints it (after its path line)."""
+        try:
+            machine, run_id, _ = _target(request)
+            text = await in_thread(lambda: operations.raw_log(config, machine, run_id, scope.machine_timeout_s))
+        except WbError as exc:
+            return PlainTextResponse(f"{actions.cli_message(exc)}\n", status_code=actions.refusal_status(exc))
+        return PlainTextResponse(text)
+
     async def run_actions(request: Request) -> Response:
         try:
             machine, run_id, _ = _target(request)
@@ -148,7 +170,7 @@ def build_app(config: Config, scope: Scope, token: str, port: int) -> TokenGate:
         if isinstance(form, Response):
             return form
         reference = request.path_params["ref"]
-        task = actions.browser_task(form.get("task", ""))
+        task = actions.review_task(form)  # the task as typed, after any comments on the diff
         try:
             _target(request)
             result = await in_thread(lambda: operations.continue_run(config, reference, task))
@@ -173,6 +195,8 @@ def build_app(config: Config, scope: Scope, token: str, port: int) -> TokenGate:
         Route("/run/{ref}/facts", run_facts),
         Route("/run/{ref}/diff", run_diff),
         Route("/run/{ref}/actions", run_actions),
+        Route("/run/{ref}/patch", run_patch),
+        Route("/run/{ref}/log", run_log),
         Route("/run/{ref}/stop", stop, methods=["POST"]),
         Route("/run/{ref}/continue", continue_, methods=["POST"]),
         Route("/static/{name}", static_file),

@@ -116,3 +116,12 @@ def actions(config: Config, machine: str, run_id: str, timeout_s: float) -> str:
     text = ask(config, machine, call, timeout_s=timeout_s).logs or ""
     lines = sanitize(text, keep_newlines=True).split("\n")[1:]  # the first line is the transcript's path
     return "\n".join(line.removeprefix("  ") for line in lines if line)
+
+
+def raw_log(config: Config, machine: str, run_id: str, timeout_s: float) -> str:
+    """The run's raw transcript as `wb agent logs --raw` reads it (bounded as a reply is), without its path line."""
+    from courier.ops.logs import reply_text
+
+    call = RemoteRequest.of("logs", agent_id=run_id, raw=True)
+    text = reply_text(call, ask(config, machine, call, timeout_s=timeout_s))
+    return text.split("\n", 1)[1] if "\n" in text else ""

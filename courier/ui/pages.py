@@ -16,7 +16,7 @@ from courier.ops.status import status_text
 from courier.render import ref_of, state_text
 from courier.runs.watch_op import FINISHED, RUNNING, phase_of
 from courier.text import sanitize
-from courier.ui.diffview import FileDiff, files_of
+from courier.ui.diffview import FileDiff, Hunk, files_of
 from courier.ui.operations import FleetView
 from protocol.durations import format_duration_ms
 from protocol.models import DiffResult, Result
@@ -50,6 +50,20 @@ def shown_state(result: Result) -> str:
     return text
 
 
+# The kinds the fleet page counts and colours (docs/ui.md, the fleet page), in the order it shows them.
+KINDS = ("running", "stalled", "queued", "waiting", "completed", "failed", "stopped", "timeout", "abandoned")
+RUNS_PER_PAGE = 100
+
+
+def kind_of(result: Result) -> str:
+    """A run's kind on the page: its phase while it goes on, else its state, `stopped` for one stopped on request."""
+    if not result.terminal:
+        return phase_of(result)
+    if result.state == "failed" and (result.failure or "").startswith("stopped on request"):
+        return "stopped"
+    return result.state
+
+
 def page(root: str, title: str, body: str, *, page_kind: str, extra: str = "") -> str:
     return (
         "<!doctype html>\n<html lang=en><head><meta charset=utf-8>"
@@ -71,12 +85,24 @@ def matches(result: Result, state: str, machine: str) -> bool:
     return not machine or (result.machine or LOCAL) == machine
 
 
-def fleet_page(root: str, view: FleetView, state: str, machine: str) -> str:
-    query = urlencode({key: value for key, value in (("state", state), ("machine", machine)) if value})
+def matches_kind(result: Result, state: str, machine: str) -> bool:
+    """The state filter takes a state, a phase or a kind (`stopped`)."""
+    if state == "stopped":
+        return kind_of(result) == "stopped" and matches(result, "", machine)
+    return matches(result, state, machine)
+
+
+def fleet_page(root: str, view: FleetView, state: str, machine: str, page_number: int = 1) -> str:
+    query = _query(state, machine, page_number)
     fragment = root + "/fleet" + (f"?{query}" if query else "")
     body = _filters(root, view, state, machine) + f'<div id=fleet data-fragment="{esc(fragment)}">'
-    body += fleet_fragment(root, view, state, machine) + "</div>"
+    body += fleet_fragment(root, view, state, machine, page_number) + "</div>"
     return page(root, "fleet", body, page_kind="fleet", extra=f' data-live="{esc(root)}/events"')
+
+
+def _query(state: str, machine: str, page_number: int = 1) -> str:
+    pairs = (("state", state), ("machine", machine), ("page", str(page_number) if page_number > 1 else ""))
+    return urlencode({key: value for key, value in pairs if value})
 
 
 def _options(name: str, label: str, values: list[tuple[str, str]], chosen: str) -> str:
@@ -88,7 +114,7 @@ def _options(name: str, label: str, values: list[tuple[str, str]], chosen: str) 
 
 
 def _filters(root: str, view: FleetView, state: str, machine: str) -> str:
-    states = {"running", "stalled", "queued", "waiting", "completed", "failed"}
+    states = {"running", "stalled", "queued", "waiting", "completed", "failed", "stopped"}
     states |= {result.state for result in view.results} | ({state} if state else set())
     machines = [(row.machine or LOCAL, row.machine or "this machine") for row in view.rows]
     return (
@@ -99,8 +125,42 @@ def _filters(root: str, view: FleetView, state: str, machine: str) -> str:
     )
 
 
-def fleet_fragment(root: str, view: FleetView, state: str, machine: str) -> str:
-    return _machine_table(view.rows) + _run_table(root, [r for r in view.results if matches(r, state, machine)])
+def fleet_fragment(root: str, view: FleetView, state: str, machine: str, page_number: int = 1) -> str:
+    mine = [result for result in view.results if matches(result, "", machine)]
+    shown = [result for result in mine if matches_kind(result, state, "")]
+    pages = max(1, -(-len(shown) // RUNS_PER_PAGE))
+    number = min(max(1, page_number), pages)
+    start = (number - 1) * RUNS_PER_PAGE
+    table = _run_table(root, shown[start : start + RUNS_PER_PAGE])
+    pager = _pager(root, state, machine, number, pages)
+    return _machine_table(view.rows) + _counts(root, mine, machine) + table + pager
+
+
+def _counts(root: str, results: list[Result], machine: str) -> str:
+    """How many runs of each kind (of the machine filter's runs), each a link to the runs of that kind."""
+    counted = {kind: 0 for kind in KINDS}
+    for result in results:
+        kind = kind_of(result)
+        counted[kind] = counted.get(kind, 0) + 1
+    items = "".join(
+        f'<li class="count kind-{esc(kind)}" data-kind="{esc(kind)}">'
+        f'<a href="{esc(root)}/?{esc(_query(kind, machine))}">{esc(kind)} <b>{number}</b></a></li>'
+        for kind, number in counted.items()
+        if number or kind in KINDS[:7]
+    )
+    return f"<ul id=counts>{items}</ul>"
+
+
+def _pager(root: str, state: str, machine: str, number: int, pages: int) -> str:
+    if pages == 1:
+        return ""
+    links = []
+    if number > 1:
+        links.append(f'<a rel=prev href="{esc(root)}/?{esc(_query(state, machine, number - 1))}">newer</a>')
+    links.append(f"<span>page {number} of {pages}</span>")
+    if number < pages:
+        links.append(f'<a rel=next href="{esc(root)}/?{esc(_query(state, machine, number + 1))}">older</a>')
+    return f'<nav id=pager data-page="{number}" data-pages="{pages}">' + " ".join(links) + "</nav>"
 
 
 def _machine_table(rows: list[MachineRow]) -> str:
@@ -118,11 +178,13 @@ def _machine_table(rows: list[MachineRow]) -> str:
             f"<td class=status>{esc(status)}</td><td>{row.runs}</td></tr>"
         )
     head = "<tr><th>machine</th><th>status</th><th>runs</th></tr>"
-    return f"<section><h2>Machines</h2><table id=machines>{head}{''.join(lines)}</table></section>"
+    table = f"<table id=machines>{head}{''.join(lines)}</table>"
+    return f"<section><h2>Machines</h2><div class=scroll>{table}</div></section>"
 
 
 _RUN_COLUMNS = (
-    "reference", "machine", "harness / profile", "state", "started", "duration", "tokens", "cost", "files changed"
+    "reference", "machine", "worktree", "harness / profile", "state", "started", "duration", "tokens", "cost",
+    "files changed",
 )  # fmt: skip
 
 
@@ -131,7 +193,9 @@ def _run_table(root: str, results: list[Result]) -> str:
         return "<section><h2>Runs</h2><p id=no-runs>no dispatched agent runs</p></section>"
     head = "".join(f"<th>{esc(name)}</th>" for name in _RUN_COLUMNS)
     rows = "".join(_run_row(root, result) for result in results)
-    return f"<section><h2>Runs</h2><table id=runs><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table></section>"
+    table = f"<table id=runs><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>"
+    # In a narrow window the table scrolls sideways in its box; the page itself never does (ui.css).
+    return f"<section><h2>Runs</h2><div class=scroll id=runs-box>{table}</div></section>"
 
 
 def _run_row(root: str, result: Result) -> str:
@@ -143,16 +207,37 @@ def _run_row(root: str, result: Result) -> str:
     cells = [
         f'<a href="{esc(run_path(root, ref))}">{esc(ref)}</a>',
         esc(where),
+        esc(result.worktree),
         esc(f"{result.resolved.harness} / {result.profile}"),
-        f'<span class="state state-{esc(phase_of(result))}">{esc(shown_state(result))}</span>',
-        esc(_local_time(result.started_at)),
+        f'<span class="state kind-{esc(kind_of(result))}">{esc(shown_state(result))}</span>',
+        _relative_time(result.started_at),
         esc(_duration(result)),
         esc(_tokens(result)),
         esc(_cost(result)),
         esc(_files(result)),
     ]
     data = f'data-ref="{esc(ref)}" data-state="{esc(result.state)}" data-phase="{esc(phase_of(result))}"'
+    data += f' data-kind="{esc(kind_of(result))}"'
     return f"<tr {data}>" + "".join(f"<td>{cell}</td>" for cell in cells) + "</tr>"
+
+
+def _relative_time(text: str) -> str:
+    """`5m ago`, the absolute local time in its title; ui.js keeps the words current from `datetime`."""
+    try:
+        moment = parse_rfc3339(text)
+    except ValueError:
+        return esc(text)
+    ago = relative_words(int((utc_now() - moment).total_seconds()))
+    return f'<time datetime="{esc(text)}" title="{esc(_local_time(text))}">{esc(ago)}</time>'
+
+
+def relative_words(seconds: int) -> str:
+    """How long ago, in the largest whole unit (the same words ui.js writes)."""
+    seconds = max(0, seconds)
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds // size}{unit} ago"
+    return f"{seconds}s ago"
 
 
 def _local_time(text: str) -> str:
@@ -206,8 +291,18 @@ def run_page(root: str, ref: str, result: Result | None, error: str | None, acti
         f'<section><h2>Worker actions</h2><pre id=actions data-live="{esc(path)}/actions">'
         f"{esc(actions)}</pre></section>"
     )
-    body += f'<section><h2>Diff</h2><div id=diff data-fragment="{esc(path)}/diff">'
-    body += '<p class=muted>loading the diff… (<a href="' + esc(path) + '/diff">open it</a>)</p></div></section>'
+    body += (
+        f'<section><h2>Diff</h2><p class=links><a id=patch-link href="{esc(path)}/patch">patch</a> · '
+        f'<a id=log-link href="{esc(path)}/log">raw log</a></p><div id=diff data-fragment="{esc(path)}/diff">'
+    )
+    body += '<p class=muted>loading the diff… (<a href="' + esc(path) + '/diff">open it</a>)</p></div>'
+    body += (
+        f'<form id=review method=post action="{esc(path)}/continue" hidden>'
+        "<p class=muted>Click a line of the diff to comment on it; the comments (<code>path:line: comment</code>, "
+        "in file order) and the text below become the follow-up task.</p>"
+        "<label for=review-task>and</label><textarea id=review-task name=task rows=3></textarea>"
+        "<button type=submit>continue with comments</button></form></section>"
+    )
     return page(root, ref, body, page_kind="run")
 
 
@@ -287,8 +382,9 @@ def _file_section(number: int, change: FileDiff) -> str:
         return out + "<p class=binary>binary file: not shown</p></section>"
     for hunk in change.hunks:
         lines = "".join(
-            f'<span class="line {line.kind}"><span class=mark>{_MARKS[line.kind]}</span>{esc(line.text)}</span>'
-            for line in hunk.lines
+            f'<span class="line {line.kind}"{_at(change.path, number)}><span class=mark>{_MARKS[line.kind]}</span>'
+            f"{esc(line.text)}</span>"
+            for line, number in zip(hunk.lines, line_numbers(hunk), strict=True)
         )
         # Each line is a block of its own (ui.css): no newline between them, or the pre doubles them.
         out += f'<pre class=hunk><span class="line hunk-header">{esc(hunk.header)}</span>{lines}</pre>'
@@ -296,3 +392,33 @@ def _file_section(number: int, change: FileDiff) -> str:
 
 
 _MARKS = {"add": "+", "del": "\u2212", "ctx": " ", "note": ""}
+
+
+def _at(path: str, number: str | None) -> str:
+    """Where a comment on this line points (`path:12`), for ui.js; none for a `\\ No newline` note."""
+    return f' data-at="{esc(f"{path}:{number}")}"' if number else ""
+
+
+def line_numbers(hunk: Hunk) -> list[str | None]:
+    """Each line's number: the new file's for an added or kept line, the old file's (`12 (removed)`) for a
+    removed one, from the hunk's `@@ -OLD,N +NEW,M @@`."""
+    head = hunk.header.split(" ")
+    try:
+        old = int(head[1].lstrip("-").split(",")[0])
+        new = int(head[2].lstrip("+").split(",")[0])
+    except (IndexError, ValueError):
+        return [None] * len(hunk.lines)
+    out: list[str | None] = []
+    for line in hunk.lines:
+        if line.kind == "add":
+            out.append(str(new))
+            new += 1
+        elif line.kind == "del":
+            out.append(f"{old} (removed)")
+            old += 1
+        elif line.kind == "ctx":
+            out.append(str(new))
+            old, new = old + 1, new + 1
+        else:
+            out.append(None)
+    return out

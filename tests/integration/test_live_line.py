@@ -1,4 +1,4 @@
-"""`await` on a terminal (docs/cli.md#wb-agent-await): one live line on stderr, redrawn while the run goes on and
+"""`await` on a terminal (docs/cli.md, wb agent await): one live line on stderr, redrawn while the run goes on and
 erased before the facts; stdout is what it is without a terminal. A real pty, the installed command."""
 
 from __future__ import annotations

@@ -361,7 +361,8 @@ def test_a_file_whose_path_git_quotes_shows_its_hunks_under_its_real_name(
     assert status == 200, body
     assert body.count("<section class=file") == 1
     assert f"<h3>{html.escape(name, quote=True)} " in body  # its real name, not git's quoted form
-    assert '<span class="line add"><span class=mark>+</span>Hello from the fake codex.</span>' in body
+    at = html.escape(f"{name}:1", quote=True)  # where a comment on the line would point: the real name too
+    assert f'<span class="line add" data-at="{at}"><span class=mark>+</span>Hello from the fake codex.</span>' in body
 
 
 def test_the_run_page_follows_a_live_run_to_its_end_without_a_reload(
@@ -414,6 +415,84 @@ def test_continue_from_the_page_starts_the_follow_up_run(
     new = driver.current_url.rsplit("/", 1)[1]
     assert json.loads(caller.wb("agent", "status", new, "--json").stdout)["parent_id"] == ref
     assert "scenario:complete" not in driver.page_source  # the task is never shown
+
+
+def test_the_fleet_page_counts_each_kind_and_fits_a_400_pixel_window_with_every_column_reachable(
+    fleet: tuple[Machine, Machine], ui: UiServer, driver: Any
+) -> None:
+    caller, _ = fleet
+    ref = dispatch(caller, "scenario:complete", "counted")
+    assert caller.wb("agent", "await", ref, "--wait-timeout", "60s").returncode == 0
+    signed_in(driver, ui)
+    assert wait_until(driver, lambda d: count(d, f'#runs tr[data-ref="{ref}"][data-kind=completed]') == 1)
+    for kind in ("completed", "failed", "running"):
+        shown = int(text_of(driver, f"#counts li[data-kind={kind}] b"))
+        assert shown == count(driver, f"#runs tr[data-kind={kind}]"), kind  # under 100 runs: all on this page
+    assert "counted" in row(driver, ref).text  # the worktree's name
+    started = driver.find_element("css selector", f'#runs tr[data-ref="{ref}"] time')
+    assert started.text.endswith(" ago") and started.get_attribute("title")[:2] == "20"
+    colours = {kind: driver.execute_script(
+        f"return getComputedStyle(document.querySelector('#counts li[data-kind={kind}]')).color") for kind in
+        ("completed", "failed", "stopped", "running", "stalled", "queued", "waiting")}  # fmt: skip
+    assert len(set(colours.values())) == 7, colours  # a colour of its own each
+
+    size = driver.get_window_size()
+    try:
+        driver.set_window_size(400, 900)
+        driver.get(ui.home + "/")
+        assert wait_until(driver, lambda d: d.execute_script("return window.innerWidth") <= 400)
+        page_width = driver.execute_script("return document.documentElement.scrollWidth")
+        assert page_width <= driver.execute_script("return document.documentElement.clientWidth")  # no sideways page
+        reach = driver.execute_script(
+            "const box = document.getElementById('runs-box'); box.scrollLeft = box.scrollWidth;"
+            "const last = document.querySelector('#runs th:last-child').getBoundingClientRect();"
+            "const edge = box.getBoundingClientRect(); return [last.left >= edge.left, last.right <= edge.right + 1];"
+        )
+        assert reach == [True, True]  # the last column scrolled into its box
+    finally:
+        driver.set_window_size(size["width"], size["height"])
+
+
+def test_comments_on_diff_lines_become_the_follow_up_task_in_file_order(
+    fleet: tuple[Machine, Machine], ui: UiServer, driver: Any
+) -> None:
+    from selenium.webdriver.common.by import By
+
+    caller, _ = fleet
+    ref = dispatch(caller, "scenario:complete file:reviewed.txt", "reviewed")
+    assert caller.wb("agent", "await", ref, "--wait-timeout", "60s").returncode == 0
+    signed_in(driver, ui, f"/run/{ref}")
+    assert wait_until(driver, lambda d: count(d, "form#review:not([hidden])") == 1 and count(d, "#diff .line.add") == 1)
+    driver.find_element(By.CSS_SELECTOR, "#diff .line.add").click()
+    driver.find_element(By.CSS_SELECTOR, "#diff .comment-box textarea").send_keys("say hello to everyone")
+    driver.find_element(By.CSS_SELECTOR, "form#review textarea#review-task").send_keys("scenario:complete file:b.txt")
+    driver.find_element(By.CSS_SELECTOR, "form#review button").click()
+    assert wait_until(driver, lambda d: "/run/agt-" in d.current_url and ref not in d.current_url)
+    new = driver.current_url.rsplit("/", 1)[1]
+    assert json.loads(caller.wb("agent", "status", new, "--json").stdout)["parent_id"] == ref
+    task = (caller.home / "agents" / new / "task").read_text()
+    assert task == "reviewed.txt:1: say hello to everyone\n\nscenario:complete file:b.txt"
+
+
+def test_the_patch_and_the_raw_log_are_links_of_the_run_page(fleet: tuple[Machine, Machine], ui: UiServer) -> None:
+    import subprocess
+
+    caller, _ = fleet
+    ref = dispatch(caller, "scenario:complete file:patched.txt", "patched", "--to", "box")
+    assert caller.wb("agent", "await", ref, "--wait-timeout", "60s").returncode == 0
+    _, _, page_html = ui.http("GET", f"/run/{ref}")
+    assert "id=patch-link" in page_html and "id=log-link" in page_html
+    status, headers, patch = ui.http("GET", f"/run/{ref}/patch")
+    assert status == 200 and headers["content-type"].startswith("text/x-diff"), headers
+    assert patch == caller.wb("agent", "diff", ref).stdout  # what wb agent diff prints
+    worktree = json.loads(caller.wb("agent", "status", ref, "--json").stdout)["worktree_dir"]
+    checked = subprocess.run(["git", "apply", "--check", "-R"], input=patch, text=True, cwd=worktree,
+                             capture_output=True)  # fmt: skip
+    assert checked.returncode == 0, checked.stderr  # it applies: it is the worktree's change exactly
+    status, headers, log = ui.http("GET", f"/run/{ref}/log")
+    assert status == 200 and headers["content-type"].startswith("text/plain")
+    raw = caller.wb("agent", "logs", ref, "--raw").stdout
+    assert log == raw.split("\n", 1)[1]  # the transcript, without its path line
 
 
 def test_markup_from_a_run_or_a_machine_shows_as_text_and_no_script_runs(
@@ -499,12 +578,14 @@ def _raw(server: UiServer, request: bytes) -> tuple[int, str]:
 
 def test_a_malformed_request_is_400_with_one_line(ui: UiServer) -> None:
     root, cookie = ui.sign_in()
-    fields = "&".join(f"f{n}=x" for n in range(17))
+    from courier.ui.actions import FORM_MAX_FIELDS
+
+    fields = "&".join(f"f{n}=x" for n in range(FORM_MAX_FIELDS + 1))
     form = (f"POST {root}/run/agt-x/continue HTTP/1.1\r\nHost: {ui.base.removeprefix('http://')}\r\n"
             f"Cookie: {cookie}\r\nOrigin: {ui.base}\r\nContent-Type: application/x-www-form-urlencoded\r\n"
             f"Content-Length: {len(fields)}\r\nConnection: close\r\n\r\n{fields}")  # fmt: skip
     for request, says in [
-        (form, "error: the form has more than 16 fields"),
+        (form, f"error: the form has more than {FORM_MAX_FIELDS} fields"),
         (f"GET /%ff%fe?token={ui.token}", "error: the path is not UTF-8"),
         (f"GET {root}/run/%C3%28", "error: the path is not UTF-8"),
         (f"GET /%0D%0Aset-cookie:%20x=1?token={ui.token}", "error: the path holds a control character"),

@@ -27,7 +27,24 @@ function wireForms(root) {
   }
 }
 
+// How long ago, in the largest whole unit: the words pages.py writes (relative_words).
+function ago(seconds) {
+  seconds = Math.max(0, Math.floor(seconds));
+  for (const [unit, size] of [["d", 86400], ["h", 3600], ["m", 60]]) {
+    if (seconds >= size) return Math.floor(seconds / size) + unit + " ago";
+  }
+  return seconds + "s ago";
+}
+
+function updateTimes() {
+  for (const time of document.querySelectorAll("time[datetime]")) {
+    const at = Date.parse(time.dateTime);
+    if (!Number.isNaN(at)) time.textContent = ago((Date.now() - at) / 1000);
+  }
+}
+
 function fleetPage() {
+  setInterval(updateTimes, 30000);
   const soon = later(() => refresh("fleet"), 100);
   const stream = new EventSource(document.body.dataset.live);
   stream.addEventListener("open", soon);  // anything missed while (re)connecting
@@ -37,12 +54,38 @@ function fleetPage() {
   }
 }
 
+// A comment on a line of the diff: a box under the line, sent with the review form (its `form` attribute)
+// under the name `c PATH:LINE`, so the follow-up task says where each comment is (courier/ui/actions.py).
+function commentOn(line) {
+  const next = line.nextElementSibling;
+  if (next && next.classList.contains("comment-box")) { next.querySelector("textarea").focus(); return; }
+  const box = document.createElement("span");
+  box.className = "comment-box";
+  const text = document.createElement("textarea");
+  text.name = "c " + line.dataset.at;
+  text.setAttribute("form", "review");
+  text.rows = 2;
+  text.placeholder = "comment on " + line.dataset.at;
+  box.appendChild(text);
+  line.after(box);
+  text.focus();
+}
+
 function runPage() {
+  const review = document.getElementById("review");
+  const diff = document.getElementById("diff");
+  diff.addEventListener("click", (event) => {
+    const line = event.target.closest(".line[data-at]");
+    if (line && !review.hidden) commentOn(line);
+  });
   const actions = document.getElementById("actions");
   // Facts (and the stop/continue form with them) are fetched again only while the run is live:
   // a finished run's page keeps what the user types into the continue form.
   const live = () => { const s = document.getElementById("status"); return s && s.dataset.terminal === "false"; };
-  const facts = () => (live() ? refresh("facts") : Promise.resolve());
+  // The review (continue with comments) is for a finished run, as continue is.
+  const reviewable = () => { const s = document.getElementById("status"); review.hidden = !s || live(); };
+  reviewable();
+  const facts = () => (live() ? refresh("facts").then(reviewable) : Promise.resolve());
   refresh("diff");
   let fresh = true;  // the stream replays every action from the first: it replaces what the page showed
   const stream = new EventSource(actions.dataset.live);
