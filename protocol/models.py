@@ -419,6 +419,9 @@ class RemoteResponse(WireModel):
     warnings: list[ListWarning] | None = None
     home_id: str | None = None
     next_offset: int | None = None
+    # A follow reply: when each action's line reached the machine's wb (RFC 3339), one per line of `logs`,
+    # null where it is not known (docs/protocol.md). An older peer sends none.
+    action_times: list[Timestamp | None] | None = Field(default=None, max_length=limits.FOLLOW_ACTIONS_PER_REPLY_MAX)
     watch_cursor: str | None = None  # docs/protocol.md, watch: echo it in the next watch request
     capabilities: list[Capability] | None = Field(default=None, max_length=limits.CAPABILITIES_MAX)
     placement: PlacementFacts | None = None  # version with `placement: true` (docs/cli.md#placement-across-a-fleet)
@@ -475,6 +478,8 @@ class RemoteResponse(WireModel):
             body["warnings"] = [w.to_wire() for w in self.warnings]
         if self.next_offset is not None:
             body["next_offset"] = self.next_offset
+        if self.action_times is not None:
+            body["action_times"] = self.action_times
         if self.capabilities is not None:
             body["capabilities"] = self.capabilities
         if self.placement is not None:

@@ -24,3 +24,8 @@ def epoch_seconds(text: str, default: float = 0.0) -> float:
         return parse_rfc3339(text).timestamp()
     except ValueError:
         return default
+
+
+def rfc3339_ms(epoch_ms: int) -> str:
+    """Milliseconds since the epoch as the one RFC 3339 form."""
+    return rfc3339(datetime.fromtimestamp(epoch_ms / 1000, UTC))

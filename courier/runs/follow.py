@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from courier.runs.event_times import TIMES, times_at
 from courier.runs.harness import harness_for
 from courier.runs.harness.base import Harness
 from courier.runs.harness.lines import clean
@@ -53,14 +54,23 @@ def read_actions(harness: Harness, path: str, offset: int, *, final: bool) -> tu
 
     `final` (the run is terminal, so the file will not grow) releases a held-back last line.
     """
+    actions, next_offset, _ = read_timed_actions(harness, path, offset, final=final)
+    return actions, next_offset
+
+
+def read_timed_actions(harness: Harness, path: str, offset: int, *, final: bool) -> tuple[list[str], int, list[int]]:
+    """`read_actions`, and for each action the offset just after the line it came from (its time's key in
+    events.times, courier/runs/event_times.py)."""
     data = _read_from(path, offset)
     end = data.rfind(b"\n") + 1
     if end == 0 and len(data) >= _READ_MAX:
         # A line longer than the window: the owner never stores one, so skip it as `logs` shows it.
         _, found = harness.line_actions(None)
-        return [clean(action, limits.LOG_ACTION_MAX_BYTES) for action in found or []], offset + len(data)
+        skipped = [clean(action, limits.LOG_ACTION_MAX_BYTES) for action in found or []]
+        return skipped, offset + len(data), [-1] * len(skipped)
     lines = data[:end].split(b"\n")[:-1]
     actions: list[str] = []
+    ends: list[int] = []
     consumed = 0
     for index, line in enumerate(lines):
         if len(actions) >= ACTIONS_PER_REPLY_MAX:
@@ -78,7 +88,8 @@ def read_actions(harness: Harness, path: str, offset: int, *, final: bool) -> tu
                 found = harness.actions_of(event)
         actions.extend(clean(action, limits.LOG_ACTION_MAX_BYTES) for action in found)
         consumed += len(line) + 1
-    return actions, offset + consumed
+        ends.extend([offset + consumed] * len(found))
+    return actions, offset + consumed, ends
 
 
 def follow_once(
@@ -87,8 +98,9 @@ def follow_once(
     offset: int,
     wait_timeout_ms: int,
     client_gone: Callable[[], bool],
-) -> tuple[list[str], int, Result]:
-    """Wait until there is a new action, the run is terminal or the wait ends; then answer.
+) -> tuple[list[str], int, Result, list[str | None]]:
+    """Wait until there is a new action, the run is terminal or the wait ends; then answer, with when each
+    action's line arrived.
 
     The state is read before the file, so a terminal answer carries every action the run wrote.
     """
@@ -99,9 +111,10 @@ def follow_once(
         record = store.load(agent_id)
         result = render(record, store)
         harness = harness or harness_for(record.resolved.harness)
-        actions, next_offset = read_actions(harness, path, offset, final=result.terminal)
+        actions, next_offset, ends = read_timed_actions(harness, path, offset, final=result.terminal)
         now = time.monotonic()
         if actions or result.terminal or now >= deadline or client_gone():
-            return actions, next_offset, result
+            times = times_at(str(store.run_dir(agent_id) / TIMES), ends) if actions else []
+            return actions, next_offset, result, times
         offset = next_offset  # blank lines consumed without an action
         time.sleep(max(0.001, min(limits.AWAIT_POLL_S, deadline - now)))

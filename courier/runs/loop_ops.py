@@ -52,11 +52,12 @@ def follow_op(request: RemoteRequest, response: RemoteResponse, context: Context
 
     wait_ms = min(request.wait_timeout_ms or limits.FOLLOW_WAIT_MAX_MS, limits.FOLLOW_WAIT_MAX_MS)
     store = store_for(context)
-    actions, next_offset, result = follow_once(
+    actions, next_offset, result, times = follow_once(
         store, request.agent_id, request.follow_from, wait_ms, context.client_gone
     )
     response.logs = "".join(f"  {action}\n" for action in actions)
     response.next_offset = next_offset
+    response.action_times = times if actions else None
     response.result = result.to_wire()
 
 

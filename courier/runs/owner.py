@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 
 from courier.config import Provider
 from courier.errors import WbError
-from courier.runs import bwrap_probe, descendants, privacy, process, sandbox, usage_wait
+from courier.runs import bwrap_probe, descendants, event_times, privacy, process, sandbox, usage_wait
 from courier.runs import store as store_mod
 from courier.runs.changes import summarize_changes
 from courier.runs.environment import Credential, resolve_credential, worker_environment
@@ -124,6 +124,7 @@ class Owner:
         self.secret = b""
         self.events_lost = False
         self.usage_saved_at = 0.0
+        self.times_fd: int | None = None  # events.times (courier/runs/event_times.py), opened with the first line
         # budgets and usage limits (docs/cli.md#budgets, docs/cli.md#waiting-out-a-usage-limit)
         self.meter = RunMeter(record, stream_reports_messages=self.summary.reports_message_usage)
         self.carried_diagnostics: list[str] = []
@@ -471,6 +472,9 @@ class Owner:
         finally:
             self.store_refused(log_fd)
             os.close(log_fd)
+            if self.times_fd is not None and self.times_fd >= 0:
+                os.close(self.times_fd)
+            self.times_fd = None
             worker.stdout.close()
         worker.wait()
 
@@ -522,6 +526,16 @@ class Owner:
         except OSError as exc:
             self.events_lost = True
             self.diagnostics.append(f"stopped storing events in {store_mod.EVENTS}: {exc.strerror or exc}")
+            return
+        if self.times_fd is None:
+            flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC
+            try:
+                self.times_fd = os.open(self.run_dir / event_times.TIMES, flags, 0o600)
+            except OSError:
+                self.times_fd = -1  # the run goes on without the times of its actions
+        if self.times_fd >= 0:
+            with contextlib.suppress(OSError):
+                event_times.note(self.times_fd, os.lseek(log_fd, 0, os.SEEK_CUR), int(time.time() * 1000))
 
     def redact(self, line: bytes) -> bytes:
         return privacy.redact_line(line, self.secret)

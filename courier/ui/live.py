@@ -182,8 +182,11 @@ async def follow_events(config: Config, machine: str, run_id: str) -> AsyncGener
         failures = 0
         if response.next_offset is None:
             raise UsageError(upgrade_message(machine, response.wb_version, "logs --follow"))
-        for line in sanitize(response.logs or "", keep_newlines=True).splitlines():
-            yield "line", line.removeprefix("  ")  # logs indents each action; the page does not
+        times = response.action_times or []
+        for index, line in enumerate(sanitize(response.logs or "", keep_newlines=True).splitlines()):
+            # logs indents each action; the page does not. Its time, when the machine noted one, goes with it.
+            at = times[index] if index < len(times) else None
+            yield "action", json.dumps({"at": at, "text": line.removeprefix("  ")}, ensure_ascii=True)
         offset = response.next_offset
         result = response.result_of()
         if result.terminal:

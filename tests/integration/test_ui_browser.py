@@ -345,6 +345,11 @@ def test_the_run_page_of_a_finished_remote_run_shows_its_diff_per_file_and_hunk(
     assert text_of(driver, "#diff .hunk-header").startswith("@@ -0,0 +1 @@")
     assert "completed" in text_of(driver, "#status")
     assert wait_until(driver, lambda d: "ls" in text_of(d, "#actions"))  # the worker actions
+    # Each worker action with the time its line reached wb on box (events.times), not the page's clock.
+    times = driver.execute_script("return [...document.querySelectorAll('#actions time')].map(t => t.dateTime)")
+    assert times and all(times), times
+    record = json.loads(caller.wb("agent", "status", ref, "--json").stdout)
+    assert all(record["started_at"] <= at <= record["finished_at"] for at in times), (times, record)
     assert count(driver, "form#continue") == 1 and count(driver, "form#stop") == 0
 
 

@@ -99,6 +99,26 @@ function runPage() {
     actions.scrollTop = actions.scrollHeight;
   };
   stream.addEventListener("message", (event) => add(event.data, ""));
+  // A worker action with the time its line reached wb (null when the machine did not note it).
+  stream.addEventListener("action", (event) => {
+    const action = JSON.parse(event.data);
+    if (fresh) { actions.textContent = ""; fresh = false; }
+    const line = document.createElement("span");
+    line.className = "action";
+    const when = document.createElement("time");
+    if (action.at) {
+      const at = new Date(action.at);
+      when.dateTime = action.at;
+      when.title = at.toString();
+      when.textContent = at.toTimeString().slice(0, 8);
+    } else {
+      when.textContent = "--:--:--";
+    }
+    line.appendChild(when);
+    line.appendChild(document.createTextNode(" " + action.text + "\n"));
+    actions.appendChild(line);
+    actions.scrollTop = actions.scrollHeight;
+  });
   stream.addEventListener("warning", (event) => add("warning: " + event.data, "warning"));
   stream.addEventListener("error", (event) => { if (event.data) add("error: " + event.data, "error"); });
   stream.addEventListener("end", () => {
