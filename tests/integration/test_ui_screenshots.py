@@ -91,10 +91,12 @@ def _await(caller: Machine, ref: str) -> None:
     assert caller.wb("agent", "await", ref, "--wait-timeout", "60s").returncode in (0, 1)
 
 
-def _full_page(driver: Any, path: Path) -> None:
-    """The whole page, however long, at the browser's width."""
+def _full_page(driver: Any, path: Path, width: int = 1280) -> None:
+    """The whole page, however long, at `width` pixels."""
+    metrics = {"width": width, "height": 900, "deviceScaleFactor": 1, "mobile": False}
+    driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", metrics)
     height = min(int(driver.execute_script("return document.documentElement.scrollHeight")), 2400)
-    metrics = {"width": 1280, "height": height, "deviceScaleFactor": 1, "mobile": False}
+    metrics = {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": False}
     driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", metrics)
     try:
         driver.save_screenshot(str(path))
@@ -147,10 +149,14 @@ def test_screenshots_of_both_pages_from_a_realistic_fleet(fleet: Machine, tmp_pa
         states = {row.get_attribute("data-state") for row in driver.find_elements(By.CSS_SELECTOR, rows)}
         assert {"completed", "failed", "running"} <= states, states
         _full_page(driver, into / "fleet.png")
+        _full_page(driver, into / "fleet-400px.png", width=400)  # a narrow window: the table scrolls in its box
 
         driver.get(ui.home + f"/run/{shown}")
         assert wait_until(driver, lambda d: len(d.find_elements(By.CSS_SELECTOR, "#diff section.file")) == 2)
         assert wait_until(driver, lambda d: f"{shown} completed" in d.find_element(By.ID, "actions").text)
+        assert wait_until(driver, lambda d: d.find_element(By.ID, "review").is_displayed())
+        driver.find_element(By.CSS_SELECTOR, "#diff .line.add").click()  # a comment on a line of the diff
+        driver.find_element(By.CSS_SELECTOR, "#diff .comment-box textarea").send_keys("Link the checklist here.")
         _full_page(driver, into / "run.png")
         driver.get("about:blank")
     finally:
