@@ -490,10 +490,13 @@ def test_the_patch_and_the_raw_log_are_links_of_the_run_page(fleet: tuple[Machin
     status, headers, patch = ui.http("GET", f"/run/{ref}/patch")
     assert status == 200 and headers["content-type"].startswith("text/x-diff"), headers
     assert patch == caller.wb("agent", "diff", ref).stdout  # what wb agent diff prints
-    worktree = json.loads(caller.wb("agent", "status", ref, "--json").stdout)["worktree_dir"]
-    checked = subprocess.run(["git", "apply", "--check", "-R"], input=patch, text=True, cwd=worktree,
-                             capture_output=True)  # fmt: skip
-    assert checked.returncode == 0, checked.stderr  # it applies: it is the worktree's change exactly
+    facts = json.loads(caller.wb("agent", "status", ref, "--json").stdout)
+    base = caller.root / "at-base"  # the repository as the run found it: its base commit, checked out fresh
+    clone = Path(facts["worktree_dir"]).parents[3] / "acme" / "widget"
+    subprocess.run(["git", "clone", "-q", str(clone), str(base)], check=True, capture_output=True)
+    subprocess.run(["git", "-C", str(base), "checkout", "-q", facts["base_sha"]], check=True, capture_output=True)
+    checked = subprocess.run(["git", "apply", "--check"], input=patch, text=True, cwd=base, capture_output=True)
+    assert checked.returncode == 0, checked.stderr  # it applies to the base
     status, headers, log = ui.http("GET", f"/run/{ref}/log")
     assert status == 200 and headers["content-type"].startswith("text/plain")
     raw = caller.wb("agent", "logs", ref, "--raw").stdout
