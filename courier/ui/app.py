@@ -21,7 +21,7 @@ from courier.ui import actions, operations, pages
 from courier.ui.auth import TokenGate
 from courier.ui.live import Changes, follow_lines, in_thread
 from courier.ui.operations import Scope
-from protocol.refs import format_reference
+from protocol.refs import format_reference, is_run_prefix
 
 _STATIC = {"ui.js": "text/javascript; charset=utf-8", "ui.css": "text/css; charset=utf-8"}
 _EVENT_STREAM_HEADERS = {"x-accel-buffering": "no"}
@@ -48,7 +48,7 @@ def build_app(config: Config, scope: Scope, token: str, port: int) -> TokenGate:
         """The session root the gate mounted the app under (courier/ui/auth.py): every link carries it."""
         return str(request.scope.get("root_path", ""))
 
-    def not_a_run(request: Request, error: UsageError) -> Response:
+    def not_a_run(request: Request, error: WbError) -> Response:
         home = root(request)
         return html(pages.message_page(home, "not a run", actions.cli_message(error), home + "/"), 404)
 
@@ -75,6 +75,15 @@ def build_app(config: Config, scope: Scope, token: str, port: int) -> TokenGate:
             raise UsageError(f"wb ui shows {_scope_words(scope)}; {format_reference(machine, run_id)} is not there")
         return machine, run_id, format_reference(machine, run_id)
 
+    async def _whole(request: Request) -> tuple[str, str, str]:
+        """`_target` with a short reference (docs/cli.md#short-references) resolved to its run's whole ID by the
+        machine holding it; an ambiguous or unknown one is the CLI's error."""
+        machine, run_id, ref = _target(request)
+        if is_run_prefix(run_id):
+            named = await in_thread(lambda: operations.status(config, machine, run_id, scope.machine_timeout_s))
+            run_id, ref = named.agent_id, format_reference(machine, named.agent_id)
+        return machine, run_id, ref
+
     async def _facts(machine: str, run_id: str) -> tuple[object, str | None]:
         try:
             return await in_thread(lambda: operations.status(config, machine, run_id, scope.machine_timeout_s)), None
@@ -83,9 +92,11 @@ def build_app(config: Config, scope: Scope, token: str, port: int) -> TokenGate:
 
     async def run_page(request: Request, notice: str = "", status: int = 200) -> Response:
         try:
-            machine, run_id, ref = _target(request)
-        except UsageError as exc:
+            machine, run_id, ref = await _whole(request)
+        except WbError as exc:
             return not_a_run(request, exc)
+        if ref != request.path_params["ref"] and not notice:  # a short reference: the page's address names the run
+            return RedirectResponse(pages.run_path(root(request), ref), status_code=303)
         result, error = await _facts(machine, run_id)
         shown = ""
         if result is not None:
@@ -95,15 +106,15 @@ def build_app(config: Config, scope: Scope, token: str, port: int) -> TokenGate:
 
     async def run_facts(request: Request) -> Response:
         try:
-            machine, run_id, ref = _target(request)
-        except UsageError as exc:
+            machine, run_id, ref = await _whole(request)
+        except WbError as exc:
             return html(pages.facts_fragment(root(request), "", None, exc.message), 404)
         result, error = await _facts(machine, run_id)
         return html(pages.facts_fragment(root(request), ref, result, error))  # type: ignore[arg-type]
 
     async def run_diff(request: Request) -> Response:
         try:
-            machine, run_id, _ = _target(request)
+            machine, run_id, _ = await _whole(request)
             found = await in_thread(lambda: operations.diff(config, machine, run_id))
         except WbError as exc:
             return html(pages.diff_fragment(None, exc.message))
@@ -112,7 +123,7 @@ def build_app(config: Config, scope: Scope, token: str, port: int) -> TokenGate:
     async def run_patch(request: Request) -> Response:
         """What `wb agent diff REF` prints, as a file `git apply` takes."""
         try:
-            machine, run_id, _ = _target(request)
+            machine, run_id, _ = await _whole(request)
             found = await in_thread(lambda: operations.diff(config, machine, run_id))
         except WbError as exc:
             return PlainTextResponse(f"{actions.cli_message(exc)}\n", status_code=actions.refusal_status(exc))
@@ -122,7 +133,7 @@ def build_app(config: Config, scope: Scope, token: str, port: int) -> TokenGate:
     async def run_log(request: Request) -> Response:
         """The run's raw transcript, as `wb agent logs REF --raw` prints it (after its path line)."""
         try:
-            machine, run_id, _ = _target(request)
+            machine, run_id, _ = await _whole(request)
             text = await in_thread(lambda: operations.raw_log(config, machine, run_id, scope.machine_timeout_s))
         except WbError as exc:
             return PlainTextResponse(f"{actions.cli_message(exc)}\n", status_code=actions.refusal_status(exc))
@@ -130,9 +141,11 @@ def build_app(config: Config, scope: Scope, token: str, port: int) -> TokenGate:
 
     async def run_actions(request: Request) -> Response:
         try:
-            machine, run_id, _ = _target(request)
+            machine, run_id, _ = await _whole(request)
         except UsageError as exc:
             return not_a_run(request, exc)
+        except WbError as exc:
+            return PlainTextResponse(f"{actions.cli_message(exc)}\n", status_code=actions.refusal_status(exc))
         stream = follow_lines(config, machine, run_id)
         return StreamingResponse(stream, media_type="text/event-stream", headers=_EVENT_STREAM_HEADERS)
 

@@ -635,3 +635,20 @@ def test_open_hands_the_browser_a_private_redirect_file_never_the_token(
     finally:
         assert server.finish() == 130
     assert not page.exists()  # removed with the server
+
+
+def test_a_short_reference_in_the_address_leads_to_the_runs_own_page(
+    fleet: tuple[Machine, Machine], ui: UiServer
+) -> None:
+    caller, _ = fleet
+    ref = dispatch(caller, "scenario:complete file:short.txt", "shortref", "--to", "box")
+    assert caller.wb("agent", "await", ref, "--wait-timeout", "60s").returncode == 0
+    short = ref[: len("box:agt-") + 6]
+    status, headers, _ = ui.http("GET", f"/run/{short}")
+    assert status == 303 and headers["location"].endswith(f"/run/{ref}"), (status, headers)
+    status, _, facts = ui.http("GET", f"/run/{short}/facts")
+    assert status == 200 and ref in facts
+    status, _, patch = ui.http("GET", f"/run/{short}/patch")
+    assert status == 200 and "short.txt" in patch
+    status, _, page_html = ui.http("GET", "/run/box:agt-ffffff")  # a prefix no run has: as an unknown run
+    assert status == 404 and "unknown agent run" in page_html, page_html
