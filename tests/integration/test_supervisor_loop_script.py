@@ -128,9 +128,9 @@ def test_a_machine_down_at_prune_time_is_named_and_the_loop_still_exits_0(sshd: 
     assert any(line.startswith("warning: gone") for line in done.stderr.splitlines()), done.stderr
 
 
-def test_the_readme_shows_the_loop_script_exactly() -> None:
-    """The README's copy of the loop is the file the test above runs."""
-    readme = (REPO_ROOT / "README.md").read_text()
-    section = readme[readme.index("## The supervisor's loop") :]
+def test_the_supervisors_doc_shows_the_loop_script_exactly() -> None:
+    """docs/supervisors.md's copy of the loop is the file the test above runs."""
+    doc = (REPO_ROOT / "docs" / "supervisors.md").read_text()
+    section = doc[doc.index("## The supervisor's loop") :]
     script = (REPO_ROOT / "docs" / "supervisor-loop.sh").read_text()
     assert f"```sh\n{script}```" in section
