@@ -90,6 +90,13 @@ def dispatch(machine: Machine, task: str, worktree: str, *to: str) -> str:
     return done.stdout.split()[0]
 
 
+def finished(machine: Machine, task: str, worktree: str, *to: str) -> str:
+    """A run dispatched and awaited to its end: its reference."""
+    ref = dispatch(machine, task, worktree, *to)
+    assert machine.wb("agent", "await", ref, "--wait-timeout", "60s").returncode == 0
+    return ref
+
+
 def release(machine: Machine, run_id: str) -> None:
     """Let a `scenario:wait-release` run complete (the fake codex waits for this file in its home)."""
     home = machine.home / "agents" / run_id / "harness-home"
@@ -280,8 +287,7 @@ def test_another_port_of_the_host_receives_nothing_that_opens_the_page(
     fleet: tuple[Machine, Machine], ui: UiServer, driver: Any
 ) -> None:
     caller, _ = fleet
-    ref = dispatch(caller, "scenario:complete", "elsewhere")
-    assert caller.wb("agent", "await", ref, "--wait-timeout", "60s").returncode == 0
+    ref = finished(caller, "scenario:complete", "elsewhere")
     signed_in(driver, ui, f"/run/{ref}")  # signed in: the browser holds whatever wb ui gave it
     assert wait_until(driver, lambda d: count(d, "form#continue") == 1)
     other = _Recorder()
@@ -360,8 +366,7 @@ def test_a_file_whose_path_git_quotes_shows_its_hunks_under_its_real_name(
 
     caller, _ = fleet
     name = 'caf\u00e9 "quoted"\\.txt'.replace(" ", "_")  # the fake codex takes a name without spaces
-    ref = dispatch(caller, f"scenario:complete file:{name}", "quoted", "--to", "box")
-    assert caller.wb("agent", "await", ref, "--wait-timeout", "60s").returncode == 0
+    ref = finished(caller, f"scenario:complete file:{name}", "quoted", "--to", "box")
     status, _, body = ui.http("GET", f"/run/{ref}/diff")
     assert status == 200, body
     assert body.count("<section class=file") == 1
@@ -411,8 +416,7 @@ def test_continue_from_the_page_starts_the_follow_up_run(
     from selenium.webdriver.common.by import By
 
     caller, _ = fleet
-    ref = dispatch(caller, "scenario:complete", "continued")
-    assert caller.wb("agent", "await", ref, "--wait-timeout", "60s").returncode == 0
+    ref = finished(caller, "scenario:complete", "continued")
     signed_in(driver, ui, f"/run/{ref}")
     driver.find_element(By.CSS_SELECTOR, "form#continue textarea").send_keys("scenario:complete file:again.txt")
     driver.find_element(By.CSS_SELECTOR, "form#continue button").click()
@@ -426,8 +430,7 @@ def test_the_fleet_page_counts_each_kind_and_fits_a_400_pixel_window_with_every_
     fleet: tuple[Machine, Machine], ui: UiServer, driver: Any
 ) -> None:
     caller, _ = fleet
-    ref = dispatch(caller, "scenario:complete", "counted")
-    assert caller.wb("agent", "await", ref, "--wait-timeout", "60s").returncode == 0
+    ref = finished(caller, "scenario:complete", "counted")
     signed_in(driver, ui)
     assert wait_until(driver, lambda d: count(d, f'#runs tr[data-ref="{ref}"][data-kind=completed]') == 1)
     for kind in ("completed", "failed", "running"):
@@ -464,8 +467,7 @@ def test_comments_on_diff_lines_become_the_follow_up_task_in_file_order(
     from selenium.webdriver.common.by import By
 
     caller, _ = fleet
-    ref = dispatch(caller, "scenario:complete file:reviewed.txt", "reviewed")
-    assert caller.wb("agent", "await", ref, "--wait-timeout", "60s").returncode == 0
+    ref = finished(caller, "scenario:complete file:reviewed.txt", "reviewed")
     signed_in(driver, ui, f"/run/{ref}")
     assert wait_until(driver, lambda d: count(d, "form#review:not([hidden])") == 1 and count(d, "#diff .line.add") == 1)
     driver.find_element(By.CSS_SELECTOR, "#diff .line.add").click()
@@ -483,8 +485,7 @@ def test_the_patch_and_the_raw_log_are_links_of_the_run_page(fleet: tuple[Machin
     import subprocess
 
     caller, _ = fleet
-    ref = dispatch(caller, "scenario:complete file:patched.txt", "patched", "--to", "box")
-    assert caller.wb("agent", "await", ref, "--wait-timeout", "60s").returncode == 0
+    ref = finished(caller, "scenario:complete file:patched.txt", "patched", "--to", "box")
     _, _, page_html = ui.http("GET", f"/run/{ref}")
     assert "id=patch-link" in page_html and "id=log-link" in page_html
     status, headers, patch = ui.http("GET", f"/run/{ref}/patch")
@@ -507,8 +508,7 @@ def test_markup_from_a_run_or_a_machine_shows_as_text_and_no_script_runs(
     fleet: tuple[Machine, Machine], ui: UiServer, driver: Any
 ) -> None:
     caller, _ = fleet
-    ref = dispatch(caller, f"scenario:complete file:<i>x.txt ran:<u>ls</u> message:{HOSTILE}", "hostile")
-    assert caller.wb("agent", "await", ref, "--wait-timeout", "60s").returncode == 0
+    ref = finished(caller, f"scenario:complete file:<i>x.txt ran:<u>ls</u> message:{HOSTILE}", "hostile")
     signed_in(driver, ui, f"/run/{ref}")
     assert wait_until(driver, lambda d: count(d, "#diff section.file") == 1), driver.page_source
     assert HOSTILE in text_of(driver, "#status")  # the result, as text
@@ -641,8 +641,7 @@ def test_a_short_reference_in_the_address_leads_to_the_runs_own_page(
     fleet: tuple[Machine, Machine], ui: UiServer
 ) -> None:
     caller, _ = fleet
-    ref = dispatch(caller, "scenario:complete file:short.txt", "shortref", "--to", "box")
-    assert caller.wb("agent", "await", ref, "--wait-timeout", "60s").returncode == 0
+    ref = finished(caller, "scenario:complete file:short.txt", "shortref", "--to", "box")
     short = ref[: len("box:agt-") + 6]
     status, headers, _ = ui.http("GET", f"/run/{short}")
     assert status == 303 and headers["location"].endswith(f"/run/{ref}"), (status, headers)
