@@ -651,3 +651,44 @@ def test_a_short_reference_in_the_address_leads_to_the_runs_own_page(
     assert status == 200 and "short.txt" in patch
     status, _, page_html = ui.http("GET", "/run/box:agt-ffffff")  # a prefix no run has: as an unknown run
     assert status == 404 and "unknown agent run" in page_html, page_html
+
+
+def test_the_fleet_page_shows_100_runs_a_page_with_links_between_the_pages(tmp_path: Path, driver: Any) -> None:
+    """Its own machine with 230 finished runs planted in its store, and a `wb ui` of its own."""
+    from datetime import timedelta
+
+    from tests_support import sample_record
+
+    from courier.runs.store import Store
+    from protocol.timestamps import rfc3339, utc_now
+
+    machine = make_machine(tmp_path / "m")
+    store = Store(machine.home).ensure()
+    now = utc_now()
+    for n in range(230):
+        at = rfc3339(now - timedelta(minutes=n))
+        record = sample_record(state="completed", started_at=at, finished_at=at, exit_code=0, worktree=f"w{n}")
+        store.create(record, "a planted run")
+    server = UiServer.start(machine)
+    try:
+        signed_in(driver, server)
+        # The page fetches its rows again when its live stream opens: read and click through script, at once.
+        shown = (
+            "const q = (css) => document.querySelector(css);"
+            "return [document.querySelectorAll('#runs tr[data-ref]').length, q('#pager span').textContent,"
+            " q('#counts li[data-kind=completed] b').textContent, q('#runs tr[data-ref]').dataset.ref,"
+            " !!q('#pager a[rel=prev]'), !!q('#pager a[rel=next]'), q('#runs').textContent.includes('w229')]"
+        )
+        assert wait_until(driver, lambda d: d.execute_script(shown)[:3] == [100, "page 1 of 3", "230"])
+        first = driver.execute_script(shown)[3]
+        assert driver.execute_script(shown)[4:6] == [False, True]  # the counts above are of every page
+        driver.execute_script("document.querySelector('#pager a[rel=next]').click()")
+        assert wait_until(driver, lambda d: d.execute_script(shown)[:2] == [100, "page 2 of 3"])
+        assert driver.execute_script(shown)[3] != first and driver.execute_script(shown)[4:6] == [True, True]
+        driver.execute_script("document.querySelector('#pager a[rel=next]').click()")
+        assert wait_until(driver, lambda d: d.execute_script(shown)[:2] == [30, "page 3 of 3"])  # the oldest 30
+        assert driver.execute_script(shown)[5:] == [False, True]
+    finally:
+        driver.get("about:blank")
+        assert server.finish() == 130
+
