@@ -165,3 +165,6 @@ PROXY_HEADER_WAIT_S = 30.0  # a client that sends no complete header block by th
 PROXY_CONNECT_TIMEOUT_S = 10.0  # reaching an allowed host
 PROXY_CONNECTIONS_MAX = 100  # open client connections at once; past it, 503
 PROXY_READ_CHUNK_BYTES = 64 * KIB
+# Entries of /tmp (and of each directory directly in it) a confined run looks at for Unix sockets to hide
+# (courier/runs/sandbox.py): enough for a busy /tmp, bounded so a flooded one costs a run nothing much.
+SANDBOX_TMP_SCAN_ENTRIES = 4096

@@ -322,7 +322,10 @@ class Owner:
         record = self.record
         found = bwrap_probe.usable(os.environ.get("PATH"))
         assert found.path is not None
-        files = [self.run_dir / store_mod.LAST_MESSAGE] if record.resolved.harness == "codex" else []
+        codex = record.resolved.harness == "codex"
+        files = [self.run_dir / store_mod.LAST_MESSAGE] if codex else []
+        # Codex makes /tmp/codex-daemon-<uid> before its own sandbox starts, whatever TMPDIR says (docs/harnesses.md).
+        tmp_dirs = [f"/tmp/codex-daemon-{os.getuid()}"] if codex else []
         plan = sandbox.Plan(
             bwrap=found.path,
             worktree=record.worktree_dir or "",
@@ -333,6 +336,7 @@ class Owner:
             writable=tuple(record.sandbox_writable or ()),
             share_network=record.network is True,
             files=files,
+            tmp_dirs=tmp_dirs,
             parent_home=self.store.run_dir(record.parent_id) / store_mod.HARNESS_HOME if record.parent_id else None,
         )
         plan.prepare()

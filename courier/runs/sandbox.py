@@ -5,12 +5,12 @@ allows it and bubblewrap is usable here (courier/runs/bwrap_probe.py). Inside:
 
 * **Mounts.** `--ro-bind / /` first, then overlays: the system stays visible and read-only as it
   is (a harness or its interpreter may live anywhere: /usr, /opt, /tmp), which is simpler and
-  harder to get wrong than listing what a CLI needs. /tmp is the run's own private TMPDIR,
-  writable. The homes (HOME, /home, /root, wb's home) and /run, where Unix sockets live, are
-  covered with empty tmpfs, made read-only once the few paths a run needs are bound back into
-  them (and into /tmp): the harness's install dir, node's, wb's own interpreter (the in-sandbox
-  forwarder below runs on it) read-only; the worktree, its git admin dir, the clone's objects,
-  the harness home and the configured writable paths read-write.
+  harder to get wrong than listing what a CLI needs; then the homes (HOME, /home, /root, wb's
+  home) and where Unix sockets live (/run, /tmp's socket directories) are covered with empty
+  tmpfs, made read-only once the few paths a run needs are bound back into them: the harness's
+  install dir, node's, wb's own interpreter (the in-sandbox forwarder below runs on it) read-only;
+  the worktree, its git admin dir, the clone's objects, the harness home, a private TMPDIR and the
+  configured writable paths read-write.
 * **Git.** The canonical clone's git dir is bound back read-only (config, hooks, HEAD, packed
   refs, every branch but the run's own), with `objects` and `worktrees/<name>` writable over it
   so status, diff and add work, and what `git stash` writes (see _git_paths).
@@ -28,9 +28,12 @@ allows it and bubblewrap is usable here (courier/runs/bwrap_probe.py). Inside:
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import os
 import shutil
 import socket
+import stat
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -138,6 +141,10 @@ class Plan:
     # A continued run's harness home is a copy of its parent's, whose paths the harness's own state names
     # (Codex's session index): the copy is also bound at the parent's path, so they lead to the copy.
     parent_home: Path | None = None
+    # Directories directly in the machine's /tmp that the harness makes whatever TMPDIR says (Codex's
+    # /tmp/codex-daemon-<uid>, before its own sandbox starts): /tmp stays read-only, and each of these is
+    # the run's own directory bound over an empty one of the user's (`prepare`).
+    tmp_dirs: list[str] = field(default_factory=list)
 
     @property
     def socket_dir(self) -> Path:
@@ -147,10 +154,17 @@ class Plan:
     def tmp_dir(self) -> Path:
         return self.run_dir / TMP_DIR
 
+    def _private(self, path: str) -> Path:
+        """Where the run's own copy of /tmp's `path` is: in its private TMPDIR, removed with it."""
+        return self.tmp_dir / ("slash-tmp-" + os.path.basename(path))
+
     def prepare(self) -> None:
         """The run's own directories the sandbox binds (made by the user, 0700)."""
         for directory in (self.tmp_dir, self.socket_dir, self.harness_home):
             directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self.tmp_dirs = [tmp for tmp in self.tmp_dirs if _own_tmp_dir(tmp)]
+        for tmp in self.tmp_dirs:
+            self._private(tmp).mkdir(mode=0o700, exist_ok=True)
         for path in self.files:
             if not path.exists():
                 fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
@@ -162,8 +176,7 @@ class Plan:
             shutil.rmtree(directory, ignore_errors=True)
 
     def command_line(self, argv: list[str]) -> list[str]:
-        tmp = os.path.realpath("/tmp")
-        hidden = _hidden_roots(self.wb_home, tmp)
+        hidden = _hidden_roots(self.wb_home)
         out = [self.bwrap, "--die-with-parent", "--unshare-pid", "--unshare-ipc"]
         lock = _root_lock()
         if lock == _DROP_ALL:
@@ -173,13 +186,9 @@ class Plan:
         if not self.share_network:
             out.append("--unshare-net")
         out += ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
-        # The run's own /tmp, its private TMPDIR: a CLI that writes /tmp whatever TMPDIR says (Codex makes
-        # /tmp/codex-daemon-<uid> before its own sandbox starts) works, and the machine's /tmp, with other
-        # users' files and its sockets, is out of sight.
-        out += ["--bind", str(self.tmp_dir), tmp]
         for root in hidden:
             out += ["--tmpfs", root]
-        reads = _needed_reads(argv, self.path_env, [*hidden, tmp], bool(self.forwards))
+        reads = _needed_reads(argv, self.path_env, hidden, bool(self.forwards))
         writes = [self.worktree, *self.writable, str(self.harness_home), str(self.tmp_dir)]
         git_ro, git_rw = _git_paths(self.worktree)
         binds: list[tuple[str, str, str]] = [("--ro-bind", path, path) for path in reads]
@@ -189,6 +198,8 @@ class Plan:
             binds.append(("--ro-bind", str(self.socket_dir), str(self.socket_dir)))
         if self.parent_home is not None:
             binds.append(("--bind", str(self.harness_home), str(self.parent_home)))
+        binds += [("--bind", str(self._private(path)), path) for path in self.tmp_dirs]
+        binds += [("--ro-bind", "/dev/null", path) for path in _tmp_sockets()]
         if self.share_network:
             # The machine's network needs its resolver, which may live in /run (systemd-resolved, resolvconf).
             resolver = os.path.realpath("/etc/resolv.conf")
@@ -231,21 +242,66 @@ def _root_lock() -> list[str]:
     return [found, "--user", "--map-root-user", "--mount", "--"]
 
 
-def _hidden_roots(wb_home: Path, tmp: str) -> list[str]:
-    """The homes covered with an empty tmpfs inside, shallowest first, each once (a nested one is covered already);
-    none inside `tmp`, which the run's own /tmp covers."""
+def _hidden_roots(wb_home: Path) -> list[str]:
+    """The homes covered with an empty tmpfs inside, shallowest first, each once (a nested one is covered already)."""
     candidates = [os.environ.get("HOME", ""), "/home", "/root", str(wb_home), "/run/user"]
     roots: list[str] = []
     for candidate in sorted({os.path.realpath(c) for c in candidates if c}, key=len):
         if os.path.isdir(candidate) and candidate != "/" and not any(_within(candidate, root) for root in roots):
             roots.append(candidate)
     # A socket on a read-only mount still accepts connections, and a Unix socket is not behind the
-    # network namespace: /run (docker.sock, dbus, databases; /var/run is a link to it) is hidden. /tmp's
-    # sockets (an ssh agent's, X11's, tmux's) are behind the run's own /tmp (Plan.command_line).
+    # network namespace: /run (docker.sock, dbus, databases; /var/run is a link to it) is hidden, and so
+    # is every directory directly in /tmp that holds one (an ssh agent's, X11's, tmux's).
     run = os.path.realpath("/run")
     if os.path.isdir(run) and not any(_within(run, root) for root in roots):
         roots = [root for root in roots if not _within(root, run)] + [run]
-    return [root for root in roots if not _within(root, tmp)]
+    roots += [path for path in _tmp_socket_dirs() if not any(_within(path, root) for root in roots)]
+    return roots
+
+
+def _tmp_socket_dirs() -> list[str]:
+    """The directories directly in /tmp with a socket (or an ssh agent's name) among their first entries."""
+    found: list[str] = []
+    with contextlib.suppress(OSError), os.scandir("/tmp") as entries:
+        for entry in itertools.islice(entries, limits.SANDBOX_TMP_SCAN_ENTRIES):
+            with contextlib.suppress(OSError):
+                if not entry.is_dir(follow_symlinks=False):
+                    continue
+                if entry.name.startswith("ssh-") or _holds_socket(entry.path):
+                    found.append(entry.path)
+    return sorted(found)
+
+
+def _holds_socket(directory: str) -> bool:
+    with contextlib.suppress(OSError), os.scandir(directory) as entries:
+        for entry in itertools.islice(entries, limits.SANDBOX_TMP_SCAN_ENTRIES):
+            with contextlib.suppress(OSError):
+                if stat.S_ISSOCK(entry.stat(follow_symlinks=False).st_mode):
+                    return True
+    return False
+
+
+def _tmp_sockets() -> list[str]:
+    """Sockets directly in /tmp: each is covered with /dev/null inside (a file cannot take a tmpfs)."""
+    found: list[str] = []
+    with contextlib.suppress(OSError), os.scandir("/tmp") as entries:
+        for entry in itertools.islice(entries, limits.SANDBOX_TMP_SCAN_ENTRIES):
+            with contextlib.suppress(OSError):
+                if stat.S_ISSOCK(entry.stat(follow_symlinks=False).st_mode):
+                    found.append(entry.path)
+    return sorted(found)
+
+
+def _own_tmp_dir(path: str) -> bool:
+    """`path` (directly in /tmp) is a directory of this user's, made now (0700) when it is missing; anything else
+    there (another user's, a link, a file) is left alone and not bound over (the harness then fails as it sees it)."""
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(path, 0o700)
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return False
+    return stat.S_ISDIR(info.st_mode) and info.st_uid == os.getuid()
 
 
 def _within(path: str, root: str) -> bool:

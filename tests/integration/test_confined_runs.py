@@ -231,8 +231,7 @@ def test_a_confined_command_edits_its_worktree_and_reaches_nothing_else(
     assert checks["home-canary-write"][0] == "refused"
     assert not (Path(machine.env["HOME"]) / ".ssh" / "planted").exists()
     assert checks["other-record"][0] == "refused"
-    # /tmp inside is the run's own: the write lands there, never in the machine's /tmp
-    assert checks["tmp-write"][0] == "ok" and not Path(f"/tmp/wb-confined-{os.getpid()}").exists()
+    assert checks["tmp-write"][0] == "refused" and not Path(f"/tmp/wb-confined-{os.getpid()}").exists()
     assert checks["tmpdir-write"][0] == "ok"
     assert checks["loopback"][0] == "refused"
     assert [checks[name][0] for name in unix_listeners] == ["refused"] * 3, checks

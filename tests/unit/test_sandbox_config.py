@@ -118,6 +118,29 @@ def test_the_command_line_hides_the_homes_and_keeps_the_worker_in_its_namespaces
     assert str(plan.socket_dir) not in argv  # no provider: no forwarder and no sockets bound
 
 
+def test_a_harness_tmp_dir_is_the_runs_own_bound_over_an_empty_one_of_the_users(tmp_path: Path) -> None:
+    """Codex makes /tmp/codex-daemon-<uid> (docs/harnesses.md): /tmp stays read-only; that directory is the run's."""
+    worktree = tmp_path / "wt"
+    worktree.mkdir()
+    run_dir = tmp_path / "home" / "agents" / "agt-1"
+    made, linked = f"/tmp/wb-unit-daemon-{os.getpid()}", f"/tmp/wb-unit-link-{os.getpid()}"
+    os.symlink(str(tmp_path), linked)  # not a directory of the user's: never bound over
+    try:
+        plan = sandbox.Plan(
+            bwrap="/usr/bin/bwrap", worktree=str(worktree), run_dir=run_dir, harness_home=run_dir / "harness-home",
+            wb_home=tmp_path / "home", path_env="/usr/bin:/bin", tmp_dirs=[made, linked],
+        )  # fmt: skip
+        plan.prepare()
+        assert os.path.isdir(made) and oct(os.stat(made).st_mode & 0o777) == "0o700"
+        argv = plan.command_line(["/bin/true"])
+        private = str(run_dir / "tmp" / f"slash-tmp-{os.path.basename(made)}")
+        assert ["--bind-try", private, made] == argv[argv.index(private) - 1 :][:3] and os.path.isdir(private)
+        assert linked not in argv and "/tmp" not in argv  # /tmp itself is never bound writable
+    finally:
+        os.unlink(linked)
+        os.rmdir(made)
+
+
 def test_wbs_own_code_and_interpreter_are_bound_back_from_a_hidden_home_but_never_a_whole_home() -> None:
     """A harness that is a wb module (the demo's stand-ins: `python -m courier.demo.standin_claude`) runs on
     wb's interpreter and code, which may sit in a hidden home (a venv or checkout under ~): both come back
