@@ -30,7 +30,6 @@ if TYPE_CHECKING:
 
 # How long a command whose call lost the courier waits to learn whether the courier died.
 COURIER_EXIT_WAIT_S = 2.0
-LOST_EXIT = 255
 
 
 class CourierChannel(Channel):
@@ -102,7 +101,7 @@ def _end_quietly_if_the_courier_died(courier_pid: int) -> None:
     deadline = time.monotonic() + COURIER_EXIT_WAIT_S
     while time.monotonic() < deadline:
         if os.getppid() != courier_pid:
-            os._exit(LOST_EXIT)  # nothing flushed: the thin client speaks for this command
+            os._exit(frames.LOST_EXIT)  # nothing flushed: the thin client speaks for this command
         time.sleep(0.01)
 
 

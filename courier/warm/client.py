@@ -28,7 +28,6 @@ PROTOCOL = b"1"
 START_WAIT_S = 10.0  # the courier imports the whole program once; a loaded machine takes a while
 RACE_WAIT_S = 3.0
 FORWARDED_SIGNALS: tuple[int, ...] = (_signal.SIGINT, _signal.SIGTERM, _signal.SIGHUP, _signal.SIGQUIT)
-LOST_EXIT = 255
 # Commands the client may re-run cold when the courier dies under them: they only read, and
 # print only at their end (await), so running again is what the user would do by hand.
 _RERUNNABLE = (("agent", "await"),)
@@ -253,4 +252,4 @@ def _lost(argv: list[str]) -> int | None:
         "error: the wb courier ended before this command finished; its outcome is unknown: "
         "check with wb agent status or wb agent list, or set WB_COURIER=off to run without the courier\n"
     )
-    return LOST_EXIT
+    return frames.LOST_EXIT
