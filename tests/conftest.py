@@ -19,6 +19,7 @@ from typing import NoReturn
 import pytest
 
 from courier.main import COLD_COMMANDS
+from courier.remote.library_lookup import preload_asyncssh
 from tests.cli_lookup import cli_dirs, locate_cli
 from tests.integration.sshd import SshdFactory
 from tests.json_documents import check_output
@@ -527,3 +528,6 @@ def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
         yield cluster
     finally:
         cluster.stop()
+
+# The tests' own asyncssh servers and clients import asyncssh as wb does, quietly (a warning is an error here).
+preload_asyncssh()

@@ -27,10 +27,13 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from typing import Any, TypeVar
 
-import asyncssh
-
+from courier.remote.library_lookup import preload_asyncssh
 from protocol import limits
 from protocol.entry import REMOTE_ARGUMENT
+
+preload_asyncssh()  # the one way asyncssh is first imported (courier/remote/library_lookup.py)
+
+import asyncssh  # noqa: E402
 
 _CHUNK = limits.SSH_READ_CHUNK_BYTES
 _STOP_GRACE_S = 3.0

@@ -1,4 +1,5 @@
-"""Import asyncssh without the compiler runs of its library probe (docs/benchmarks.md#the-asyncssh-import).
+"""Import asyncssh the one way wb does: without the compiler runs of its library probe
+(docs/benchmarks.md#the-asyncssh-import), and without cryptography's DSA deprecation notices.
 
 At import, `asyncssh.crypto.pq` asks `ctypes.util.find_library` for liboqs, as "oqs" and as
 "liboqs". On Linux a name that the dynamic linker's cache does not hold sends find_library on
@@ -17,8 +18,10 @@ import ctypes.util
 import os
 import sys
 import sysconfig
+import warnings
 
 _LINKER_CACHE = "/etc/ld.so.cache"
+DSA_DEPRECATED = "DSA is deprecated"  # the start of cryptography's warning (cryptography >= 51)
 # The directories gcc's and ld's default search covers on Linux (the multiarch ones added below).
 _DEFAULT_DIRS = ("/lib", "/lib64", "/usr/lib", "/usr/lib64", "/usr/local/lib", "/usr/local/lib64")
 
@@ -60,6 +63,10 @@ def preload_asyncssh() -> None:
     if sys.platform.startswith("linux"):  # elsewhere find_library asks the loader, which is quick
         ctypes.util.find_library = find_library
     try:
-        import asyncssh  # noqa: F401
+        with warnings.catch_warnings():
+            # cryptography 51 deprecates DSA, and asyncssh names its DSA key types at import: one
+            # warning per name on a user's stderr at every SSH call, about keys wb never offers.
+            warnings.filterwarnings("ignore", message=DSA_DEPRECATED)
+            import asyncssh  # noqa: F401
     finally:
         ctypes.util.find_library = real

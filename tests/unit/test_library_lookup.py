@@ -68,3 +68,11 @@ def test_asyncssh_offers_the_same_key_exchanges_either_way(logging_toolchain: tu
     plain = _python(KEX, {**env, "PATH": os.environ.get("PATH", "/usr/bin:/bin")})
     assert _python(f"import courier.remote.ssh\n{KEX}", env) == plain
     assert "mlkem768x25519-sha256" in plain or "curve25519-sha256" in plain
+
+
+def test_importing_asyncssh_as_wb_does_prints_nothing() -> None:
+    """cryptography 51 warns about DSA once per name asyncssh's import touches: none of it reaches stderr."""
+    for module in ("courier.remote.ssh", "courier.demo.sshd"):
+        done = subprocess.run([sys.executable, "-c", f"import {module}"], capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        assert done.stderr == "", f"{module}: {done.stderr}"
