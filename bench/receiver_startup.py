@@ -22,7 +22,7 @@ from bench import common
 # session), which would hide -X importtime's lines: this probe takes the same path without that.
 PROBE = """
 import sys
-from courier.remote.serve import _home_id, _import_models, answer, read_request
+from courier.receiver.serve import _home_id, _import_models, answer, read_request
 _import_models()
 data, oversize = read_request(0)
 response = answer(data, oversize, lambda: False)
@@ -30,7 +30,7 @@ response.home_id = _home_id()
 sys.stdout.buffer.write(response.encode())
 """
 
-LEAN_ABSENT = ("yaml", "typer", "asyncssh", "rich", "courier.config", "courier.runs.dispatch", "courier.runs.owner")
+LEAN_ABSENT = ("yaml", "typer", "asyncssh", "rich", "courier.config", "courier.runs.admission", "courier.runs.owner")
 
 CONFIG = """\
 agents:

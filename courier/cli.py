@@ -17,7 +17,6 @@ from typer._click import exceptions as click_exceptions
 
 from courier import __version__, cli_io, hot
 from courier.commands import check_list_scope, duration_ms, machine_timeout_s, wait_bound_ms
-from courier.commands import default_duration as _default
 from courier.commands import naming as _naming
 from courier.commands import target as _target
 from courier.config import Config, load_config
@@ -32,6 +31,7 @@ from courier.route import ask, await_result, command_started_at
 from courier.starting import send_dispatch, send_starting
 from courier.text import escape_controls, sanitize
 from protocol import limits
+from protocol.durations import default_duration as _default
 from protocol.refs import format_reference
 
 if TYPE_CHECKING:
@@ -622,7 +622,7 @@ def ui(
     open_page: Annotated[bool, typer.Option("--open", help="Open the page in a browser.")] = False,
 ) -> None:
     """Serve the fleet on a web page (live runs, diffs, stop and continue) until Ctrl-C."""
-    from courier.ui.operations import Scope
+    from courier.ui.asks import Scope
     from courier.ui.server import serve
 
     check_list_scope(to, all_machines)

@@ -14,9 +14,8 @@ from typing import Any, BinaryIO
 
 from courier.config import AUTO
 from courier.errors import TransportError, UsageError
-from courier.ops.base import default_duration as default_duration  # re-exported: the CLI reads it here
 from protocol import limits
-from protocol.durations import BadDuration, parse_duration_ms
+from protocol.durations import BadDuration, default_duration, parse_duration_ms
 from protocol.models import RemoteRequest
 from protocol.refs import BadName, check_machine_name, split_reference
 

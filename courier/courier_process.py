@@ -31,7 +31,7 @@ def load_program() -> Callable[[list[str]], int]:
     import courier.channels.ssh
     import courier.cli
     import courier.fleet
-    import courier.operations
+    import courier.receiver.perform
     import courier.runs.service
     import courier.runs.worktrees
     import courier.transport
@@ -60,7 +60,7 @@ def _build_deferred_models() -> None:
 def main() -> None:
     path = sys.argv[1]
     ready_fd = int(sys.argv[2]) if len(sys.argv) > 2 else -1
-    from courier.warm import place
+    from courier.channels import courier_socket as place
 
     lock_fd = os.open(place.lock_path(path), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
     try:

@@ -41,12 +41,12 @@ def main() -> None:
     argv1 = sys.argv[1] if len(sys.argv) > 1 else ""
     if argv1 == REMOTE_ARGUMENT:
         # The hot path of every remote call: protocol, the store and one operation, nothing else.
-        from courier.remote.serve import serve
+        from courier.receiver.serve import serve
 
         exit_now(serve(sys.argv[2:]))
     if argv1 == SERVE_ARGUMENT:
         # The remote session mode (docs/courier.md): as light as the one-call receiver.
-        from courier.remote.session import serve_session
+        from courier.receiver.session import serve_session
 
         sys.exit(serve_session(sys.argv[2:]))
     if argv1 == OWNER_ARGUMENT:
@@ -67,7 +67,7 @@ def main() -> None:
         sys.exit(serve_mcp())
     if argv1 not in COLD_COMMANDS and not argv1.startswith("--wb-internal-") and sys.platform.startswith("linux"):
         # The warm path (docs/courier.md): a few ms here, the command itself in the courier.
-        from courier.warm.client import run as run_warm
+        from courier.warm.thin_client import run as run_warm
 
         try:
             code = run_warm(sys.argv[1:])

@@ -3,7 +3,7 @@
 Each tool is an operation's: its module in courier/ops/ holds the tool's description, its
 arguments (as data; the pydantic models are built here) and its handler, which builds the
 request with the CLI's own functions and answers with the documents of `wb schema`; this
-module hands the handler a `Call` (courier/ops/base.py `ToolCall`) with the ways to reach
+module hands the handler a `Call` (courier/ops/op.py `ToolCall`) with the ways to reach
 machines, so no operation module imports a transport. `machines` is the one tool here.
 A refusal is an MCP tool error whose text is the `error` document: the message the CLI prints
 and its class (usage, finding, transport).
@@ -48,7 +48,7 @@ from courier.errors import UsageError, WbError
 # (docs/benchmarks.md#mcp-start-up).
 if TYPE_CHECKING:
     from courier.config import Config
-    from courier.ops.base import Arg, ToolCall, ToolHandler
+    from courier.ops.op import Arg, ToolCall, ToolHandler
     from protocol.models import RemoteRequest, RemoteResponse, Result
 
 T = TypeVar("T")
@@ -85,7 +85,7 @@ def _blocking_pool() -> anyio.CapacityLimiter:
 
 
 class Reach:
-    """The ways to reach machines (courier/ops/base.py `Reach`), bound to the configuration of one call."""
+    """The ways to reach machines (courier/ops/op.py `Reach`), bound to the configuration of one call."""
 
     def __init__(self, config: Config) -> None:
         self.config = config
@@ -118,7 +118,7 @@ class Reach:
 
 @dataclass
 class Call:
-    """One tool call (courier/ops/base.py `ToolCall`): its request context (for progress), its configuration."""
+    """One tool call (courier/ops/op.py `ToolCall`): its request context (for progress), its configuration."""
 
     ctx: ServerRequestContext[Any, Any]
 
@@ -139,8 +139,9 @@ class Call:
 
 
 def _machines_arguments() -> tuple[Arg, ...]:
-    from courier.ops.base import Arg, default_duration
+    from courier.ops.op import Arg
     from protocol import limits
+    from protocol.durations import default_duration
 
     return (
         Arg("check", bool, "Probe each machine with the version operation.", False),
@@ -174,7 +175,7 @@ MACHINES_DESCRIPTION = (
 
 def arguments_model(name: str, arguments: tuple[Arg, ...]) -> type[Arguments]:
     """The pydantic model (strict, no extra field) of a tool's arguments as its module lists them."""
-    from courier.ops.base import REQUIRED
+    from courier.ops.op import REQUIRED
 
     fields: dict[str, Any] = {}
     for arg in arguments:

@@ -62,3 +62,8 @@ def format_duration_ms(ms: int) -> str:
         out += f"{minutes}m"
     out += f"{seconds:g}s"
     return sign + out
+
+
+def default_duration(ms: int) -> str:
+    """A bound from protocol/limits.py as a flag default, in its shortest Go spelling ("30m", "1h")."""
+    return re.sub(r"(?<=h)0m$", "", re.sub(r"(?<=[hm])0s$", "", format_duration_ms(ms)))

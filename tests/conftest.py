@@ -18,8 +18,8 @@ from typing import NoReturn
 
 import pytest
 
+from courier.channels.asyncssh_import import preload_asyncssh
 from courier.main import COLD_COMMANDS
-from courier.remote.library_lookup import preload_asyncssh
 from tests.cli_lookup import cli_dirs, locate_cli
 from tests.integration.sshd import SshdFactory
 from tests.json_documents import check_output
@@ -377,7 +377,7 @@ def _stop_couriers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
 
 def courier_on() -> bool:
     """Whether the wb processes this suite starts go through the courier (docs/courier.md)."""
-    from courier.warm.client import enabled
+    from courier.warm.thin_client import enabled
 
     return sys.platform.startswith("linux") and enabled(os.environ)
 

@@ -12,7 +12,7 @@ for `ssh_machines` runs once per tier, the in-process one first.
   projects with its sshd session's environment) and `exec-ssh` (an exec target `ssh -T …`
   through OpenSSH to a loopback sshd); tests/integration/exec_machines.py.
 - INPROCESS_CHANNEL, the CLI and fleet suites: wb started by tests/integration/inprocess_channel_cli.py
-  (`wb_command(tier)`), which reaches each exec-env machine with courier/channels/inprocess.py's
+  (`wb_command(tier)`), which reaches each exec-env machine with tests/inprocess_channel.py's
   receiver inside the CLI's own process (no command, no courier). The fleet's broken machines
   have their in-process form there: a machine whose home is gone, one whose receiver holds its answer.
 

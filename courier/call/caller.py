@@ -2,7 +2,7 @@
 
 prepare (validate, size) → `channel.run(argv tail, stdin, bounds)` within the call's time
 bound → classify the exit → find, decode and check the reply through the operation table
-(`courier.remote.client.decode_response`). The same code for every channel: ssh, exec,
+(`courier.call.decode.decode_response`). The same code for every channel: ssh, exec,
 the courier's socket, the tests' in-process receiver. In-band refusals (`failure`) are
 returned, not raised: the caller maps `failure_kind` to its exit code. Everything else
 that goes wrong is a TransportError (exit 255) whose `cause` classifies it for fleet views.
@@ -12,18 +12,18 @@ from __future__ import annotations
 
 import asyncio
 
+from courier.call.decode import decode_response
 from courier.call.peer_text import configured_secrets, mask_error, mask_response, masked_outcome
-from courier.channels.base import Channel, Outcome
+from courier.channels.channel import Channel, Outcome
 from courier.channels.exits import stderr_excerpt
 from courier.channels.registry import channel_for, direct_channel
 from courier.config import AnyTarget, Config
 from courier.errors import CallTimedOut, ReplyUntrusted, UsageError, WbError
-from courier.remote.client import decode_response
-from courier.remote.reply import BadReply, find_reply
 from protocol import limits
 from protocol.durations import format_duration_ms
 from protocol.entry import REMOTE_ARGUMENT
 from protocol.models import RemoteRequest, RemoteResponse
+from protocol.reply import BadReply, find_reply
 from protocol.validate import RequestRefused, validate_request
 
 

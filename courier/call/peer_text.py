@@ -20,7 +20,7 @@ import stat
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
-from courier.channels.base import Outcome
+from courier.channels.channel import Outcome
 from courier.config import Config, Provider
 from courier.errors import WbError
 from courier.runs.privacy import redact_everywhere

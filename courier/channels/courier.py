@@ -22,8 +22,9 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from courier import errors
-from courier.channels.base import DEFAULT_BOUNDS, Bounds, Channel, Outcome
-from courier.warm import frames, place
+from courier.channels import courier_frames as frames
+from courier.channels import courier_socket as place
+from courier.channels.channel import DEFAULT_BOUNDS, Bounds, Channel, Outcome
 
 if TYPE_CHECKING:
     from courier.config import Config
@@ -106,7 +107,7 @@ def _end_quietly_if_the_courier_died(courier_pid: int) -> None:
 
 
 def through_courier(socket_path: str) -> Callable[[Config, Channel], Channel]:
-    """The wrapper `courier.channels.base.carry_through` installs in a command the courier runs."""
+    """The wrapper `courier.channels.channel.carry_through` installs in a command the courier runs."""
     return lambda config, inner: CourierChannel(inner, socket_path, config.courier_max_sessions)
 
 

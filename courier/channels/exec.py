@@ -21,15 +21,15 @@ import time
 from typing import Any, ClassVar
 
 from courier.capabilities import SERVE
-from courier.channels.base import DEFAULT_BOUNDS, Bounds, Channel, Outcome, WarmState
+from courier.channels.channel import DEFAULT_BOUNDS, Bounds, Channel, Outcome, WarmState
 from courier.channels.exits import first_stderr_line
 from courier.channels.serve_lines import ServeChannel, capabilities_of, needs_fresh_session, version_payload
 from courier.config import ExecTarget
 from courier.errors import ConnectFailed, ConnectionLost, RemoteWbMissing, TransportError
-from courier.remote.reply import BadReply, find_reply
 from courier.text import sanitize
 from protocol import limits
 from protocol.entry import REMOTE_ARGUMENT, SERVE_ARGUMENT
+from protocol.reply import BadReply, find_reply
 
 _READ_CHUNK = limits.SSH_READ_CHUNK_BYTES
 SERVE_PREPARE_WAIT_S = 10.0  # the longest a call waits for a serve process being prepared

@@ -12,7 +12,7 @@ import contextlib
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from courier.channels.base import Channel
+from courier.channels.channel import Channel
 
 if TYPE_CHECKING:
     from courier.config import AnyTarget, Config

@@ -1,7 +1,7 @@
 """One long-lived `wb --wb-internal-agent-serve` (docs/protocol.md, serve mode), over any byte stream.
 
 Request lines out, reply lines in, matched by request_id. The stream is an SSH channel
-(`courier.remote.ssh.Stream`) or a local child's pipes (`courier.channels.exec.ProcessStream`):
+(`courier.channels.ssh_client.Stream`) or a local child's pipes (`courier.channels.exec.ProcessStream`):
 the courier keeps one per machine whose peer lists `serve`.
 """
 
@@ -13,7 +13,7 @@ import re
 import time
 from typing import Protocol
 
-from courier.channels.base import Outcome
+from courier.channels.channel import Outcome
 from courier.errors import ConnectionLost, ReplyUntrusted, TransportError
 from protocol import limits
 
@@ -151,7 +151,7 @@ def version_payload() -> bytes:
 
 def capabilities_of(outcome: Outcome) -> list[str]:
     """The capabilities a `version` outcome lists; [] for anything else (an older or failing peer)."""
-    from courier.remote.reply import BadReply, find_reply
+    from protocol.reply import BadReply, find_reply
 
     if outcome.exit_status != 0 or outcome.overflow:
         return []

@@ -1,9 +1,9 @@
 """The `ssh` channel: the argv tail as one command of a verified SSH connection (docs/protocol.md#the-callers-rules).
 
 Strict host keys, no PTY, no forwarding, both outputs read within their caps (all in
-`courier.remote.ssh`). Inside `pooled()` (a fan-out) calls share the pool's connection per
+`courier.channels.ssh_client`). Inside `pooled()` (a fan-out) calls share the pool's connection per
 host; otherwise each call opens its own connection and closes it after. asyncssh (through
-`courier.remote.ssh` and the pool) is imported by the first SSH call, not by this module: a
+`courier.channels.ssh_client` and the pool) is imported by the first SSH call, not by this module: a
 fan-out over exec machines only opens a `pooled()` scope too, and must not pay for it.
 """
 
@@ -15,12 +15,12 @@ from collections.abc import AsyncIterator
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from courier.channels.base import DEFAULT_BOUNDS, Bounds, Channel, Outcome, WarmState
+from courier.channels.channel import DEFAULT_BOUNDS, Bounds, Channel, Outcome, WarmState
 from courier.config import Target
 
 if TYPE_CHECKING:
+    from courier.channels import ssh_client as ssh
     from courier.channels.ssh_pool import Peer, Pool
-    from courier.remote import ssh
 
 
 def command_of(tail: list[str]) -> str:
@@ -35,7 +35,7 @@ class SshChannel(Channel):
 
     @property
     def endpoint(self) -> ssh.Endpoint:
-        from courier.remote import ssh
+        from courier.channels import ssh_client as ssh
 
         return ssh.Endpoint(machine=self.machine, host=self.target.host, user=self.target.user, port=self.target.port)
 
@@ -48,8 +48,8 @@ class SshChannel(Channel):
 
     def resolved_address(self) -> tuple[str, int] | None:
         """wb.yaml's user and port, else ~/.ssh/config's, else the defaults: what `connect` uses."""
+        from courier.channels import ssh_client as ssh
         from courier.errors import TransportError
-        from courier.remote import ssh
 
         try:
             settings = ssh.resolve(self.endpoint)
@@ -62,7 +62,7 @@ class SshChannel(Channel):
         shared = _active.get()
         if shared is not None:
             return await shared.pool().call(self.endpoint, command, stdin, bounds=bounds)
-        from courier.remote import ssh
+        from courier.channels import ssh_client as ssh
 
         async with await ssh.connect(self.endpoint) as opened:
             return await opened.run(command, stdin, stdout_max=bounds.stdout_max, stderr_max=bounds.stderr_max)

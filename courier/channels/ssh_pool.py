@@ -25,10 +25,10 @@ import time
 from typing import Any
 
 from courier.capabilities import SERVE
-from courier.channels.base import DEFAULT_BOUNDS, Bounds, Outcome
+from courier.channels import ssh_client as ssh
+from courier.channels.channel import DEFAULT_BOUNDS, Bounds, Outcome
 from courier.channels.serve_lines import ServeChannel, capabilities_of, needs_fresh_session, version_payload
 from courier.errors import ConnectionLost, TransportError
-from courier.remote import ssh
 from protocol import limits
 from protocol.entry import REMOTE_ARGUMENT, SERVE_ARGUMENT
 from protocol.timestamps import rfc3339, utc_now

@@ -27,11 +27,11 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from typing import Any, TypeVar
 
-from courier.remote.library_lookup import preload_asyncssh
+from courier.channels.asyncssh_import import preload_asyncssh
 from protocol import limits
 from protocol.entry import REMOTE_ARGUMENT
 
-preload_asyncssh()  # the one way asyncssh is first imported (courier/remote/library_lookup.py)
+preload_asyncssh()  # the one way asyncssh is first imported (courier/channels/asyncssh_import.py)
 
 import asyncssh  # noqa: E402
 

@@ -385,7 +385,7 @@ def place(config: Config, request: RemoteRequest, placement: Placement, options:
 
 
 def dispatch(request: RemoteRequest, response: RemoteResponse, context: Context) -> None:
-    from courier.runs.dispatch import resolve_profile
+    from courier.runs.admission import resolve_profile
 
     config = _config(context)
     agent_id = check_run_id(request.agent_id) if request.agent_id else ""

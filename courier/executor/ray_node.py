@@ -13,7 +13,7 @@ as soon as it has answered), and a run's owner is started by the node's own disp
 machine. The environment is the node's: Ray starts its workers with the environment of
 `ray start`, so WB_HOME, WB_PROJECTS_ROOT and WB_CONFIG are the node's own.
 
-Requests are handled here through the registry's handlers, not `courier.operations.perform`:
+Requests are handled here through the registry's handlers, not `courier.receiver.perform.perform`:
 that function sends a Ray head's requests to the cluster, and a node must answer from its
 own store.
 """

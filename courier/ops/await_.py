@@ -6,9 +6,10 @@ import os
 import time
 from typing import TYPE_CHECKING, Any
 
-from courier.ops.base import Arg, McpTool, Op, ToolCall, default_duration, ref_arg, to_arg
+from courier.ops.op import Arg, McpTool, Op, ToolCall, ref_arg, to_arg
 from courier.runs.context import Handler
 from protocol import limits
+from protocol.durations import default_duration
 from protocol.models import RemoteRequest, Result
 from protocol.operations import Operation
 from protocol.rules import RequestRefused

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Any, BinaryIO
 
-from courier.ops.base import Arg, McpTool, Op, ToolCall, default_duration, ref_arg, to_arg
+from courier.ops.op import Arg, McpTool, Op, ToolCall, ref_arg, to_arg
 from courier.runs.context import Handler
 from protocol import limits
+from protocol.durations import default_duration
 from protocol.models import RemoteRequest
 from protocol.operations import Operation
 from protocol.refs import check_run_id, new_run_id

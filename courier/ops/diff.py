@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from courier.ops.base import Arg, McpTool, Op, ToolCall, ref_arg, to_arg
+from courier.ops.op import Arg, McpTool, Op, ToolCall, ref_arg, to_arg
 from courier.runs.context import Handler
 from protocol.models import DiffResult, RemoteRequest, RemoteResponse
 from protocol.operations import Operation

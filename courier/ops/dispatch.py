@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Any, BinaryIO
 
-from courier.ops.base import Arg, McpTool, Op, ToolCall, default_duration
+from courier.ops.op import Arg, McpTool, Op, ToolCall
 from courier.runs.context import Handler
 from protocol import limits
+from protocol.durations import default_duration
 from protocol.models import WORKTREE_MODES, RemoteRequest, Result
 from protocol.operations import Operation
 from protocol.refs import check_repository, check_run_id, check_worktree_name, new_run_id

@@ -5,9 +5,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from courier.ops.base import Arg, McpTool, Op, ToolCall, default_duration, to_arg
+from courier.ops.op import Arg, McpTool, Op, ToolCall, to_arg
 from courier.runs.context import Handler
 from protocol import limits
+from protocol.durations import default_duration
 from protocol.models import RemoteRequest, RemoteResponse, Result
 from protocol.operations import Operation
 

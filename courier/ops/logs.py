@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from courier.ops.base import Arg, McpTool, Op, ToolCall, ref_arg, to_arg
+from courier.ops.op import Arg, McpTool, Op, ToolCall, ref_arg, to_arg
 from courier.runs.context import Handler
 from protocol import limits
 from protocol.models import RemoteRequest, RemoteResponse

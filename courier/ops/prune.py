@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from courier.errors import WbError
-from courier.ops.base import Op
+from courier.ops.op import Op
 from courier.runs.context import Handler
 from protocol.models import PruneResult, RemoteRequest
 from protocol.operations import Operation

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from courier.ops.base import McpTool, Op, ToolCall, ref_arg, to_arg
+from courier.ops.op import McpTool, Op, ToolCall, ref_arg, to_arg
 from courier.runs.context import Handler
 from protocol.models import RemoteRequest, StopResult
 from protocol.operations import Operation

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from courier import __version__
-from courier.ops.base import Op
+from courier.ops.op import Op
 from courier.runs.context import Context, Handler
 from protocol.models import RemoteRequest, RemoteResponse
 from protocol.operations import Operation
@@ -18,7 +18,7 @@ def version_op(request: RemoteRequest, response: RemoteResponse, context: Contex
     response.capabilities = capabilities()
     response.sandbox = probe().describe()
     if request.placement:
-        from courier.runs.dispatch import placement_facts
+        from courier.runs.admission import placement_facts
 
         response.placement = placement_facts(context.config, request.repository)
 

@@ -1,6 +1,6 @@
 """What an operation's handler may use besides its request: the caller's configuration and a gone-check.
 
-Below every handler module and the handler registry (`courier/operations.py`), so that the
+Below every handler module and the handler registry (`courier/receiver/perform.py`), so that the
 registry can import its handlers and the handlers need nothing from it.
 """
 

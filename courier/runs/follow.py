@@ -16,7 +16,7 @@ from typing import Any
 
 from courier.runs.event_times import TIMES, times_at
 from courier.runs.harness import harness_for
-from courier.runs.harness.base import Harness
+from courier.runs.harness.interface import Harness
 from courier.runs.harness.lines import clean
 from courier.runs.store import EVENTS, Store, open_transcript_file, render
 from protocol import limits

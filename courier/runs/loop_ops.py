@@ -12,7 +12,7 @@ from protocol.models import DiffFile, DiffResult, RemoteRequest, RemoteResponse
 
 def diff_result(store: Store, agent_id: str, *, stat: bool, wire_cap: bool) -> DiffResult:
     """The run's diff (docs/cli.md, wb agent diff); over the wire a patch over 2 MiB is refused, not cut."""
-    from courier.runs.diff import compute_diff
+    from courier.runs.patch import compute_diff
 
     record = store.load(agent_id)
     if not record.worktree_dir:
@@ -69,7 +69,7 @@ def continue_op(request: RemoteRequest, response: RemoteResponse, context: Conte
 
 
 def prune_op(request: RemoteRequest, response: RemoteResponse, context: Context) -> None:
-    from courier.runs.prune import prune
+    from courier.runs.pruning import prune
 
     projects_root = None
     if request.worktrees:  # only then is wb.yaml needed (agents.projects_root)

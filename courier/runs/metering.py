@@ -24,7 +24,7 @@ from protocol.models import Usage
 
 if TYPE_CHECKING:
     from courier.config import Provider
-    from courier.runs.harness.base import EventParser, MessageUsage
+    from courier.runs.harness.interface import EventParser, MessageUsage
     from courier.runs.meter import LimitRefusal, Meter, ResponseUsage
     from courier.runs.store import Record
 

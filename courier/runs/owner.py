@@ -27,7 +27,7 @@ from courier.runs import store as store_mod
 from courier.runs.changes import summarize_changes
 from courier.runs.environment import Credential, resolve_credential, worker_environment
 from courier.runs.harness import harness_for, spec_for
-from courier.runs.harness.base import EventParser, Harness, Launch
+from courier.runs.harness.interface import EventParser, Harness, Launch
 from courier.runs.harness.lines import NETWORK_REFUSED
 from courier.runs.harness.message import bounded_message
 from courier.runs.metering import RunMeter, relay_needed

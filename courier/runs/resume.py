@@ -14,9 +14,7 @@ import shutil
 from courier.config import Config
 from courier.errors import Finding, NotStartable, UsageError
 from courier.runs import process, sandbox
-from courier.runs.budget import budget_in_force, check_budget, price_of, usage_limit_policy
-from courier.runs.changes import count_dirty
-from courier.runs.dispatch import (
+from courier.runs.admission import (
     busy_run,
     clone_lock,
     deferred_signals,
@@ -24,6 +22,8 @@ from courier.runs.dispatch import (
     resolve_profile,
     start_owner,
 )
+from courier.runs.budget import budget_in_force, check_budget, price_of, usage_limit_policy
+from courier.runs.changes import count_dirty
 from courier.runs.environment import resolve_credential
 from courier.runs.private_tree import copy_private_tree
 from courier.runs.store import HARNESS_HOME, Record, Store, render, rfc3339, utc_now

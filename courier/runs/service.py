@@ -1,4 +1,4 @@
-"""The run operations on this machine, each filling a RemoteResponse (handlers registered in courier/operations.py)."""
+"""The run operations on this machine, each filling a RemoteResponse (the handlers the operation registry loads)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ NO_TRANSCRIPT = "(no worker transcript was captured)"
 
 def dispatch_op(request: RemoteRequest, response: RemoteResponse, context: Context) -> None:
     from courier.config import load_config
-    from courier.runs.dispatch import dispatch
+    from courier.runs.admission import dispatch
 
     response.set_result(dispatch(context.config or load_config(), request))
 

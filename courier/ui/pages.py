@@ -16,8 +16,8 @@ from courier.ops.status import status_text
 from courier.render import ref_of, state_text
 from courier.runs.watch_op import FINISHED, RUNNING, phase_of
 from courier.text import sanitize
+from courier.ui.asks import FleetView
 from courier.ui.diffview import FileDiff, Hunk, files_of
-from courier.ui.operations import FleetView
 from protocol.durations import format_duration_ms
 from protocol.models import DiffResult, Result
 from protocol.timestamps import parse_rfc3339, utc_now

@@ -15,8 +15,8 @@ from collections.abc import Callable
 
 from courier.config import Config
 from courier.errors import UsageError
+from courier.ui.asks import Scope
 from courier.ui.opener import open_in_browser, remove
-from courier.ui.operations import Scope
 
 # How long open pages' streams may hold up Ctrl-C.
 GRACEFUL_SHUTDOWN_S = 1

@@ -7,7 +7,8 @@ import os
 import socket
 from typing import Any
 
-from courier.warm import frames, place
+from courier.channels import courier_frames as frames
+from courier.channels import courier_socket as place
 
 _TIMEOUT_S = 10.0
 

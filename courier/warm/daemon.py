@@ -15,12 +15,14 @@ from collections.abc import Callable
 from typing import Any
 
 from courier import __version__
-from courier.channels.base import Bounds, WarmState
+from courier.channels import courier_frames as frames
+from courier.channels import courier_socket as place
+from courier.channels.channel import Bounds, WarmState
 from courier.channels.registry import from_spec
 from courier.config import load_config
 from courier.errors import TransportError, WbError
 from courier.stamp import program_stamp
-from courier.warm import child, frames, place
+from courier.warm import child
 from protocol import limits
 from protocol.timestamps import rfc3339, utc_now
 

@@ -1,7 +1,7 @@
 """`python -m tests.integration.inprocess_channel_cli ARGS…`: wb's CLI with every machine reached in-process.
 
 The `inprocess-channel` tier of tests/ssh_tiers.py. The CLI suite runs `wb` as a subprocess, so
-the in-process channel (courier/channels/inprocess.py, a receiver in the calling process) can
+the in-process channel (tests/inprocess_channel.py, a receiver in the calling process) can
 only carry it from inside that subprocess: this launcher installs it through
 `courier.channels.registry.overridden`, the tests' hook, and then runs the CLI as `wb` would
 (cold: the courier rebuilds channels from their kind and has no in-process one). Nothing in
@@ -30,9 +30,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from courier.channels.base import DEFAULT_BOUNDS, Bounds, Outcome
-from courier.channels.inprocess import InProcessChannel
+from courier.channels.channel import DEFAULT_BOUNDS, Bounds, Outcome
 from courier.config import AnyTarget
+from tests.inprocess_channel import InProcessChannel
 from tests.integration.exec_machines import ExecEnvFactory, ExecEnvMachine
 
 _MACHINE = threading.Lock()  # os.environ and the working directory are the process's: one call at a time

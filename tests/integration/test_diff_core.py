@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from conftest import git, make_clone
 
-from courier.runs.diff import DiffFailed, compute_diff
+from courier.runs.patch import DiffFailed, compute_diff
 
 pytestmark = pytest.mark.courier_independent(cold=True)  # compute_diff in this process: no wb command
 

@@ -17,9 +17,9 @@ from pytest_docker.plugin import Services
 
 from courier import __version__
 from courier.call import caller as client
+from courier.channels import ssh_client as ssh
 from courier.config import load_config
 from courier.errors import TransportError
-from courier.remote import ssh
 from protocol.models import RemoteRequest
 from tests.integration.sshd import keygen
 

@@ -88,7 +88,7 @@ def test_the_receiver_loads_only_the_run_service_for_a_read(tmp_path: Path, oper
         "courier.runs.harness",
         "courier.runs.loop_ops",
         "courier.config",
-        "courier.runs.dispatch",
+        "courier.runs.admission",
         "courier.cli",
         "courier.runs.bwrap_probe",  # asked by `version` only (wb machines --check)
     }

@@ -27,6 +27,7 @@ import pytest
 
 from courier import __version__
 from courier.call import caller as client
+from courier.channels import ssh_client as ssh
 from courier.channels.ssh import pooled
 from courier.config import Config, load_config
 from courier.errors import (
@@ -43,7 +44,6 @@ from courier.errors import (
     TransportError,
     UsageError,
 )
-from courier.remote import ssh
 from protocol.models import RemoteRequest
 from tests.integration.inprocess_sshd import keygen
 from tests.integration.sshd import free_port

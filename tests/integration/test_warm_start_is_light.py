@@ -44,7 +44,7 @@ def test_a_warm_command_imports_only_the_thin_client(machine: Machine) -> None:
         )
         assert done.returncode == 0, done.stderr
         assert json.loads(done.stdout) == []
-        assert "courier.warm.client" in names  # the warm path was taken
+        assert "courier.warm.thin_client" in names  # the warm path was taken
         assert not names & set(NOT_ON_THE_WARM_PATH), sorted(names & set(NOT_ON_THE_WARM_PATH))
     finally:
         subprocess.run(

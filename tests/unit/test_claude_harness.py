@@ -13,8 +13,8 @@ import pytest
 from courier.config import Provider
 from courier.runs.environment import FILE_CREDENTIAL_ENV
 from courier.runs.harness import harness_for, spec_for
-from courier.runs.harness.base import Launch
 from courier.runs.harness.claude import Claude, ClaudeEvents, claude_argv
+from courier.runs.harness.interface import Launch
 from protocol.models import Usage
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "claude-code-2.1.328"

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from courier.warm import frames, place
+from courier.channels import courier_frames as frames
+from courier.channels import courier_socket as place
 from courier.warm.child import Command
 
 

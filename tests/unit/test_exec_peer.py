@@ -20,7 +20,7 @@ from pathlib import Path
 
 import psutil
 
-from courier.channels.base import DEFAULT_BOUNDS
+from courier.channels.channel import DEFAULT_BOUNDS
 from courier.channels.exec import ExecChannel, ExecPeer
 from courier.config import ExecTarget
 from protocol.entry import REMOTE_ARGUMENT

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from courier.runs.harness.base import Launch
 from courier.runs.harness.claude import ClaudeEvents, claude_argv
+from courier.runs.harness.interface import Launch
 
 FAKE = Path(__file__).resolve().parents[1] / "fakes" / "claude"
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "claude-code-2.1.328"

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from courier.config import Provider
-from courier.runs.harness.base import Launch
 from courier.runs.harness.gemini import Gemini
+from courier.runs.harness.interface import Launch
 
 ROOT = Path(__file__).resolve().parents[1]
 FAKE = ROOT / "fakes" / "gemini"

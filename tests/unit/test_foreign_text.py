@@ -20,7 +20,7 @@ from courier.errors import WbError
 from courier.ops.dispatch import dispatch_line
 from courier.ops.list_ import list_lines
 from courier.ops.status import status_text
-from courier.remote.serve import _operation_of, _refusal
+from courier.receiver.serve import _operation_of, _refusal
 from courier.runs.privacy import redact_text
 from courier.text import escape_controls, sanitize
 from protocol.models import RemoteRequest, Result

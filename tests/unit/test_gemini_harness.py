@@ -15,8 +15,8 @@ import pytest
 
 from courier.config import Provider
 from courier.runs.harness import harness_for, spec_for
-from courier.runs.harness.base import Launch
 from courier.runs.harness.gemini import TASK_PLACEHOLDER, Gemini, GeminiEvents
+from courier.runs.harness.interface import Launch
 from courier.runs.harness.message import bounded_message
 from protocol import limits
 from protocol.models import Usage

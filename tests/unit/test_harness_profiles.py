@@ -12,7 +12,7 @@ from pydantic import ValidationError
 from courier.capabilities import capabilities, harnesses_of
 from courier.config import Problem, load_config
 from courier.errors import UsageError
-from courier.runs.dispatch import resolve_profile
+from courier.runs.admission import resolve_profile
 from courier.runs.harness import harness_for, runnable_harnesses
 from courier.runs.harness.command import CommandLines
 from protocol.models import RemoteResponse, Usage

@@ -9,11 +9,11 @@ import pytest
 from tests_support import sample_record
 
 from courier import cli
-from courier.channels.base import Outcome
-from courier.channels.inprocess import InProcessChannel
+from courier.channels.channel import Outcome
 from courier.channels.registry import overridden
 from courier.config import AnyTarget
 from courier.runs.store import Store
+from tests.inprocess_channel import InProcessChannel
 from tests.json_documents import check_output
 
 

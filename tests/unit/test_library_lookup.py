@@ -1,4 +1,4 @@
-"""asyncssh is imported without gcc and ld runs for a liboqs that is not here (courier/remote/library_lookup.py).
+"""asyncssh is imported without gcc and ld runs for a liboqs that is not here (courier/channels/asyncssh_import.py).
 
 A `gcc`, `cc` and `ld` first on PATH log each run: find_library starts them for a name the
 linker's cache does not hold, so a log line means the probe ran.
@@ -45,7 +45,7 @@ def test_the_ssh_module_imports_asyncssh_without_running_gcc_or_ld(
     env, log = logging_toolchain
     if Path("/etc/ld.so.cache").is_file() and b"liboqs.so" in Path("/etc/ld.so.cache").read_bytes():
         pytest.skip("liboqs is installed here: the real probe is meant to run")
-    _python("import courier.remote.ssh", env)
+    _python("import courier.channels.ssh_client", env)
     assert not log.exists(), log.read_text()
     # The same import without wb's module does run them: what the test watches is real.
     _python("import asyncssh", env)
@@ -59,20 +59,20 @@ def test_a_library_that_could_be_there_is_still_asked_of_the_real_probe(
     libs = tmp_path / "libs"
     libs.mkdir()
     (libs / "liboqs.so").write_bytes(b"")
-    _python("import courier.remote.ssh", {**env, "LD_LIBRARY_PATH": str(libs)})
+    _python("import courier.channels.ssh_client", {**env, "LD_LIBRARY_PATH": str(libs)})
     assert "-loqs" in log.read_text()
 
 
 def test_asyncssh_offers_the_same_key_exchanges_either_way(logging_toolchain: tuple[dict[str, str], Path]) -> None:
     env, _ = logging_toolchain
     plain = _python(KEX, {**env, "PATH": os.environ.get("PATH", "/usr/bin:/bin")})
-    assert _python(f"import courier.remote.ssh\n{KEX}", env) == plain
+    assert _python(f"import courier.channels.ssh_client\n{KEX}", env) == plain
     assert "mlkem768x25519-sha256" in plain or "curve25519-sha256" in plain
 
 
 def test_importing_asyncssh_as_wb_does_prints_nothing() -> None:
     """cryptography 51 warns about DSA once per name asyncssh's import touches: none of it reaches stderr."""
-    for module in ("courier.remote.ssh", "courier.demo.sshd"):
+    for module in ("courier.channels.ssh_client", "courier.demo.sshd"):
         done = subprocess.run([sys.executable, "-c", f"import {module}"], capture_output=True, text=True, timeout=120)
         assert done.returncode == 0, done.stderr
         assert done.stderr == "", f"{module}: {done.stderr}"

@@ -12,9 +12,9 @@ import pytest
 from courier.errors import Finding, UsageError
 from courier.render import silence, state_text
 from courier.route import raise_failure, upgrade_message
-from courier.runs.diff import parse_diff_output
 from courier.runs.follow import read_actions
 from courier.runs.harness import harness_for
+from courier.runs.patch import parse_diff_output
 from protocol.models import RemoteResponse
 from protocol.timestamps import rfc3339
 from tests.tests_support import sample_record

@@ -22,7 +22,7 @@ ALLOWED_TEXT = {("courier/cli.py", "168h")}  # "7d is not a Go duration: use 168
 ALLOWED = {
     # 128 + a signal number: the shell's exit status of a killed process.
     ("courier/runs/owner.py", 128),
-    ("courier/warm/client.py", 128),
+    ("courier/warm/thin_client.py", 128),
     # listen()'s backlog of pending connections.
     ("courier/warm/daemon.py", 128),
     # The end of the descriptor range closed in a child, not a byte count.

@@ -16,7 +16,7 @@ from courier import cli, mcp_server, schemas
 from courier.config import Config, load_config
 from courier.errors import UsageError
 from courier.ops import REGISTRY
-from courier.ops.base import Arg, McpTool, Op, ToolCall, ref_arg
+from courier.ops.op import Arg, McpTool, Op, ToolCall, ref_arg
 from courier.runs.context import Context, Handler
 from courier.transport import MockTransport, Transport, overridden, transport_for
 from protocol import operations
@@ -25,7 +25,7 @@ from protocol.operations import TABLE, Operation
 from tests.json_documents import schema_for
 
 OP_MODULES = sorted(
-    info.name for info in pkgutil.iter_modules(courier.ops.__path__) if info.name != "base"
+    info.name for info in pkgutil.iter_modules(courier.ops.__path__) if info.name != "op"
 )  # one per operation
 
 

@@ -9,14 +9,14 @@ from typing import Any
 import pytest
 
 from courier.call.caller import interpret
-from courier.channels.base import Outcome
+from courier.call.decode import decode_response
+from courier.channels.channel import Outcome
 from courier.channels.exits import first_stderr_line, stderr_excerpt
 from courier.config import ExecTarget, Target
 from courier.errors import RemoteWbMissing, ReplyUntrusted, SchemaSkew, TransportError
-from courier.remote.client import decode_response
-from courier.remote.reply import BadReply, find_reply
 from protocol import limits
 from protocol.models import RemoteRequest
+from protocol.reply import BadReply, find_reply
 
 RUN_ID = "agt-" + "0123456789abcdef" * 2
 VERSION = RemoteRequest(schema_version=1, operation="version")
@@ -319,6 +319,6 @@ def test_a_reply_kind_the_caller_does_not_know_is_refused_not_dropped(monkeypatc
     [(1, 0), ("x", 0), ([], 1), ({}, 1), ([1, [2, [3]]], 3), ({"a": [{"b": []}], "c": 1}, 4), ([[], [[{}]]], 4)],
 )
 def test_nesting_depth_counts_the_deepest_container_path(value: object, depth: int) -> None:
-    from courier.remote.reply import nesting_depth
+    from protocol.reply import nesting_depth
 
     assert nesting_depth(value) == depth

@@ -9,11 +9,11 @@ from typing import Any
 import pytest
 from test_reply import RUN_ID, result
 
+from courier.call.decode import decode_response
 from courier.errors import ReplyUntrusted
-from courier.remote.client import decode_response
-from courier.remote.reply import BadReply, find_reply
 from protocol import limits
 from protocol.models import RemoteRequest
+from protocol.reply import BadReply, find_reply
 
 LIST = RemoteRequest(schema_version=1, operation="list")
 OTHER_ID = "agt-" + "fedcba9876543210" * 2

@@ -16,7 +16,7 @@ from courier import cli
 from courier.config import Config
 from courier.errors import ConnectionLost, HostKeyUnknown, TransportError
 from courier.runs.harness import REGISTRY, harness_for, spec_for
-from courier.runs.harness.base import Harness
+from courier.runs.harness.interface import Harness
 from courier.transport import MockTransport, Transport, overridden
 from protocol import limits
 from protocol.models import RemoteRequest, RemoteResponse
@@ -133,7 +133,7 @@ def test_the_fleet_fans_out_over_transports_with_one_row_logic(
 
 
 def test_every_operation_in_the_table_has_a_handler_and_the_validator_reads_the_table() -> None:
-    from courier.operations import handler_of
+    from courier.receiver.perform import handler_of
 
     for name in TABLE:
         assert callable(handler_of(name)), name
@@ -293,7 +293,7 @@ def test_protocol_is_a_leaf_that_names_no_courier_module() -> None:
 
 
 def test_a_remote_result_is_validated_once_on_its_way_to_the_caller(monkeypatch: pytest.MonkeyPatch) -> None:
-    from courier.remote.client import decode_response
+    from courier.call.decode import decode_response
     from protocol.models import Result
 
     calls: list[object] = []

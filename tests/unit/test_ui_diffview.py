@@ -79,7 +79,7 @@ def _repo(tmp_path: Path) -> tuple[Path, str]:
 
 
 def test_every_file_whose_path_git_quotes_shows_its_own_hunks_under_its_real_name(tmp_path: Path) -> None:
-    from courier.runs.diff import compute_diff
+    from courier.runs.patch import compute_diff
 
     repo, base = _repo(tmp_path)
     for name in QUOTED_NAMES:

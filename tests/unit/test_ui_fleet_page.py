@@ -10,8 +10,8 @@ from tests_support import sample_record
 
 from courier.runs.store import render
 from courier.ui import actions, pages
+from courier.ui.asks import FleetView
 from courier.ui.diffview import Hunk, Line
-from courier.ui.operations import FleetView
 from protocol.models import Result
 from protocol.timestamps import rfc3339, utc_now
 

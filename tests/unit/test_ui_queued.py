@@ -10,7 +10,7 @@ from tests_support import sample_record
 
 from courier.runs.store import render
 from courier.ui import pages
-from courier.ui.operations import FleetView
+from courier.ui.asks import FleetView
 from protocol.models import Result
 
 

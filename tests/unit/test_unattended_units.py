@@ -20,10 +20,10 @@ from courier.ops.status import status_text
 from courier.render import budget_text
 from courier.runs import usage_wait
 from courier.runs.budget import budget_in_force, check_budget, exceeded, price_of, usage_limit_policy
-from courier.runs.harness.base import MessageUsage
 from courier.runs.harness.claude import ClaudeEvents
 from courier.runs.harness.codex import EventSummary
 from courier.runs.harness.gemini import GeminiEvents
+from courier.runs.harness.interface import MessageUsage
 from courier.runs.meter import ResponseUsage, reset_time, usage_in
 from courier.runs.metering import relay_needed
 from courier.runs.store import Record

@@ -7,7 +7,7 @@ import signal
 
 import pytest
 
-from courier.runs.dispatch import deferred_signals
+from courier.runs.admission import deferred_signals
 from courier.runs.worktrees import repository_from_url
 
 

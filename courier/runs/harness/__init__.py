@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from courier.runs.harness.base import Harness
+    from courier.runs.harness.interface import Harness
     from protocol.models import ProviderApi
 
 

@@ -12,7 +12,7 @@ import os
 import re
 from typing import Any
 
-from courier.runs.harness.base import EventParser, Harness, Launch, MessageUsage, is_usage_limit, plural_files
+from courier.runs.harness.interface import EventParser, Harness, Launch, MessageUsage, is_usage_limit, plural_files
 from courier.runs.harness.lines import clean
 from protocol import limits
 from protocol.models import Usage

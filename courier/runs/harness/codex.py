@@ -14,7 +14,7 @@ import re
 from typing import Any
 
 from courier.config import Provider
-from courier.runs.harness.base import (
+from courier.runs.harness.interface import (
     EventParser,
     Harness,
     Launch,

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from courier.runs.harness.base import EventParser, Harness, Launch
+from courier.runs.harness.interface import EventParser, Harness, Launch
 from courier.runs.harness.lines import decode_line, network_refused
 from protocol import limits
 

@@ -24,7 +24,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from courier.runs.harness.base import (
+from courier.runs.harness.interface import (
     EventParser,
     Harness,
     Launch,

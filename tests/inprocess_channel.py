@@ -1,7 +1,7 @@
 """The in-process channel (tests): the receiver answers in this process, no SSH, no child, no root.
 
 `InProcessChannel(machine, target, home)` plays a machine whose WB_HOME is `home`: it runs
-`courier.remote.serve.answer` on the request bytes in a worker thread (with WB_HOME set to
+`courier.receiver.serve.answer` on the request bytes in a worker thread (with WB_HOME set to
 `home` for the span) and hands the reply back as the Outcome a real receiver would have
 produced (exit 0, one document on stdout). The caller above it is the same code as for
 every other channel, so a test through it checks the caller's logic: validation, the reply
@@ -19,7 +19,7 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
-from courier.channels.base import DEFAULT_BOUNDS, Bounds, Channel, Outcome
+from courier.channels.channel import DEFAULT_BOUNDS, Bounds, Channel, Outcome
 from courier.channels.registry import direct_channel
 from courier.config import AnyTarget
 from courier.paths import HOME_ENV
@@ -59,7 +59,7 @@ class InProcessChannel(Channel):
             return self.respond(tail, stdin)
         if tail[-1:] != [REMOTE_ARGUMENT]:
             return Outcome(b"", f"wb: no such option: {tail[-1:]}\n".encode(), 2, None)
-        from courier.remote.serve import _import_models, answer, internal_failure
+        from courier.receiver.serve import _import_models, answer, internal_failure
         from protocol import limits
 
         _import_models()
@@ -68,7 +68,7 @@ class InProcessChannel(Channel):
             os.environ[HOME_ENV] = str(self.home)
             try:
                 response = answer(stdin, len(stdin) > limits.REQUEST_MAX_BYTES, lambda: False)
-                from courier.remote.serve import _home_id
+                from courier.receiver.serve import _home_id
 
                 response.home_id = _home_id()
                 body = response.encode()

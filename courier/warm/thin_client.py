@@ -19,7 +19,8 @@ import os
 import sys
 import time
 
-from courier.warm import frames, place
+from courier.channels import courier_frames as frames
+from courier.channels import courier_socket as place
 
 MODE_ENV = "WB_COURIER"
 LOG_ENV = "WB_COURIER_LOG"

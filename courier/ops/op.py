@@ -7,13 +7,11 @@ the configuration, the transport or a handler's module.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from courier.runs.context import Handler
-from protocol.durations import format_duration_ms
 from protocol.operations import Operation
 
 if TYPE_CHECKING:
@@ -21,11 +19,6 @@ if TYPE_CHECKING:
     from protocol.models import RemoteRequest, RemoteResponse, Result
 
 T = TypeVar("T")
-
-
-def default_duration(ms: int) -> str:
-    """A bound from protocol/limits.py as a flag default, in its shortest Go spelling ("30m", "1h")."""
-    return re.sub(r"(?<=h)0m$", "", re.sub(r"(?<=[hm])0s$", "", format_duration_ms(ms)))
 
 
 class Required:

@@ -17,7 +17,7 @@ import re
 import select
 import threading
 
-from courier.remote.serve import (
+from courier.receiver.serve import (
     _detach_stdio,
     _home_id,
     _import_models,

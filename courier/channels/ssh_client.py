@@ -23,7 +23,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from courier.channels.base import Outcome
+from courier.channels.asyncssh_import import preload_asyncssh
+from courier.channels.channel import Outcome
 from courier.errors import (
     AuthFailed,
     CallTimedOut,
@@ -34,10 +35,9 @@ from courier.errors import (
     HostKeyUnknown,
     TransportError,
 )
-from courier.remote.library_lookup import preload_asyncssh
 from protocol import limits
 
-preload_asyncssh()  # before asyncssh's first import: no gcc and ld runs (courier/remote/library_lookup.py)
+preload_asyncssh()  # before asyncssh's first import: no gcc and ld runs (courier/channels/asyncssh_import.py)
 
 import asyncssh  # noqa: E402
 from asyncssh.config import SSHClientConfig, SSHConfig  # noqa: E402

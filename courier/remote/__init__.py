@@ -1,1 +1,0 @@
-"""Asking another machine over SSH: the caller (client, ssh) and the receiver (serve)."""
