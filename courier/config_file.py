@@ -41,6 +41,7 @@ class Settings:
     projects_root: Path
     courier_idle_ms: int = limits.COURIER_IDLE_DEFAULT_MS
     courier_max_sessions: int = limits.COURIER_MAX_SESSIONS_DEFAULT
+    executor: str | None = None  # agents.executor.<NAME>: where runs live (None: this machine; courier/executor/)
     ray_address: str | None = None  # agents.executor.ray.address (docs/ray.md)
     providers: dict[str, Any] = field(default_factory=dict)
     profiles: dict[str, Any] = field(default_factory=dict)
@@ -118,6 +119,7 @@ def settings_of(document: dict[str, Any], path: Path, problems: list[UsageError]
     )
     executor = kept(lambda: _section(agents, "executor", path, "agents."), _empty())
     settings.ray_address = kept(lambda: _executor(executor, path), None)
+    settings.executor = "ray" if settings.ray_address is not None else None
     sandbox = kept(lambda: _section(document, "sandbox", path), _empty())
     settings.sandbox_default, settings.sandbox_writable = kept(
         lambda: _sandbox(sandbox, path), (settings.sandbox_default, settings.sandbox_writable)

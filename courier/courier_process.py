@@ -30,8 +30,8 @@ def load_program() -> Callable[[list[str]], int]:
     import courier.channels.exec
     import courier.channels.ssh
     import courier.cli
+    import courier.executor.perform
     import courier.fleet
-    import courier.receiver.perform
     import courier.runs.service
     import courier.runs.worktrees
     import courier.transport

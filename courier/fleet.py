@@ -13,10 +13,11 @@ import sys
 import time
 from dataclasses import dataclass, field
 
+from courier.call.fan_out import Answer, Ask, ask_each
 from courier.capabilities import harnesses_of
 from courier.channels.registry import direct_channel
 from courier.config import Config, Problem
-from courier.errors import Finding, TransportError, WbError
+from courier.errors import Finding, WbError
 from courier.ops.list_ import list_lines
 from courier.render import sort_results, to_json
 from courier.route import raise_failure
@@ -82,51 +83,26 @@ def _reason(exc: BaseException) -> str:
     return f"internal: {type(exc).__name__}: {exc}"
 
 
-@dataclass
-class Answer:
-    """One machine's reply (or failure), with when it was asked and answered (wall clock)."""
-
-    response: RemoteResponse | None
-    error: BaseException | None
-    elapsed_ms: int = 0
-    sent_at: float = 0.0
-    received_at: float = 0.0
-
-
 def _machines(config: Config) -> list[str]:
     return sorted(name for name, entry in config.targets.items() if not isinstance(entry, Problem))
 
 
 async def _ask_all(config: Config, machines: list[str], operation: str, deadline: float) -> dict[str, Answer]:
     """One call per machine ("" = this one) over its transport, concurrently, each bounded by the shared deadline."""
-    slots = asyncio.Semaphore(limits.FLEET_MAX_IN_FLIGHT)
-    out: dict[str, Answer] = {}
+    request = _request(operation)
 
-    async def one(machine: str) -> None:
-        async with slots:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                error = TransportError(f"{machine}: not attempted before the deadline", cause="not attempted")
-                out[machine] = Answer(None, error)
-                return
-            began, sent_at = time.monotonic(), time.time()
-            response: RemoteResponse | None = None
-            failure: BaseException | None = None
-            try:
-                transport = transport_for(config, machine)
-                response = await transport.ask_async(_request(operation), timeout_s=remaining)
-            except Exception as exc:  # each machine's failure is a row, never the whole answer
-                failure = exc
-            elapsed = int((time.monotonic() - began) * 1000)
-            out[machine] = Answer(response, failure, elapsed, sent_at, time.time())
+    def asker(machine: str) -> Ask:
+        async def ask(remaining: float) -> RemoteResponse:
+            return await transport_for(config, machine).ask_async(request, timeout_s=remaining)
 
+        return ask
+
+    askers = {machine: asker(machine) for machine in machines}
     if any(machines):
         async with connections_shared():  # one connection per host: aliases of one sshd share it
             # (docs/cli.md, wb agent list)
-            await asyncio.gather(*(one(name) for name in machines))
-    else:
-        await asyncio.gather(*(one(name) for name in machines))
-    return out
+            return await ask_each(askers, deadline)
+    return await ask_each(askers, deadline)
 
 
 def _list_row(machine: str, answer: Answer, own_home: str | None, warnings: list[str]) -> MachineRow:

@@ -61,7 +61,7 @@ class LocalTransport(Transport):
         self.config = config
 
     def ask(self, request: RemoteRequest, *, timeout_s: float | None = None) -> RemoteResponse:
-        from courier.receiver.perform import perform
+        from courier.executor.perform import perform
 
         return perform(validated(request), config=self.config, in_process=True)
 

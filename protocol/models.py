@@ -458,6 +458,10 @@ class RemoteResponse(WireModel):
         self.result = self.results = None
         self._typed_result = self._typed_results = None
 
+    def has_result(self) -> bool:
+        """Whether it carries a `result`, typed or not (a logs reply does only when it follows)."""
+        return self._typed_result is not None or self.result is not None
+
     def encode(self) -> bytes:
         body: dict[str, Any] = {"schema_version": self.schema_version, "operation": self.operation}
         if self._typed_result is not None:

@@ -11,6 +11,7 @@ that goes wrong is a TransportError (exit 255) whose `cause` classifies it for f
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 
 from courier.call.decode import decode_response
 from courier.call.peer_text import configured_secrets, mask_error, mask_response, masked_outcome
@@ -66,21 +67,36 @@ async def call_async(
     The whole call (connect, send, reply) is bounded by `timeout_s`, default 10 minutes.
     """
     target, payload = prepare(config, machine, request)
-    bound_s = timeout_s if timeout_s is not None else limits.REMOTE_CALL_MAX_MS / limits.MS_PER_SECOND
     way = channel if channel is not None else channel_for(config, machine)
     # The peer's words (stderr, failures, a crash's excerpt) never show this machine's credentials.
     secrets = configured_secrets(config)
+    return await ask_over(way, remote_tail(target), request, payload, timeout_s=timeout_s, secrets=secrets)
+
+
+async def ask_over(
+    way: Channel,
+    tail: list[str],
+    request: RemoteRequest,
+    payload: bytes,
+    *,
+    timeout_s: float | None = None,
+    secrets: Sequence[str] = (),
+) -> RemoteResponse:
+    """One call over a channel already chosen (a configured machine's, or a cluster node's: courier/executor/):
+    run `tail` there with the request's bytes within the bound, then classify, find, decode and check the reply."""
+    machine = way.machine
+    bound_s = timeout_s if timeout_s is not None else limits.REMOTE_CALL_MAX_MS / limits.MS_PER_SECOND
     try:
         try:
             async with asyncio.timeout(bound_s):
-                outcome = await way.run(remote_tail(target), payload)
+                outcome = await way.run(tail, payload)
         except TimeoutError:
             about = f" about agent run {machine}:{request.agent_id}" if request.agent_id else ""
             raise CallTimedOut(
                 f"{machine} ({way.where}) did not answer the {request.operation} request{about} within "
                 f"{format_duration_ms(int(bound_s * limits.MS_PER_SECOND))}"
             ) from None
-        response = interpret(machine, target, request, masked_outcome(outcome, secrets), way)
+        response = interpret(machine, way.target, request, masked_outcome(outcome, secrets), way)
     except WbError as exc:
         mask_error(exc, secrets)
         raise

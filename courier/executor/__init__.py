@@ -1,58 +1,38 @@
-"""Executors: where a machine's runs start. The default is this machine; `agents.executor.ray` is a Ray cluster.
+"""Executors: where a machine's runs live, and how an operation reaches them (docs/architecture.md#executor).
 
-On a machine whose wb.yaml names `agents.executor.ray`, every run operation is answered for
-the whole cluster by `ray_head.py` (docs/ray.md). Only the `ray_*.py` modules import Ray (the
-optional extra `wb[ray]`); this module decides, without Ray, whether they are needed, and
-refuses (exit 2) naming the extra when Ray is not installed.
+This machine's own store is the default (`local.py`). A machine whose wb.yaml names
+`agents.executor.<NAME>` answers for runs that live elsewhere (a Ray cluster's nodes:
+`ray_executor.py`). Each operation says how an executor over several nodes answers it (`Op.cluster`:
+forward, fan_out, place, head); an executor implements those four ways once, for every
+operation. Adding an executor is one module and one line in `EXECUTORS` (and its wb.yaml key,
+courier/config_file.py). Only the `ray*.py` modules import Ray (the optional extra `wb[ray]`);
+this module decides, without Ray, whether they are needed.
 """
 
 from __future__ import annotations
 
-import importlib.util
+from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING
 
-from courier.errors import UsageError
-
 if TYPE_CHECKING:
-    from courier.runs.context import Context, Handler
+    from courier.ops.op import Op
+    from courier.runs.context import Context
+    from protocol.models import RemoteRequest, RemoteResponse
 
-# What the head answers for the cluster (every run operation, watch included).
-CLUSTER_OPERATIONS = frozenset(
-    {"dispatch", "status", "await", "list", "logs", "stop", "continue", "diff", "prune", "version", "watch"}
-)
-EXTRA = "wb[ray]"
+# An executor's wb.yaml name → "module:Class" (imported only on a machine that names it), and the
+# Python package it needs, when one is optional: (import name, the extra that installs it, what it is).
+EXECUTORS: dict[str, tuple[str, tuple[str, str, str] | None]] = {
+    "ray": ("courier.executor.ray_executor:RayExecutor", ("ray", "wb[ray]", "Ray 2.60")),
+}
 
 
-def cluster_handler(operation: str, context: Context) -> Handler | None:
-    """The Ray head's handler of `operation` when this machine's wb.yaml names agents.executor.ray, else None.
+class Executor(ABC):
+    """Where a machine's runs live: it answers every validated request about them."""
 
-    Reads wb.yaml only when it exists (the receiver's hot path), and then only its settings
-    (`configured_settings`); the whole configuration is loaded, and kept in `context` for the
-    handler, only on a Ray head.
-    """
-    if operation not in CLUSTER_OPERATIONS:
-        return None
-    if context.config is None:
-        from courier.runs.context import configured_settings
+    @abstractmethod
+    def answer(self, op: Op, request: RemoteRequest, response: RemoteResponse, context: Context) -> None:
+        """Fill `response` for one validated request; a refusal is raised (`perform` puts it in band)."""
 
-        try:
-            settings = configured_settings()  # the file's settings alone: no configuration models
-        except UsageError:
-            if operation == "version":  # `machines --check` still reaches a machine whose wb.yaml is broken
-                return None
-            raise
-        if settings is None or settings.ray_address is None:
-            return None
-        from courier.config import load_config
-
-        context.config = load_config()
-    if context.config.ray_address is None:
-        return None
-    if importlib.util.find_spec("ray") is None:
-        raise UsageError(
-            f"{context.config.path}: agents.executor.ray needs the optional extra {EXTRA} "
-            f"(Ray 2.60): install it with pip install '{EXTRA}' in wb's environment"
-        )
-    from courier.executor import ray_head
-
-    return ray_head.HANDLERS[operation]
+    @abstractmethod
+    def run_ids(self, prefix: str) -> list[str]:
+        """The IDs of its runs that begin with `prefix` (short references, docs/cli.md#short-references)."""

@@ -19,7 +19,7 @@ def main(argv: list[str]) -> int:
         sys.stderr.write("usage: python -m courier.executor.ray_keeper_process ADDRESS\n")
         return 2
     from courier.config import load_config
-    from courier.executor import ray_head
+    from courier.executor import ray_cluster
     from courier.executor.ray_keeper import hold_lock
 
     config = load_config()
@@ -27,13 +27,13 @@ def main(argv: list[str]) -> int:
         return 0  # another keeper serves this head
     import ray
 
-    ray_head.connect(argv[0], config.home, keeper=True)
-    service = ray_head.head_service()  # created here, by this driver
-    service.warm.remote([(node.node_id, int(node.total.get("CPU", 0))) for node in ray_head.live_nodes()])
+    ray_cluster.connect(argv[0], config.home, keeper=True)
+    service = ray_cluster.head_service()  # created here, by this driver
+    service.warm.remote([(node.node_id, int(node.total.get("CPU", 0))) for node in ray_cluster.live_nodes()])
     while True:  # until the cluster goes: this driver's job, and the keeper, end with it
         time.sleep(KEEPER_LOOK_S)
         try:
-            ray_head.cluster_nodes()
+            ray_cluster.cluster_nodes()
         except Exception:
             with contextlib.suppress(Exception):
                 ray.shutdown()

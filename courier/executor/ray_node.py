@@ -13,7 +13,7 @@ as soon as it has answered), and a run's owner is started by the node's own disp
 machine. The environment is the node's: Ray starts its workers with the environment of
 `ray start`, so WB_HOME, WB_PROJECTS_ROOT and WB_CONFIG are the node's own.
 
-Requests are handled here through the registry's handlers, not `courier.receiver.perform.perform`:
+Requests are handled here through the registry's handlers, not `courier.executor.perform.perform`:
 that function sends a Ray head's requests to the cluster, and a node must answer from its
 own store.
 """
@@ -33,15 +33,17 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from courier import __version__
 from courier.errors import WbError
-from courier.ops import REGISTRY
+from courier.executor.local import LocalExecutor
+from courier.executor.perform import perform
 from courier.runs import process
-from courier.runs.context import Context, configured_home, configured_settings
+from courier.runs.context import configured_home, configured_settings
 from courier.runs.store import Store, write_private
 from courier.runs.worktrees import clone_path
 from protocol import limits
 from protocol.models import RemoteRequest, RemoteResponse
 from protocol.refs import check_repository
 from protocol.timestamps import rfc3339, utc_now
+from protocol.validate import RequestRefused, decode_request
 
 NAMESPACE = "wb"
 WARM_WORKERS_MAX = 8  # workers started ahead per node, at most
@@ -51,19 +53,19 @@ OWNER_WATCH_S = 2.0  # the longest a holder watching its run's owner goes withou
 
 
 def answer_here(request: RemoteRequest) -> bytes:
-    """The encoded reply this node's receiver would give; every refusal in-band."""
-    response = RemoteResponse(schema_version=limits.SCHEMA_VERSION, operation=request.operation)
+    """The encoded reply this node's receiver would give, from this node's own store; every refusal in-band."""
+    return perform(request, executor=LocalExecutor()).encode()
+
+
+def answer_bytes_here(payload: bytes) -> bytes:
+    """The reply to a request's bytes (the head's call through its channel to this node)."""
     try:
-        REGISTRY[request.operation].handler()(request, response, Context())
-    except WbError as exc:
-        response.clear_results()
-        response.failure, response.failure_kind = exc.message, exc.failure_kind
-    except Exception as exc:
-        response.clear_results()
-        response.failure, response.failure_kind = f"internal: {type(exc).__name__}: {exc}", "failed"
-    response.now = rfc3339(utc_now())
-    response.wb_version = __version__
-    return response.encode()
+        request = decode_request(payload)
+    except RequestRefused as exc:  # the head validated it: only a head of another wb gets here
+        refused = RemoteResponse(schema_version=limits.SCHEMA_VERSION, failure=str(exc), failure_kind="request")
+        refused.wb_version, refused.now = __version__, rfc3339(utc_now())
+        return refused.encode()
+    return answer_here(request)
 
 
 def holds_clone(repository: str) -> bool:
@@ -108,8 +110,9 @@ class NodeService:
                     num_cpus=1, scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False)
                 ).remote()
 
-    def answer(self, request: RemoteRequest) -> bytes:
-        return answer_here(request)
+    def answer_bytes(self, payload: bytes) -> bytes:
+        """A request's bytes in, the one reply document out: the head's channel to this node."""
+        return answer_bytes_here(payload)
 
     def refusal(self, agent_id: str) -> str | None:
         """Why this node refused to admit `agent_id`, or None."""

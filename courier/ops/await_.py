@@ -7,7 +7,6 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from courier.ops.op import Arg, McpTool, Op, ToolCall, ref_arg, to_arg
-from courier.runs.context import Handler
 from protocol import limits
 from protocol.durations import default_duration
 from protocol.models import RemoteRequest, Result
@@ -119,15 +118,11 @@ async def await_tool(call: ToolCall, args: Any) -> dict[str, Any]:
     return result.to_wire()
 
 
-def _handler() -> Handler:
-    from courier.runs.service import await_op
-
-    return await_op
-
 
 OP = Op(
     wire=Operation("await", "result", ("agent_id", "wait_timeout_ms"), needs_agent_id=True, check=_check),
-    handler=_handler,
+    handler="courier.runs.service:await_op",
+    cluster="head",
     printed="result",
     mcp=McpTool(
         "Wait until the run is terminal and return its result (any terminal state is a success). Waits at most "

@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any, BinaryIO
 
 from courier.ops.op import Arg, McpTool, Op, ToolCall, ref_arg, to_arg
-from courier.runs.context import Handler
 from protocol import limits
 from protocol.durations import default_duration
 from protocol.models import RemoteRequest
@@ -67,11 +66,6 @@ async def continue_tool(call: ToolCall, args: Any) -> dict[str, Any]:
     return result.to_wire()
 
 
-def _handler() -> Handler:
-    from courier.runs.loop_ops import continue_op
-
-    return continue_op
-
 
 OP = Op(
     wire=Operation(
@@ -82,7 +76,9 @@ OP = Op(
         check=_check,
         capability="continue",
     ),
-    handler=_handler,
+    handler="courier.runs.loop_ops:continue_op",
+    cluster="place",
+    fresh_environment=True,
     printed="result",
     mcp=McpTool(
         "Start a new run in the same worktree that resumes a finished run's harness session with a follow-up task. "

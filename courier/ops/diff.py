@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from courier.ops.op import Arg, McpTool, Op, ToolCall, ref_arg, to_arg
-from courier.runs.context import Handler
+from courier.ops.op import Arg, McpTool, NotOnANode, Op, ToolCall, ref_arg, to_arg
 from protocol.models import DiffResult, RemoteRequest, RemoteResponse
 from protocol.operations import Operation
 
@@ -68,15 +67,21 @@ async def diff_tool(call: ToolCall, args: Any) -> dict[str, Any]:
     return diff.to_wire()
 
 
-def _handler() -> Handler:
-    from courier.runs.loop_ops import diff_op
 
-    return diff_op
+def diff_before_start(request: RemoteRequest, response: RemoteResponse, run: NotOnANode) -> bool:
+    """A run no node holds has no worktree to compare yet."""
+    from courier.errors import Finding
+
+    if run.phase == "lost":
+        raise Finding(f"agent run {request.agent_id}: node {run.node} lost; its records are on that node")
+    raise Finding(f"agent run {request.agent_id} has not started on a node yet ({run.phase}): no diff")
 
 
 OP = Op(
     wire=Operation("diff", "diff", ("agent_id", "stat"), needs_agent_id=True, capability="diff"),
-    handler=_handler,
+    handler="courier.runs.loop_ops:diff_op",
+    cluster="forward",
+    before_start=diff_before_start,
     printed="diff",
     mcp=McpTool(
         "The run's change against its base commit as one unified patch that git apply takes (with stat: only the "

@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any, BinaryIO
 
 from courier.ops.op import Arg, McpTool, Op, ToolCall
-from courier.runs.context import Handler
 from protocol import limits
 from protocol.durations import default_duration
 from protocol.models import WORKTREE_MODES, RemoteRequest, Result
@@ -127,11 +126,6 @@ async def dispatch_tool(call: ToolCall, args: Any) -> dict[str, Any]:
     return result.to_wire()
 
 
-def _handler() -> Handler:
-    from courier.runs.service import dispatch_op
-
-    return dispatch_op
-
 
 OP = Op(
     wire=Operation(
@@ -151,7 +145,9 @@ OP = Op(
         ),
         check=_check,
     ),
-    handler=_handler,
+    handler="courier.runs.service:dispatch_op",
+    cluster="place",
+    fresh_environment=True,
     printed="result",
     mcp=McpTool(
         "Start one task in a git worktree (new or existing) with a configured profile, here or on a configured "

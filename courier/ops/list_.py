@@ -6,7 +6,6 @@ from collections.abc import Callable
 from typing import Any
 
 from courier.ops.op import Arg, McpTool, Op, ToolCall, to_arg
-from courier.runs.context import Handler
 from protocol import limits
 from protocol.durations import default_duration
 from protocol.models import RemoteRequest, RemoteResponse, Result
@@ -80,15 +79,11 @@ def _list_one(ask: Callable[[str, RemoteRequest], RemoteResponse], machine: str,
     return FleetDocument(results=results, machines=[row]).to_json()
 
 
-def _handler() -> Handler:
-    from courier.runs.service import list_op
-
-    return list_op
-
 
 OP = Op(
     wire=Operation("list", "results"),
-    handler=_handler,
+    handler="courier.runs.service:list_op",
+    cluster="fan_out",
     printed="list",
     printed_all="fleet",
     mcp=McpTool(

@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from courier.ops.op import Arg, McpTool, Op, ToolCall, ref_arg, to_arg
-from courier.runs.context import Handler
+from courier.ops.op import Arg, McpTool, NotOnANode, Op, ToolCall, ref_arg, to_arg
 from protocol import limits
 from protocol.models import RemoteRequest, RemoteResponse
 from protocol.operations import Operation
 from protocol.refs import is_run_prefix
 from protocol.rules import RequestRefused
+
+# How long a follow call about a queued run waits before it answers: a follower polls, never in a busy loop.
+QUEUED_FOLLOW_PAUSE_MS = 1_000
 
 if TYPE_CHECKING:
     from protocol.documents import ActionsDocument
@@ -116,10 +119,23 @@ async def logs_tool(call: ToolCall, args: Any) -> dict[str, Any]:
     return LogsDocument(agent_id=request.agent_id, machine=machine or None, logs=logs).to_json()
 
 
-def _handler() -> Handler:
-    from courier.runs.service import logs_op
 
-    return logs_op
+def logs_before_start(request: RemoteRequest, response: RemoteResponse, run: NotOnANode) -> bool:
+    """A run no node holds has no transcript yet: say why; a follower gets its Result after a pause."""
+    from courier.errors import Finding
+
+    if run.phase == "lost":
+        raise Finding(f"agent run {request.agent_id}: node {run.node} lost; its records are on that node")
+    if run.phase == "ended":
+        response.logs = f"(it never started: {run.result.failure})\n"
+    else:
+        response.logs = "" if request.follow else f"(queued: waiting for {run.result.queued_for})\n"
+    if request.follow:
+        pause_ms = min(request.wait_timeout_ms or QUEUED_FOLLOW_PAUSE_MS, QUEUED_FOLLOW_PAUSE_MS)
+        time.sleep(pause_ms / limits.MS_PER_SECOND)
+        response.next_offset = request.follow_from
+        response.result = run.result.to_wire()
+    return True
 
 
 OP = Op(
@@ -130,7 +146,9 @@ OP = Op(
         needs_agent_id=True,
         check=_check,
     ),
-    handler=_handler,
+    handler="courier.runs.service:logs_op",
+    cluster="forward",
+    before_start=logs_before_start,
     printed="actions",
     mcp=McpTool(
         "The transcript path, then the last worker actions (tail), or with raw the whole transcript.",

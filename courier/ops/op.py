@@ -2,14 +2,16 @@
 
 Plain data and loaders only: the receiver imports every operation module when it starts,
 so nothing here (or at the top of an operation module) may import the CLI, the MCP SDK,
-the configuration, the transport or a handler's module.
+the configuration, the transport or a handler's module. A handler is named as data,
+`"module:function"`, and imported when its operation is first asked for.
 """
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
 
 from courier.runs.context import Handler
 from protocol.operations import Operation
@@ -17,6 +19,13 @@ from protocol.operations import Operation
 if TYPE_CHECKING:
     from courier.config import Config
     from protocol.models import RemoteRequest, RemoteResponse, Result
+
+# How an executor whose runs live on several nodes answers an operation (docs/architecture.md#executor):
+# - "forward": the node that holds the run answers (a run no node holds yet: the op's `before_start`);
+# - "fan_out": every node answers and the replies merge (by the reply's kind);
+# - "place": the cluster places a new run;
+# - "head": the head answers with the operation's own handler, which looks at runs through the executor.
+Cluster = Literal["forward", "fan_out", "place", "head"]
 
 T = TypeVar("T")
 
@@ -94,10 +103,44 @@ class McpTool:
     handler: ToolHandler | None = None  # imports what it uses inside, so the module stays light
 
 
+class NotOnANode(Protocol):
+    """A run an executor knows that no node holds now: queued, ended before it started, or its node gone."""
+
+    @property
+    def phase(self) -> Literal["queued", "ended", "lost"]: ...
+
+    @property
+    def result(self) -> Result:
+        """What the executor knows of it."""
+
+    @property
+    def node(self) -> str:
+        """"lost": the node it was on."""
+
+    def cancel(self) -> bool:
+        """Stop it before it starts: True when it never will, False when it has just started on a node."""
+
+
+# A forward operation's answer for a run no node holds: True when it answered, False to ask the
+# run's node once one holds it (a queued run that started meanwhile).
+BeforeStart = Callable[["RemoteRequest", "RemoteResponse", NotOnANode], bool]
+
+
+def load(target: str) -> Any:
+    """The object a `"module:name"` string names (a handler, a class): imported on first use."""
+    module, _, name = target.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
 @dataclass(frozen=True)
 class Op:
     wire: Operation  # what the request carries and what the reply holds (both sides validate with it)
-    handler: Callable[[], Handler]  # a loader: the handler's module is imported on first use
+    handler: str  # "module:function" of its Handler on this machine, imported when first asked for
+    cluster: Cluster  # how an executor over several nodes answers it
+    before_start: BeforeStart | None = None  # forward: the answer for a run no node holds
+    # Never over a long-lived serve session: it depends on the environment a new login gets now
+    # (PATH: the harnesses a run may start, those `version` lists; docs/courier.md).
+    fresh_environment: bool = False
     printed: str | None = None  # the `wb schema` document `wb agent NAME --json` prints
     printed_all: str | None = None  # ... and with --all, when the command takes it
     mcp: McpTool | None = None
@@ -105,6 +148,11 @@ class Op:
     @property
     def name(self) -> str:
         return self.wire.name
+
+    def handle(self) -> Handler:
+        """Its handler on this machine (its module imported now, once)."""
+        handler: Handler = load(self.handler)
+        return handler
 
 
 def ref_arg() -> Arg:

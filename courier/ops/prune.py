@@ -7,7 +7,6 @@ from typing import TYPE_CHECKING
 
 from courier.errors import WbError
 from courier.ops.op import Op
-from courier.runs.context import Handler
 from protocol.models import PruneResult, RemoteRequest
 from protocol.operations import Operation
 from protocol.rules import RequestRefused
@@ -96,15 +95,11 @@ def prune_fleet_document(outcomes: list[PruneOutcome], dry_run: bool) -> PruneFl
     return PruneFleetDocument(machines=rows)
 
 
-def _handler() -> Handler:
-    from courier.runs.loop_ops import prune_op
-
-    return prune_op
-
 
 OP = Op(
     wire=Operation("prune", "prune", ("older_than_ms", "dry_run"), check=_check, capability="prune"),
-    handler=_handler,
+    handler="courier.runs.loop_ops:prune_op",
+    cluster="fan_out",
     printed="prune",
     printed_all="prune-fleet",
 )

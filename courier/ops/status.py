@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from courier.ops.op import McpTool, Op, ToolCall, ref_arg, to_arg
-from courier.runs.context import Handler
-from protocol.models import RemoteRequest, Result, Sandbox
+from courier.ops.op import McpTool, NotOnANode, Op, ToolCall, ref_arg, to_arg
+from protocol.models import RemoteRequest, RemoteResponse, Result, Sandbox
 from protocol.operations import Operation
 
 
@@ -137,15 +136,18 @@ async def status_tool(call: ToolCall, args: Any) -> dict[str, Any]:
     return result.to_wire()
 
 
-def _handler() -> Handler:
-    from courier.runs.service import status_op
 
-    return status_op
+def status_before_start(request: RemoteRequest, response: RemoteResponse, run: NotOnANode) -> bool:
+    """What the executor knows of a run no node holds: queued, ended before it started, its node lost."""
+    response.set_result(run.result)
+    return True
 
 
 OP = Op(
     wire=Operation("status", "result", ("agent_id",), needs_agent_id=True),
-    handler=_handler,
+    handler="courier.runs.service:status_op",
+    cluster="forward",
+    before_start=status_before_start,
     printed="result",
     mcp=McpTool(
         "The facts of one run now (state, exit code, final message, usage, changes).",

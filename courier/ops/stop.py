@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from courier.ops.op import McpTool, Op, ToolCall, ref_arg, to_arg
-from courier.runs.context import Handler
-from protocol.models import RemoteRequest, StopResult
+from courier.ops.op import McpTool, NotOnANode, Op, ToolCall, ref_arg, to_arg
+from protocol.models import RemoteRequest, RemoteResponse, StopResult
 from protocol.operations import Operation
 
 if TYPE_CHECKING:
@@ -64,15 +63,29 @@ async def stop_tool(call: ToolCall, args: Any) -> dict[str, Any]:
     return response.stop_result_of().to_wire()  # `machine` is stamped for a remote run
 
 
-def _handler() -> Handler:
-    from courier.runs.service import stop_op
 
-    return stop_op
+def stop_before_start(request: RemoteRequest, response: RemoteResponse, run: NotOnANode) -> bool:
+    """A queued run is stopped before it starts (`state` queued: docs/protocol.md); one that has just
+    started is stopped on its node (False)."""
+    from courier.errors import Finding
+
+    if run.phase == "lost":
+        raise Finding(f"agent run {request.agent_id}: node {run.node} lost; nothing to stop")
+    if run.phase == "ended":
+        raise Finding(f"agent run {request.agent_id} is already failed ({run.result.failure})")
+    if not run.cancel():
+        return False
+    # `state` is the run's state when the stop was asked, as for a running run: `queued` tells
+    # the caller it never started (`<ref>: stopped before it started`).
+    response.set_result(StopResult(agent_id=request.agent_id, worker_pid=0, state="queued"))
+    return True
 
 
 OP = Op(
     wire=Operation("stop", "stop", ("agent_id",), needs_agent_id=True),
-    handler=_handler,
+    handler="courier.runs.service:stop_op",
+    cluster="forward",
+    before_start=stop_before_start,
     printed="stopped",
     mcp=McpTool(
         "Stop a running run: its worker is signalled and the run recorded as failed (stopped on request).",

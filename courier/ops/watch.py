@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 from courier.ops.op import Arg, McpTool, Op, ToolCall, to_arg
-from courier.runs.context import Handler
 from protocol import limits
 from protocol.durations import default_duration
 from protocol.models import RemoteRequest
@@ -35,15 +34,11 @@ async def watch_tool(call: ToolCall, args: Any) -> dict[str, Any]:
     return await call.blocking(lambda: reach.watch(machines, args.cursor, bound_ms / 1000))
 
 
-def _handler() -> Handler:
-    from courier.runs.watch_op import watch_op
-
-    return watch_op
-
 
 OP = Op(
     wire=Operation("watch", "results", ("watch_cursor", "wait_timeout_ms"), check=_check, capability="watch"),
-    handler=_handler,
+    handler="courier.runs.watch_op:watch_op",
+    cluster="head",
     printed="event",
     mcp=McpTool(
         "The run transitions of this machine (or to, or all machines), as wb agent watch prints them: the first call "

@@ -1,1 +1,1 @@
-"""The far side of a call: the receiver of `wb --wb-internal-agent-remote`, its serve mode, and `perform`."""
+"""The far side of a call: the receiver of `wb --wb-internal-agent-remote` and its serve mode."""

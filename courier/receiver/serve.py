@@ -54,7 +54,7 @@ def read_request(fd: int) -> tuple[bytes, bool]:
 
 
 def _refusal(message: str, operation: str = "") -> RemoteResponse:
-    from courier.receiver.perform import now_rfc3339
+    from courier.executor.perform import now_rfc3339
     from protocol.models import RemoteResponse
 
     return RemoteResponse(
@@ -84,7 +84,7 @@ def answer(data: bytes, oversize: bool, client_gone: Callable[[], bool]) -> Remo
     """The one reply to one request's bytes; every refusal is in-band."""
     if oversize:
         return _refusal(f"request exceeds {limits.REQUEST_MAX_BYTES} bytes")
-    from courier.receiver.perform import perform  # its registry installs the wire table decode_request reads
+    from courier.executor.perform import perform  # its registry installs the wire table decode_request reads
     from protocol.validate import RequestRefused, decode_request
 
     try:

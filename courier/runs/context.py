@@ -1,6 +1,6 @@
 """What an operation's handler may use besides its request: the caller's configuration and a gone-check.
 
-Below every handler module and the handler registry (`courier/receiver/perform.py`), so that the
+Below every handler module and the handler registry (`courier/executor/perform.py`), so that the
 registry can import its handlers and the handlers need nothing from it.
 """
 
@@ -10,7 +10,7 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from courier.paths import HOME_ENV, default_home
 from courier.runs.store import Store
@@ -18,11 +18,28 @@ from courier.runs.store import Store
 if TYPE_CHECKING:  # the receiver does not import the configuration unless it dispatches
     from courier.config import Config
     from courier.config_file import Settings
-    from protocol.models import RemoteRequest, RemoteResponse
+    from protocol.models import RemoteRequest, RemoteResponse, Result
 
 
 def never_gone() -> bool:
     return False
+
+
+class Runs(Protocol):
+    """How a handler that waits on runs looks at them: this machine's store (courier/runs/views.py), or
+    what an executor over several nodes sees (courier/executor/)."""
+
+    await_poll_s: float  # how often `await` looks again
+    watch_poll_s: float  # how often `watch` looks again
+
+    def status(self, agent_id: str) -> Result:
+        """The run's Result now."""
+
+    def scan(self) -> dict[str, tuple[Result, float]]:
+        """Every readable run: its Result now and its start (Unix time)."""
+
+    def describe(self, response: RemoteResponse) -> None:
+        """What `version` adds about where runs live (nothing for this machine's store)."""
 
 
 @dataclass
@@ -31,11 +48,13 @@ class Context:
 
     `in_process` is true when the asker is this very process (the local transport): nothing
     crosses a wire, so the bounds that exist for the wire (diff's 2 MiB patch) do not apply.
+    `runs` is set by an executor whose runs live elsewhere (a Ray head); None: this machine's store.
     """
 
     client_gone: Callable[[], bool] = never_gone
     config: Config | None = None
     in_process: bool = False
+    runs: Runs | None = None
 
 
 Handler = Callable[["RemoteRequest", "RemoteResponse", Context], None]

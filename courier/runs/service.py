@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import time
-from collections.abc import Callable
 
 from courier.errors import Finding, WbError
 from courier.runs import descendants, process
@@ -29,8 +27,9 @@ def status_op(request: RemoteRequest, response: RemoteResponse, context: Context
 
 
 def await_op(request: RemoteRequest, response: RemoteResponse, context: Context) -> None:
-    store = store_for(context)
-    response.set_result(await_run(store, request.agent_id, request.wait_timeout_ms, context.client_gone))
+    from courier.runs.views import await_run, runs_of
+
+    response.set_result(await_run(runs_of(context), request.agent_id, request.wait_timeout_ms, context.client_gone))
 
 
 def list_op(request: RemoteRequest, response: RemoteResponse, context: Context) -> None:
@@ -66,20 +65,6 @@ def stop_op(request: RemoteRequest, response: RemoteResponse, context: Context) 
 
 def status(store: Store, agent_id: str) -> Result:
     return render(store.load(agent_id), store)
-
-
-def await_run(store: Store, agent_id: str, wait_timeout_ms: int, client_gone: Callable[[], bool]) -> Result:
-    """Poll the record cheaply until the run is terminal, the bound passes or the asker is gone."""
-    deadline = time.monotonic() + wait_timeout_ms / 1000 if wait_timeout_ms > 0 else None
-    while True:
-        result = render(store.load(agent_id), store)
-        if result.terminal:
-            return result
-        now = time.monotonic()
-        if (deadline is not None and now >= deadline) or client_gone():
-            return result
-        pause = limits.AWAIT_POLL_S if deadline is None else min(limits.AWAIT_POLL_S, deadline - now)
-        time.sleep(max(pause, 0.001))
 
 
 def list_runs(store: Store) -> tuple[list[Result], list[ListWarning]]:

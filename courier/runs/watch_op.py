@@ -6,10 +6,10 @@ running, stalled, waiting, finished) differs from what the cursor saw, or when t
 passes: `results` holds every run that is not terminal and every run that ended since the
 cursor (also one dispatched and ended in between), and `watch_cursor` the new cursor.
 
-Noticing a change costs little: the store directory's mtime (a new or removed run), one stat
-of each live run's run.json (re-read only when it changed) and the live runs' rendering (an
-lstat of events.jsonl and two process checks), every WATCH_POLL_S. A terminal record is read
-once per receiver process: a serve session keeps the scan between calls.
+It looks at the runs through `runs_of(context)` (courier/runs/views.py): this machine's store,
+whose scan costs little (the store directory's mtime, one stat of each live run's run.json,
+re-read only when it changed, and the live runs' rendering) every WATCH_POLL_S, a terminal
+record read once per receiver process; or a cluster executor's merged view of its nodes.
 """
 
 from __future__ import annotations
@@ -17,18 +17,14 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-import os
-import threading
 import time
 from dataclasses import dataclass, field
 
-from courier.errors import UsageError, WbError
-from courier.runs.context import Context, store_for
-from courier.runs.store import RECORD, Record, Store, read_record_of, record_dir_problem, render
+from courier.errors import UsageError
+from courier.runs.context import Context, Runs
+from courier.runs.views import runs_of
 from protocol import limits
 from protocol.models import RemoteRequest, RemoteResponse, Result
-from protocol.refs import is_run_id
-from protocol.timestamps import parse_rfc3339
 
 # A run's phase as watch reports it (docs/cli.md, wb agent watch).
 FINISHED, WAITING, STALLED, QUEUED, RUNNING = "finished", "waiting", "stalled", "queued", "running"
@@ -45,13 +41,6 @@ def phase_of(result: Result) -> str:
     if not result.worker_pid:
         return QUEUED
     return RUNNING
-
-
-@dataclass
-class _Entry:
-    signature: tuple[int, int, int]
-    record: Record
-    started: float
 
 
 @dataclass
@@ -85,80 +74,9 @@ class Cursor:
         return cls(float(scanned_at), live, set(recent))
 
 
-class Scanner:
-    """The store as watch sees it, kept between scans: a record is re-read only when its run.json changed."""
-
-    def __init__(self, store: Store) -> None:
-        self.store = store
-        self.lock = threading.Lock()
-        self._root_mtime: int | None = None
-        self._names: list[str] = []
-        self._entries: dict[str, _Entry] = {}
-
-    def _list_names(self) -> list[str]:
-        mtime = os.stat(self.store.root).st_mtime_ns
-        if mtime != self._root_mtime:
-            with os.scandir(self.store.root) as entries:
-                self._names = [entry.name for entry in entries if is_run_id(entry.name)]
-            self._root_mtime = mtime
-        return self._names
-
-    def scan(self) -> dict[str, tuple[Result, float]]:
-        """Every readable run: its Result now and its start (Unix time). Unreadable records are left out
-        (list names them)."""
-        with self.lock:
-            out: dict[str, tuple[Result, float]] = {}
-            names = self._list_names()
-            for name in names:
-                entry = self._entries.get(name)
-                if entry is None or not entry.record.terminal:
-                    entry = self._refresh(name, entry)
-                    if entry is None:
-                        continue
-                out[name] = (render(entry.record, self.store), entry.started)
-            for gone in set(self._entries) - set(names):
-                del self._entries[gone]
-            return out
-
-    def _refresh(self, name: str, entry: _Entry | None) -> _Entry | None:
-        run_dir = self.store.run_dir(name)
-        try:
-            info = os.stat(run_dir / RECORD, follow_symlinks=False)
-            signature = (info.st_mtime_ns, info.st_size, info.st_ino)
-            if entry is not None and entry.signature == signature:
-                return entry
-            problem = record_dir_problem(os.lstat(run_dir))
-            if problem:
-                return None
-            record = read_record_of(run_dir, name)
-        except (OSError, WbError):
-            self._entries.pop(name, None)
-            return None
-        try:
-            started = parse_rfc3339(record.started_at).timestamp()
-        except ValueError:
-            started = 0.0
-        fresh = _Entry(signature, record, started)
-        self._entries[name] = fresh
-        return fresh
-
-
-_SCANNERS: dict[str, Scanner] = {}
-_SCANNERS_LOCK = threading.Lock()
-
-
-def scanner_for(store: Store) -> Scanner:
-    """One scanner per store and receiver process (a serve session answers many watch calls)."""
-    with _SCANNERS_LOCK:
-        key = str(store.root)
-        if key not in _SCANNERS:
-            _SCANNERS[key] = Scanner(store)
-        return _SCANNERS[key]
-
-
-def answer(scanner: Scanner, cursor: Cursor | None, scanned_at: float) -> tuple[list[Result], Cursor, bool]:
+def answer(runs: Runs, cursor: Cursor | None, scanned_at: float) -> tuple[list[Result], Cursor, bool]:
     """(results, the new cursor, whether anything changed since `cursor`) for one scan."""
-    view = scanner.scan()
+    view = runs.scan()
     live = {name: result for name, (result, _) in view.items() if not result.terminal}
     phases = {name: phase_of(result) for name, result in live.items()}
     ended: list[Result] = []
@@ -182,14 +100,14 @@ def answer(scanner: Scanner, cursor: Cursor | None, scanned_at: float) -> tuple[
 def watch_op(request: RemoteRequest, response: RemoteResponse, context: Context) -> None:
     cursor = Cursor.decode(request.watch_cursor) if request.watch_cursor else None
     wait_ms = min(request.wait_timeout_ms or limits.WATCH_WAIT_DEFAULT_MS, limits.FOLLOW_WAIT_MAX_MS)
-    scanner = scanner_for(store_for(context))
+    runs = runs_of(context)
     deadline = time.monotonic() + wait_ms / limits.MS_PER_SECOND
     while True:
-        results, fresh, changed = answer(scanner, cursor, time.time())
+        results, fresh, changed = answer(runs, cursor, time.time())
         now = time.monotonic()
         if changed or now >= deadline or context.client_gone():
             break
-        time.sleep(max(0.001, min(limits.WATCH_POLL_S, deadline - now)))
+        time.sleep(max(0.001, min(runs.watch_poll_s, deadline - now)))
     response.set_results(results)
     response.watch_cursor = fresh.encode()
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from conftest import Machine, wait_for
 
-from courier.receiver.perform import perform
+from courier.executor.perform import perform
 from courier.runs import store as store_mod
 from courier.runs.store import Store
 from protocol.models import RemoteRequest

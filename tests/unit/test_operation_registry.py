@@ -17,7 +17,7 @@ from courier.config import Config, load_config
 from courier.errors import UsageError
 from courier.ops import REGISTRY
 from courier.ops.op import Arg, McpTool, Op, ToolCall, ref_arg
-from courier.runs.context import Context, Handler
+from courier.runs.context import Context
 from courier.transport import MockTransport, Transport, overridden, transport_for
 from protocol import operations
 from protocol.models import RemoteRequest, RemoteResponse
@@ -58,15 +58,20 @@ def test_every_document_an_operation_names_is_a_published_schema() -> None:
             assert name is None or name in schemas.DOCUMENTS, (op.name, name)
 
 
+def example_handler(request: RemoteRequest, response: RemoteResponse, context: Context) -> None:
+    response.logs = f"example answered {request.agent_id}"
+
+
 def _example_op() -> Op:
-    def handler(request: RemoteRequest, response: RemoteResponse, context: Context) -> None:
-        response.logs = f"example answered {request.agent_id}"
-
-    def loader() -> Handler:
-        return handler
-
     wire = Operation("example", "none", ("agent_id",), needs_agent_id=True, capability="example")
-    return Op(wire, loader, printed="stopped", printed_all="fleet", mcp=McpTool("An example.", "result"))
+    return Op(
+        wire,
+        f"{__name__}:example_handler",
+        "head",
+        printed="stopped",
+        printed_all="fleet",
+        mcp=McpTool("An example.", "result"),
+    )
 
 
 def test_an_operation_registered_once_is_validated_answered_and_mapped(

@@ -6,7 +6,8 @@ import pytest
 
 from courier.config import Resources
 from courier.errors import NotStartable
-from courier.executor.ray_head import NODE_ID_LABEL, Node, check_feasible, ray_options
+from courier.executor.ray_cluster import NODE_ID_LABEL, Node
+from courier.executor.ray_placement import check_feasible, ray_options
 
 HEAD = Node("head", "a" * 56, {"CPU": 1.0, "memory": 2.0 * 2**30}, {"wb-node": "head"})
 W1 = Node("w1", "b" * 56, {"CPU": 2.0, "memory": 8.0 * 2**30, "fast": 4.0}, {"wb-node": "w1"})

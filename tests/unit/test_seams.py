@@ -133,10 +133,10 @@ def test_the_fleet_fans_out_over_transports_with_one_row_logic(
 
 
 def test_every_operation_in_the_table_has_a_handler_and_the_validator_reads_the_table() -> None:
-    from courier.receiver.perform import handler_of
+    from courier.ops import REGISTRY
 
     for name in TABLE:
-        assert callable(handler_of(name)), name
+        assert callable(REGISTRY[name].handle()), name
     with pytest.raises(RequestRefused, match="expected one of " + ", ".join(TABLE)):
         validate_request(RemoteRequest(schema_version=1, operation="explode"))
     for name, entry in TABLE.items():

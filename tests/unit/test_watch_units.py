@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from courier.receiver.perform import perform
+from courier.executor.perform import perform
 from courier.runs.watch_op import Cursor
 from courier.watch import Tracker
 from protocol import limits
