@@ -179,12 +179,18 @@ def test_diff_and_continue_here(machine: Machine) -> None:
     machine.clone()
 
     async def body(session: ClientSession) -> None:
+        # A run still going is not continued (it waits for a file the test writes afterwards).
+        waiting = {"task": "scenario:wait-release", "profile": "fake", "new_worktree": "d0", "repo": "acme/widget"}
+        held = (await call_ok(session, "dispatch", waiting, "result"))["agent_id"]
+        refused = await call_error(session, "continue", {"ref": held, "task": "scenario:complete file:second.txt"})
+        assert refused["class"] == "finding" and "running" in refused["message"]
+        home = machine.home / "agents" / held / "harness-home"
+        assert wait_for((home / "ready").exists, 60)
+        (home / "release").write_text("go\n")
         task = "scenario:complete file:first.txt"
         arguments = {"task": task, "profile": "fake", "new_worktree": "d1", "repo": "acme/widget"}
         started = await call_ok(session, "dispatch", arguments, "result")
         ref = started["agent_id"]
-        refused = await call_error(session, "continue", {"ref": ref, "task": "scenario:complete file:second.txt"})
-        assert refused["class"] == "finding" and "running" in refused["message"]
         first = await call_ok(session, "await", {"ref": ref}, "result")
         assert first["state"] == "completed"
         diff = await call_ok(session, "diff", {"ref": ref}, "diff")

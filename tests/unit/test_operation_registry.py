@@ -232,3 +232,28 @@ def test_this_machines_prune_worktrees_asks_its_capabilities_as_another_machines
     out, err = capsys.readouterr()
     assert (code, out, err) == (0, "would remove 0 records and 0 worktrees\n", "")
     assert asked == ["version", "prune"]
+
+
+def test_every_operation_says_how_every_executor_answers_it() -> None:
+    """Its handler loads; a cluster executor knows how to answer it (forward: with what a run no node holds
+    gets; fan_out: a reply kind that merges); the ones that start runs or list harnesses need a fresh login."""
+    from typing import get_args
+
+    from courier.ops.op import Cluster
+
+    for op in REGISTRY.values():
+        assert op.cluster in get_args(Cluster), op.name
+        assert callable(op.handle()), op.name
+        if op.cluster == "forward":
+            assert op.before_start is not None, op.name
+        if op.cluster == "fan_out":
+            assert op.wire.reply in ("results", "prune"), op.name
+        if op.cluster == "place":
+            assert op.fresh_environment, op.name
+    assert {op.name for op in REGISTRY.values() if op.fresh_environment} == {"dispatch", "continue", "version"}
+
+
+def test_every_operation_is_a_command_of_the_cli() -> None:
+    """`wb agent NAME` for each operation; `version` is what `wb machines --check` asks."""
+    commands = {cli._command_name(info) for info in cli.agent_app.registered_commands}
+    assert set(REGISTRY) - {"version"} <= commands, set(REGISTRY) - commands
