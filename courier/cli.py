@@ -16,6 +16,8 @@ from typer import models as typer_models
 from typer._click import exceptions as click_exceptions
 
 from courier import __version__, cli_io, hot
+from courier.client.asking import command_started_at
+from courier.client.client import Client
 from courier.commands import check_list_scope, duration_ms, machine_timeout_s, wait_bound_ms
 from courier.commands import naming as _naming
 from courier.commands import target as _target
@@ -27,8 +29,6 @@ from courier.ops.dispatch import build_dispatch, dispatch_line
 from courier.ops.logs import check_tail, logs_request, logs_text, with_whole_id
 from courier.ops.stop import stop_remedy, stop_request
 from courier.render import to_json
-from courier.route import ask, await_result, command_started_at
-from courier.starting import send_dispatch, send_starting
 from courier.text import escape_controls, sanitize
 from protocol import limits
 from protocol.durations import default_duration as _default
@@ -117,6 +117,10 @@ def _config() -> Config:
     return load_config()
 
 
+def _client() -> Client:
+    return Client(load_config())
+
+
 def _wants_json(fmt: Format, json_flag: bool) -> bool:
     return json_flag or fmt == Format.json
 
@@ -187,7 +191,7 @@ def dispatch(
         max_cost_usd=max_cost_usd,
     )
     bound_s = machine_timeout_s(machine_timeout)
-    result = send_dispatch(_config(), to, machine, request, bound_s, slot_wait_ms)
+    result = _client().dispatch(to, machine, request, bound_s, slot_wait_ms)
     _started(result, bound_ms, follow, as_json)
 
 
@@ -221,19 +225,17 @@ def await_(
 def _awaited(machine: str, run_id: str, bound_ms: int, as_json: bool, follow: bool = False) -> None:
     """Wait for the run (following its actions with `follow`), print its facts, exit as `await` does."""
     ref = format_reference(machine, run_id)
-    config = _config()
+    client = _client()
     try:
         with _naming(await_remedy(ref), always=True):
             if follow:
-                from courier.supervise import follow as follow_run
-
-                result = follow_run(config, machine, run_id, _out, _warn, bound_ms=bound_ms)
+                result = client.follow(machine, run_id, _out, _warn, bound_ms=bound_ms)
             elif not as_json and sys.stderr.isatty():
                 from courier.live_line import await_with_line
 
-                result = await_with_line(config, machine, run_id, bound_ms, sys.stderr, _warn)
+                result = await_with_line(client, machine, run_id, bound_ms, sys.stderr, _warn)
             else:
-                result = await_result(config, machine, run_id, bound_ms, started_at=command_started_at())
+                result = client.await_(machine, run_id, bound_ms, started_at=command_started_at())
     except KeyboardInterrupt:
         raise Interrupted(f"interrupted; the run continues; resume with wb agent await {ref}") from None
     _out(to_json(result.to_wire()) if as_json else await_text(result))
@@ -311,20 +313,18 @@ def logs(
     if as_json and raw:
         raise UsageError("--json prints worker actions; it cannot be combined with --raw")
     machine, request = logs_request(reference, to, tail=tail, raw=raw)
-    config = _config()
-    request = with_whole_id(request, lambda asked: ask(config, machine, asked, timeout_s=bound_s))
+    client = _client()
+    request = with_whole_id(request, lambda asked: client.ask(machine, asked, timeout_s=bound_s))
     run_id = request.agent_id
     if follow:
-        from courier.supervise import follow as follow_run
-
         ref = format_reference(machine, run_id)
         try:
-            follow_run(config, machine, run_id, _out, _warn, as_json=as_json)
+            client.follow(machine, run_id, _out, _warn, as_json=as_json)
         except KeyboardInterrupt:
             hint = f"interrupted; the run continues; follow it again with wb agent logs {ref} --follow"
             raise Interrupted(hint) from None
         return
-    response = ask(config, machine, request, timeout_s=bound_s)
+    response = client.logs(machine, request, timeout_s=bound_s)
     transcript = response.take_transcript()  # handed over in-process: printed whole, bytes as written
     if transcript is not None:
         _raw_transcript(transcript)
@@ -370,7 +370,7 @@ def stop(
     bound_s = machine_timeout_s(machine_timeout)
     ref = format_reference(machine, request.agent_id)
     with _naming(stop_remedy(ref)):
-        response = ask(_config(), machine, request, timeout_s=bound_s)
+        response = _client().stop(machine, request.agent_id, timeout_s=bound_s)
         stopped = response.stop_result_of()
     if _wants_json(fmt, json_flag):
         _out(to_json(stop_document(machine, stopped).to_json()))
@@ -389,11 +389,11 @@ def diff(
     json_flag: JsonOpt = False,
 ) -> None:
     """Show the run's change against its base: a patch git apply takes (new and binary files included)."""
-    from courier.ops.diff import diff_json, diff_of, diff_request, patch_bytes, stat_text
-    from courier.supervise import write_bytes
+    from courier.client.following import write_bytes
+    from courier.ops.diff import diff_json, diff_request, patch_bytes, stat_text
 
     machine, request = diff_request(reference, to, stat=stat)
-    result = diff_of(ask(_config(), machine, request))
+    result = _client().diff(machine, request.agent_id, stat=request.stat)
     if _wants_json(fmt, json_flag):
         _out(diff_json(result))
     elif stat:
@@ -442,7 +442,7 @@ def continue_(
         max_tokens=max_tokens,
         max_cost_usd=max_cost_usd,
     )
-    result = send_starting(_config(), machine, request, new_id)
+    result = _client().start(machine, request, new_id)
     _started(result, bound_ms, follow, as_json)
 
 
@@ -464,7 +464,6 @@ def prune(
 ) -> None:
     """Remove old run records (with --worktrees their worktrees too; never a live run's)."""
     from courier.ops.prune import prune_document, prune_fleet_document, prune_text
-    from courier.supervise import prune_machines
 
     if older_than is None:
         raise UsageError("pass --older-than DURATION (e.g. 7d is not a Go duration: use 168h)")
@@ -473,10 +472,10 @@ def prune(
         raise UsageError("--older-than must not be negative")
     check_list_scope(to, all_machines)
     bound_s = machine_timeout_s(machine_timeout)
-    config = _config()
+    client = _client()
     machine, _ = _target(None, to)
-    machines = ["", *sorted(config.targets)] if all_machines else [machine]
-    outcomes = prune_machines(config, machines, older_than_ms, dry_run, bound_s, worktrees)
+    machines = ["", *sorted(client.config.targets)] if all_machines else [machine]
+    outcomes = client.prune(machines, older_than_ms, dry_run, bound_s, worktrees)
     text, warnings = prune_text(outcomes, dry_run, worktrees)
     if len(machines) == 1 and outcomes[0].error is not None:
         raise outcomes[0].error
@@ -512,7 +511,7 @@ def watch_(
     ] = None,
 ) -> None:
     """Print run transitions as they happen (dispatched, started, stalled, waiting, finished)."""
-    from courier.watch import hook_argv, watch
+    from courier.client.watching import hook_argv
 
     check_list_scope(to, all_machines)
     hook = hook_argv(exec_cmd) if exec_cmd is not None else None
@@ -522,11 +521,10 @@ def watch_(
     since_ms = duration_ms(since, "--since") if since is not None else 0
     if since is not None and since_ms <= 0:
         raise UsageError("--since must be more than 0 (e.g. --since 10m)")
-    config = _config()
+    client = _client()
     machine, _ = _target(None, to)
-    machines = ["", *sorted(config.targets)] if all_machines else [machine]
-    watch(
-        config,
+    machines = ["", *sorted(client.config.targets)] if all_machines else [machine]
+    client.watch(
         machines,
         as_json=json_flag,
         hook=hook,
@@ -551,10 +549,8 @@ def machines(
     json_flag: JsonOpt = False,
 ) -> None:
     """Show the configured machines (and, with --check, whether they answer)."""
-    from courier.fleet import show_machines
-
     timeout_s = machine_timeout_s(machine_timeout)
-    show_machines(_config(), check=check, as_json=_wants_json(fmt, json_flag), machine_timeout_s=timeout_s)
+    _client().show_machines(check=check, as_json=_wants_json(fmt, json_flag), machine_timeout_s=timeout_s)
 
 
 @config_app.command("check")

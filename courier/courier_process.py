@@ -30,11 +30,11 @@ def load_program() -> Callable[[list[str]], int]:
     import courier.channels.exec
     import courier.channels.ssh
     import courier.cli
+    import courier.client.fleet
+    import courier.client.transport
     import courier.executor.perform
-    import courier.fleet
     import courier.runs.service
     import courier.runs.worktrees
-    import courier.transport
 
     courier.cli.prepare()  # every click command and option coercion, built once here
     _build_deferred_models()

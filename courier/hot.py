@@ -106,30 +106,28 @@ def run(argv: list[str]) -> int | None:
 
 def list_command(to: str | None, all_machines: bool, machine_timeout: str, stalled: bool, as_json: bool) -> None:
     """`wb agent list` (docs/cli.md, wb agent list)."""
+    from courier.client.client import Client
     from courier.commands import check_list_scope, machine_timeout_s, target
     from courier.config import load_config
     from protocol.models import collector_paused
 
     check_list_scope(to, all_machines)
     bound_s = machine_timeout_s(machine_timeout)
-    config = load_config()
+    client = Client(load_config())
     if all_machines:
-        from courier.fleet import list_all
-
         # 64 machines × 50 runs: thousands of acyclic results; the collector's passes over the
         # growing heap free nothing that reference counting does not (docs/benchmarks.md, fleet).
         with collector_paused():
-            list_all(config, bound_s, as_json=as_json, stalled_only=stalled)
+            client.list_all(bound_s, as_json=as_json, stalled_only=stalled)
         return
-    from courier.ops.list_ import list_lines, list_request, listed
+    from courier.ops.list_ import list_lines, listed
     from courier.render import results_json
-    from courier.route import ask
     from protocol.refs import format_reference
 
     machine, _ = target(None, to)
     # Thousands of short-lived, acyclic objects: the cyclic collector would only re-walk them.
     with collector_paused():
-        response = ask(config, machine, list_request(), timeout_s=bound_s)
+        response = client.list_(machine, timeout_s=bound_s)
         results = listed(response, stalled_only=stalled)
         if as_json:
             cli_io.out(results_json(results))
@@ -143,13 +141,13 @@ def list_command(to: str | None, all_machines: bool, machine_timeout: str, stall
 
 def status_command(reference: str, to: str | None, machine_timeout: str, as_json: bool) -> None:
     """`wb agent status` (docs/cli.md, wb agent status)."""
+    from courier.client.client import Client
     from courier.commands import machine_timeout_s
     from courier.config import load_config
     from courier.ops.status import status_request, status_text
     from courier.render import to_json
-    from courier.route import ask
 
     machine, request = status_request(reference, to)
     bound_s = machine_timeout_s(machine_timeout)
-    result = ask(load_config(), machine, request, timeout_s=bound_s).result_of()
+    result = Client(load_config()).status(machine, request.agent_id, timeout_s=bound_s)
     cli_io.out(to_json(result.to_wire()) if as_json else status_text(result))

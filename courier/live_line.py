@@ -5,7 +5,7 @@ started, tokens so far (when the machine knows them), the last worker action. It
 stderr only when stderr is a terminal and the output is text, redrawn at most every
 REDRAW_S, cut to the terminal's width (a wrapped line could not be erased), and erased
 before the facts are printed; stdout is what it is without it. The wait is `logs --follow`'s
-loop (courier/supervise.py) with short calls, so each reply brings the state and the
+loop (courier/client/following.py) with short calls, so each reply brings the state and the
 actions; a machine whose wb cannot follow is awaited as before, without the line.
 """
 
@@ -16,8 +16,8 @@ import shutil
 import time
 from typing import TYPE_CHECKING, TextIO
 
-from courier.route import await_result, command_started_at
-from courier.supervise import NoFollow, follow
+from courier.client.asking import command_started_at
+from courier.client.following import NoFollow
 from courier.text import sanitize
 from protocol.durations import format_duration_ms
 from protocol.refs import format_reference
@@ -26,7 +26,7 @@ from protocol.timestamps import epoch_seconds
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from courier.config import Config
+    from courier.client.client import Client
     from protocol.models import Result
 
 REDRAW_S = 0.5
@@ -95,18 +95,18 @@ def line_text(ref: str, result: Result, action: str, now: float) -> str:
 
 
 def await_with_line(
-    config: Config, machine: str, run_id: str, bound_ms: int, stream: TextIO, warn: Callable[[str], None]
+    client: Client, machine: str, run_id: str, bound_ms: int, stream: TextIO, warn: Callable[[str], None]
 ) -> Result:
-    """`await` with the live line on `stream`; the same Result `await_result` gives."""
+    """`await` with the live line on `stream`; the same Result `Client.await_` gives."""
     line = LiveLine(stream, format_reference(machine, run_id))
     started_at = command_started_at()
     try:
-        return follow(
-            config, machine, run_id, line.actions, line.warning(warn),
+        return client.follow(
+            machine, run_id, line.actions, line.warning(warn),
             bound_ms=bound_ms, progress=line.draw, chunk_ms=CALL_WAIT_MS,
         )  # fmt: skip
     except NoFollow:
         line.erase()
-        return await_result(config, machine, run_id, bound_ms, started_at=started_at)
+        return client.await_(machine, run_id, bound_ms, started_at=started_at)
     finally:
         line.erase()

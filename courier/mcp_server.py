@@ -47,9 +47,8 @@ from courier.errors import UsageError, WbError
 # the configuration, the transports and the senders loaded on the first call that uses them
 # (docs/benchmarks.md#mcp-start-up).
 if TYPE_CHECKING:
-    from courier.config import Config
+    from courier.client.client import Client
     from courier.ops.op import Arg, ToolCall, ToolHandler
-    from protocol.models import RemoteRequest, RemoteResponse, Result
 
 T = TypeVar("T")
 
@@ -84,38 +83,6 @@ def _blocking_pool() -> anyio.CapacityLimiter:
     return anyio.CapacityLimiter(limits.MCP_BLOCKING_THREADS)
 
 
-class Reach:
-    """The ways to reach machines (courier/ops/op.py `Reach`), bound to the configuration of one call."""
-
-    def __init__(self, config: Config) -> None:
-        self.config = config
-
-    def ask(self, machine: str, request: RemoteRequest) -> RemoteResponse:
-        from courier.route import ask
-
-        return ask(self.config, machine, request)
-
-    def start(self, machine: str, request: RemoteRequest, run_id: str) -> Result:
-        from courier.starting import send_starting
-
-        return send_starting(self.config, machine, request, run_id)
-
-    def dispatch(self, to: str | None, machine: str, request: RemoteRequest, bound_s: float) -> Result:
-        from courier.starting import send_dispatch
-
-        return send_dispatch(self.config, to, machine, request, bound_s)
-
-    def fleet(self, timeout_s: float, stalled_only: bool) -> dict[str, Any]:
-        from courier.fleet import gather_all
-
-        return gather_all(self.config, timeout_s, stalled_only=stalled_only).document().to_json()
-
-    def watch(self, machines: list[str], cursor: str | None, bound_s: float) -> dict[str, Any]:
-        from courier.watch import watch_once
-
-        return watch_once(self.config, machines, cursor, bound_s, lambda _: None).to_json()
-
-
 @dataclass
 class Call:
     """One tool call (courier/ops/op.py `ToolCall`): its request context (for progress), its configuration."""
@@ -126,10 +93,11 @@ class Call:
         # A cancelled call returns at once; the thread ends its bounded step on its own.
         return await anyio.to_thread.run_sync(work, abandon_on_cancel=True, limiter=_blocking_pool())
 
-    async def reach(self) -> Reach:
+    async def client(self) -> Client:
+        from courier.client.client import Client
         from courier.config import load_config
 
-        return Reach(await self.blocking(load_config))  # loaded per call: an edit of wb.yaml applies at once
+        return Client(await self.blocking(load_config))  # loaded per call: an edit of wb.yaml applies at once
 
     async def progress(self, done: float, total: float | None, message: str) -> None:
         await self.ctx.session.report_progress(done, total, message)
@@ -157,12 +125,11 @@ def _machines_arguments() -> tuple[Arg, ...]:
 async def _machines(call: ToolCall, args: Any) -> dict[str, Any]:
     """Not one operation: every configured machine (with check, asked `version`)."""
     from courier.commands import machine_timeout_s
-    from courier.fleet import probe_machines
 
     timeout_s = machine_timeout_s(args.machine_timeout)
-    reach = await call.reach()
-    config = reach.config
-    rows = await call.blocking(lambda: probe_machines(config, check=args.check, machine_timeout_s=timeout_s))
+    client = await call.client()
+    rows = await call.blocking(lambda: client.probe_machines(check=args.check, machine_timeout_s=timeout_s))
+    config = client.config
     # The file named, so a client that passed no environment sees which wb.yaml it got (docs/mcp.md).
     return {"machines": [row.document().to_json() for row in rows], "config": str(config.path)}
 

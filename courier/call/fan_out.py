@@ -33,9 +33,13 @@ Ask = Callable[[float], Awaitable[RemoteResponse]]
 
 
 async def ask_each(
-    askers: Mapping[str, Ask], deadline: float, in_flight: int = limits.FLEET_MAX_IN_FLIGHT
+    askers: Mapping[str, Ask],
+    deadline: float,
+    in_flight: int = limits.FLEET_MAX_IN_FLIGHT,
+    late: str = "not attempted before the deadline",
 ) -> dict[str, Answer]:
-    """Every machine's answer, concurrently, each call bounded by what is left of `deadline` (time.monotonic())."""
+    """Every machine's answer, concurrently, each call bounded by what is left of `deadline` (time.monotonic());
+    `late`: what a machine not asked before the deadline is told."""
     slots = asyncio.Semaphore(in_flight)
     out: dict[str, Answer] = {}
 
@@ -43,7 +47,7 @@ async def ask_each(
         async with slots:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                error = TransportError(f"{name}: not attempted before the deadline", cause="not attempted")
+                error = TransportError(f"{name}: {late}", cause="not attempted")
                 out[name] = Answer(None, error)
                 return
             began, sent_at = time.monotonic(), time.time()

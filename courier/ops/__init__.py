@@ -4,7 +4,7 @@ The wire table that both sides validate with (protocol/operations.py), the handl
 `perform` (courier/executor/perform.py), the MCP tools (courier/mcp_server.py), the documents
 `wb agent NAME --json` prints (docs/schema/, and the tests' schema map) all come from here.
 protocol/ names no courier module, so this registry hands it the wire entries when it is
-first imported; courier/executor/perform.py and courier/transport.py, the two ways into an
+first imported; courier/executor/perform.py and courier/client/transport.py, the two ways into an
 operation, import it. Adding an operation is one module in this package, one line below
 and its tests (docs/architecture.md, "Where a change goes").
 """

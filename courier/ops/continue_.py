@@ -61,8 +61,8 @@ async def continue_tool(call: ToolCall, args: Any) -> dict[str, Any]:
     machine, request, new_id = build_continue(
         reference=args.ref, task=args.task, task_file=None, profile=args.profile, timeout=args.timeout, to=args.to
     )
-    reach = await call.reach()
-    result = await call.blocking(lambda: reach.start(machine, request, new_id))
+    client = await call.client()
+    result = await call.blocking(lambda: client.start(machine, request, new_id))
     return result.to_wire()
 
 

@@ -53,8 +53,8 @@ async def diff_tool(call: ToolCall, args: Any) -> dict[str, Any]:
     from protocol.refs import format_reference
 
     machine, request = diff_request(args.ref, args.to, stat=args.stat)
-    reach = await call.reach()
-    diff = await call.blocking(lambda: diff_of(reach.ask(machine, request)))
+    client = await call.client()
+    diff = await call.blocking(lambda: diff_of(client.ask(machine, request)))
     if diff.patch is not None:
         try:
             diff.patch.encode("utf-8")

@@ -59,7 +59,7 @@ def build_dispatch(
 ) -> tuple[str, RemoteRequest]:
     """(machine, dispatch request with a freshly minted run ID), or the CLI's usage error.
 
-    With `--to auto[:LABEL]` the machine is "" here: placement (courier/starting.py) chooses it.
+    With `--to auto[:LABEL]` the machine is "" here: placement (courier/client/placement.py) chooses it.
     """
     from courier.commands import budget_flags, is_auto, label_of, read_task, repository, request, target, timeout_ms
     from courier.errors import UsageError
@@ -120,9 +120,9 @@ async def dispatch_tool(call: ToolCall, args: Any) -> dict[str, Any]:
         to=args.to,
         timeout=args.timeout,
     )
-    reach = await call.reach()
+    client = await call.client()
     bound_s = limits.PLACEMENT_TIMEOUT_DEFAULT_MS / limits.MS_PER_SECOND  # to: auto asks the candidates this long
-    result = await call.blocking(lambda: reach.dispatch(args.to, machine, request, bound_s))
+    result = await call.blocking(lambda: client.dispatch(args.to, machine, request, bound_s))
     return result.to_wire()
 
 

@@ -43,12 +43,12 @@ async def list_tool(call: ToolCall, args: Any) -> dict[str, Any]:
     from courier.commands import check_list_scope, machine_timeout_s, target
 
     check_list_scope(args.to, args.all)
-    reach = await call.reach()
+    client = await call.client()
     if args.all:
         timeout_s = machine_timeout_s(args.machine_timeout)
-        return await call.blocking(lambda: reach.fleet(timeout_s, args.stalled))
+        return await call.blocking(lambda: client.fleet_document(timeout_s, stalled_only=args.stalled))
     machine, _ = target(None, args.to)
-    return await call.blocking(lambda: _list_one(reach.ask, machine, args.stalled))
+    return await call.blocking(lambda: _list_one(client.ask, machine, args.stalled))
 
 
 def _list_one(ask: Callable[[str, RemoteRequest], RemoteResponse], machine: str, stalled_only: bool) -> dict[str, Any]:

@@ -113,9 +113,9 @@ async def logs_tool(call: ToolCall, args: Any) -> dict[str, Any]:
     from protocol.documents import LogsDocument
 
     machine, request = logs_request(args.ref, args.to, tail=args.tail, raw=args.raw)
-    reach = await call.reach()
-    request = await call.blocking(lambda: with_whole_id(request, lambda asked: reach.ask(machine, asked)))
-    logs = await call.blocking(lambda: reply_text(request, reach.ask(machine, request)))
+    client = await call.client()
+    request = await call.blocking(lambda: with_whole_id(request, lambda asked: client.ask(machine, asked)))
+    logs = await call.blocking(lambda: reply_text(request, client.ask(machine, request)))
     return LogsDocument(agent_id=request.agent_id, machine=machine or None, logs=logs).to_json()
 
 

@@ -51,36 +51,49 @@ class Arg:
     default: object = REQUIRED
 
 
-class Reach(Protocol):
-    """The ways to reach machines a tool handler uses, bound to the configuration loaded for the call.
-
-    Blocking: a handler calls them inside `ToolCall.blocking`. courier/mcp_server.py provides them
-    (route, starting, fleet, watch), so no operation module imports a transport or a sender.
-    """
+class ToolClient(Protocol):
+    """The client (courier/client/client.py) as a tool handler uses it, bound to the configuration loaded
+    for the call. Blocking: a handler calls it inside `ToolCall.blocking`; no operation module imports
+    a transport or a sender."""
 
     config: Config
 
-    def ask(self, machine: str, request: RemoteRequest) -> RemoteResponse:
-        """`route.ask`: the reply, an in-band failure raised as its error class."""
+    def ask(self, machine: str, request: RemoteRequest, *, timeout_s: float | None = None) -> RemoteResponse:
+        """The reply to one request, an in-band failure raised as its error class."""
 
-    def start(self, machine: str, request: RemoteRequest, run_id: str) -> Result:
-        """`starting.send_starting`: a request that starts a run (continue)."""
+    def start(self, machine: str, starting: RemoteRequest, run_id: str) -> Result:
+        """A request that starts a run (continue)."""
 
-    def dispatch(self, to: str | None, machine: str, request: RemoteRequest, bound_s: float) -> Result:
-        """`starting.send_dispatch`: a dispatch, placed by `to: auto[:LABEL]` when asked."""
+    def dispatch(
+        self, to: str | None, machine: str, starting: RemoteRequest, machine_timeout_s: float, wait_for_slot_ms: int = 0
+    ) -> Result:
+        """A dispatch, placed by `to: auto[:LABEL]` when asked."""
 
-    def fleet(self, timeout_s: float, stalled_only: bool) -> dict[str, Any]:
-        """`fleet.gather_all`'s document: this machine and every configured one."""
+    def await_(
+        self,
+        machine: str,
+        run_id: str,
+        wait_timeout_ms: int,
+        *,
+        started_at: float | None = None,
+    ) -> Result:
+        """The run once terminal, or as last observed when the bound passes."""
 
-    def watch(self, machines: list[str], cursor: str | None, bound_s: float) -> dict[str, Any]:
-        """`watch.watch_once`'s document: the transitions after `cursor`."""
+    def fleet_document(self, machine_timeout_s: float, *, stalled_only: bool = False) -> dict[str, Any]:
+        """`list --all`'s document: this machine and every configured one."""
+
+    def watch_once(self, machines: list[str], cursor: str | None, bound_s: float) -> dict[str, Any]:
+        """One watch call's document: the transitions after `cursor`."""
+
+    def probe_machines(self, *, check: bool, machine_timeout_s: float) -> list[Any]:
+        """Every configured machine's row; with `check`, each asked `version` (the `machines` tool)."""
 
 
 class ToolCall(Protocol):
     """One MCP tool call as a handler sees it (courier/mcp_server.py's `Call`)."""
 
-    async def reach(self) -> Reach:
-        """The configuration loaded (once per call, in the tools' pool) and the ways to reach machines."""
+    async def client(self) -> ToolClient:
+        """The client, with the configuration loaded for this call (in the tools' pool)."""
 
     async def blocking(self, work: Callable[[], T]) -> T:
         """Run `work` in the tools' own threads; a cancelled call returns at once."""

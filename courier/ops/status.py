@@ -131,8 +131,8 @@ def status_text(result: Result, *, details: bool = False) -> str:
 
 async def status_tool(call: ToolCall, args: Any) -> dict[str, Any]:
     machine, request = status_request(args.ref, args.to)
-    reach = await call.reach()
-    result = await call.blocking(lambda: reach.ask(machine, request).result_of())
+    client = await call.client()
+    result = await call.blocking(lambda: client.ask(machine, request).result_of())
     return result.to_wire()
 
 

@@ -57,9 +57,9 @@ async def stop_tool(call: ToolCall, args: Any) -> dict[str, Any]:
     from protocol.refs import format_reference
 
     machine, request = stop_request(args.ref, args.to)
-    reach = await call.reach()
+    client = await call.client()
     with naming(stop_remedy(format_reference(machine, request.agent_id))):
-        response = await call.blocking(lambda: reach.ask(machine, request))
+        response = await call.blocking(lambda: client.ask(machine, request))
     return response.stop_result_of().to_wire()  # `machine` is stamped for a remote run
 
 

@@ -28,10 +28,10 @@ async def watch_tool(call: ToolCall, args: Any) -> dict[str, Any]:
     check_list_scope(args.to, args.all)
     # Bounded like await, below the 60 s request timeout of common MCP clients.
     bound_ms = min(wait_bound_ms(args.wait_timeout) or limits.MCP_AWAIT_DEFAULT_MS, limits.MCP_AWAIT_MAX_MS)
-    reach = await call.reach()
+    client = await call.client()
     machine, _ = target(None, args.to)
-    machines = ["", *sorted(reach.config.targets)] if args.all else [machine]
-    return await call.blocking(lambda: reach.watch(machines, args.cursor, bound_ms / 1000))
+    machines = ["", *sorted(client.config.targets)] if args.all else [machine]
+    return await call.blocking(lambda: client.watch_once(machines, args.cursor, bound_ms / 1000))
 
 
 

@@ -1,7 +1,7 @@
 """The Starlette application: routes, each a page, a fragment, a stream or an action (docs/ui.md, "Paths").
 
 The handlers only parse the request and pick the page; what they ask goes through
-operations.py (the CLI's operations), what they show comes from pages.py.
+asks.py (the CLI's client), what they show comes from pages.py.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from courier.client.client import Client
 from courier.config import Config
 from courier.errors import UsageError, WbError
 from courier.ui import actions, pages
@@ -29,6 +30,7 @@ _EVENT_STREAM_HEADERS = {"x-accel-buffering": "no"}
 
 
 def build_app(config: Config, scope: Scope, token: str, port: int) -> TokenGate:
+    client = Client(config)  # the one client the CLI uses: every call the page makes goes through it
     changes = Changes(config, list(scope.machines))
     static = {name: (resources.files("courier.ui") / "static" / name).read_bytes() for name in _STATIC}
 
@@ -60,11 +62,11 @@ def build_app(config: Config, scope: Scope, token: str, port: int) -> TokenGate:
         return request.query_params.get("state", ""), request.query_params.get("machine", ""), max(1, page_number)
 
     async def fleet_page(request: Request) -> Response:
-        view = await in_thread(lambda: operations.fleet(config, scope))
+        view = await in_thread(lambda: operations.fleet(client, scope))
         return html(pages.fleet_page(root(request), view, *_filters(request)))
 
     async def fleet_fragment(request: Request) -> Response:
-        view = await in_thread(lambda: operations.fleet(config, scope))
+        view = await in_thread(lambda: operations.fleet(client, scope))
         return html(pages.fleet_fragment(root(request), view, *_filters(request)))
 
     async def events(request: Request) -> Response:
@@ -81,13 +83,13 @@ def build_app(config: Config, scope: Scope, token: str, port: int) -> TokenGate:
         machine holding it; an ambiguous or unknown one is the CLI's error."""
         machine, run_id, ref = _target(request)
         if is_run_prefix(run_id):
-            named = await in_thread(lambda: operations.status(config, machine, run_id, scope.machine_timeout_s))
+            named = await in_thread(lambda: operations.status(client, machine, run_id, scope.machine_timeout_s))
             run_id, ref = named.agent_id, format_reference(machine, named.agent_id)
         return machine, run_id, ref
 
     async def _facts(machine: str, run_id: str) -> tuple[object, str | None]:
         try:
-            return await in_thread(lambda: operations.status(config, machine, run_id, scope.machine_timeout_s)), None
+            return await in_thread(lambda: operations.status(client, machine, run_id, scope.machine_timeout_s)), None
         except WbError as exc:
             return None, exc.message
 
@@ -102,7 +104,7 @@ def build_app(config: Config, scope: Scope, token: str, port: int) -> TokenGate:
         shown = ""
         if result is not None:
             with contextlib.suppress(WbError):
-                shown = await in_thread(lambda: operations.actions(config, machine, run_id, scope.machine_timeout_s))
+                shown = await in_thread(lambda: operations.actions(client, machine, run_id, scope.machine_timeout_s))
         return html(pages.run_page(root(request), ref, result, error, shown, notice), status)  # type: ignore[arg-type]
 
     async def run_facts(request: Request) -> Response:
@@ -116,7 +118,7 @@ def build_app(config: Config, scope: Scope, token: str, port: int) -> TokenGate:
     async def run_diff(request: Request) -> Response:
         try:
             machine, run_id, _ = await _whole(request)
-            found = await in_thread(lambda: operations.diff(config, machine, run_id))
+            found = await in_thread(lambda: operations.diff(client, machine, run_id))
         except WbError as exc:
             return html(pages.diff_fragment(None, exc.message))
         return html(pages.diff_fragment(found, None))
@@ -125,7 +127,7 @@ def build_app(config: Config, scope: Scope, token: str, port: int) -> TokenGate:
         """What `wb agent diff REF` prints, as a file `git apply` takes."""
         try:
             machine, run_id, _ = await _whole(request)
-            found = await in_thread(lambda: operations.diff(config, machine, run_id))
+            found = await in_thread(lambda: operations.diff(client, machine, run_id))
         except WbError as exc:
             return PlainTextResponse(f"{actions.cli_message(exc)}\n", status_code=actions.refusal_status(exc))
         headers = {"content-disposition": f'inline; filename="{run_id}.patch"'}
@@ -135,7 +137,7 @@ def build_app(config: Config, scope: Scope, token: str, port: int) -> TokenGate:
         """The run's raw transcript, as `wb agent logs REF --raw` prints it (after its path line)."""
         try:
             machine, run_id, _ = await _whole(request)
-            text = await in_thread(lambda: operations.raw_log(config, machine, run_id, scope.machine_timeout_s))
+            text = await in_thread(lambda: operations.raw_log(client, machine, run_id, scope.machine_timeout_s))
         except WbError as exc:
             return PlainTextResponse(f"{actions.cli_message(exc)}\n", status_code=actions.refusal_status(exc))
         return PlainTextResponse(text)
@@ -147,7 +149,7 @@ def build_app(config: Config, scope: Scope, token: str, port: int) -> TokenGate:
             return not_a_run(request, exc)
         except WbError as exc:
             return PlainTextResponse(f"{actions.cli_message(exc)}\n", status_code=actions.refusal_status(exc))
-        stream = follow_lines(config, machine, run_id)
+        stream = follow_lines(client, machine, run_id)
         return StreamingResponse(stream, media_type="text/event-stream", headers=_EVENT_STREAM_HEADERS)
 
     async def _form(request: Request) -> dict[str, str] | Response:
@@ -171,7 +173,7 @@ def build_app(config: Config, scope: Scope, token: str, port: int) -> TokenGate:
             return html(pages.confirm_stop_page(root(request), ref))
         try:
             bound_s = scope.machine_timeout_s
-            message, warnings = await in_thread(lambda: operations.stop(config, machine, run_id, bound_s))
+            message, warnings = await in_thread(lambda: operations.stop(client, machine, run_id, bound_s))
         except WbError as exc:
             back = pages.run_path(root(request), ref)
             page = pages.message_page(root(request), f"stop {ref}", actions.cli_message(exc), back)
@@ -187,7 +189,7 @@ def build_app(config: Config, scope: Scope, token: str, port: int) -> TokenGate:
         task = actions.review_task(form)  # the task as typed, after any comments on the diff
         try:
             _target(request)
-            result = await in_thread(lambda: operations.continue_run(config, reference, task))
+            result = await in_thread(lambda: operations.continue_run(client, reference, task))
         except WbError as exc:
             back = pages.run_path(root(request), reference)
             page = pages.message_page(root(request), f"continue {reference}", actions.cli_message(exc), back)

@@ -1,11 +1,11 @@
 """The live parts (docs/ui.md, "Live"): server-sent events fed by `wb agent watch` and `logs --follow`.
 
-`Changes` runs one `courier.watch.Watch` for the server's machines (one pending call per
+`Changes` runs one `courier.client.watching.Watch` for the server's machines (one pending call per
 machine, as `wb agent watch` keeps) and hands each event to every open fleet page, which
 then fetches its rows again; it runs the CLI's blocking code on a daemon thread, so Ctrl-C
 never waits for a machine that does not answer. The watch starts with the first fleet page
 that listens: a `wb ui` nobody has looked at asks no machine anything. `follow_lines` runs
-`logs --follow`'s loop (courier/supervise.py) for one run's page on the event loop, so closing
+`logs --follow`'s loop (courier/client/following.py) for one run's page on the event loop, so closing
 the page cancels it.
 """
 
@@ -17,13 +17,15 @@ import json
 import queue
 import threading
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from courier.config import Config
 from courier.errors import UsageError, WbError
 from protocol import limits
 from protocol.documents import MachineErrorEvent
-from protocol.models import RemoteRequest, RemoteResponse
+
+if TYPE_CHECKING:
+    from courier.client.client import Client
 
 T = TypeVar("T")
 KEEPALIVE_S = 15.0
@@ -75,7 +77,7 @@ class Changes:
         self.loop = loop
 
     def _watch(self) -> None:
-        from courier.watch import Watch
+        from courier.client.watching import Watch
 
         if self.watch is not None or self.stopping.is_set():
             return
@@ -140,29 +142,17 @@ class Changes:
 LOCAL_FOLLOW_CHUNK_MS = 2000
 
 
-async def _ask(config: Config, machine: str, call: RemoteRequest) -> RemoteResponse:
-    """One call on the event loop: cancelling it ends the channel's child (the far side's receiver) at once."""
-    from courier.route import raise_failure
-    from courier.transport import transport_for
-
-    if machine:
-        response = await transport_for(config, machine).ask_async(call)
-    else:
-        response = await in_thread(lambda: transport_for(config, machine).ask(call))
-    raise_failure(machine, response, call.operation)
-    return response
-
-
-async def follow_events(config: Config, machine: str, run_id: str) -> AsyncGenerator[tuple[str, str], None]:
-    """`logs --follow`'s loop (courier/supervise.py `follow`) as (kind, text) pairs, on the event loop.
+async def follow_events(client: Client, machine: str, run_id: str) -> AsyncGenerator[tuple[str, str], None]:
+    """`logs --follow`'s loop (courier/client/following.py `follow`) as (kind, text) pairs, on the event loop.
 
     Each call is awaited here, not on a thread of its own, so when the page goes away (Starlette
     cancels its stream) the pending call is cancelled with it: the exec or SSH child that carries
     it is ended, here and with it the receiver on the far machine. A call to this machine waits at
     most LOCAL_FOLLOW_CHUNK_MS, so its thread ends within that.
     """
-    from courier.route import await_chunk_ms, upgrade_message
-    from courier.supervise import request, retryable, terminal_line
+    from courier.client.asking import upgrade_message
+    from courier.client.following import request, retryable, terminal_line
+    from courier.ops.await_ import await_chunk_ms
     from courier.text import sanitize
 
     offset, failures = 0, 0
@@ -170,7 +160,7 @@ async def follow_events(config: Config, machine: str, run_id: str) -> AsyncGener
         chunk_ms = await_chunk_ms() if machine else min(await_chunk_ms(), LOCAL_FOLLOW_CHUNK_MS)
         call = request("logs", agent_id=run_id, follow=True, follow_from=offset, wait_timeout_ms=chunk_ms)
         try:
-            response = await _ask(config, machine, call)
+            response = await client.ask_async(machine, call)
         except WbError as exc:
             if not retryable(exc) or failures >= limits.FOLLOW_RETRIES:
                 raise
@@ -194,14 +184,14 @@ async def follow_events(config: Config, machine: str, run_id: str) -> AsyncGener
             return
 
 
-async def follow_lines(config: Config, machine: str, run_id: str) -> AsyncIterator[str]:
+async def follow_lines(client: Client, machine: str, run_id: str) -> AsyncIterator[str]:
     """The run's worker actions as `logs --follow` prints them, one event a line; `end` once it is terminal.
 
     A keepalive comment every KEEPALIVE_S while the machine is silent. When the page goes away,
     Starlette cancels this generator's task: the follow's pending call is cancelled in `finally`
     and nothing of it outlives the page.
     """
-    events = follow_events(config, machine, run_id)
+    events = follow_events(client, machine, run_id)
     pending: asyncio.Task[tuple[str, str]] | None = None
     try:
         yield ": following\n\n"

@@ -11,7 +11,7 @@ from __future__ import annotations
 import html
 from urllib.parse import quote, urlencode
 
-from courier.fleet import MachineRow
+from courier.client.fleet import MachineRow
 from courier.ops.status import status_text
 from courier.render import ref_of, state_text
 from courier.runs.watch_op import FINISHED, RUNNING, phase_of

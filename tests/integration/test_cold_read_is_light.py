@@ -18,7 +18,7 @@ from courier.runs.store import Store
 from tests.tests_support import imported_modules, sample_record
 
 INSTALLED_WB = Path(sys.executable).parent / "wb"
-NOT_ON_THE_COLD_READ_PATH = ("typer", "typer._click", "asyncio", "asyncssh", "courier.cli", "courier.fleet")
+NOT_ON_THE_COLD_READ_PATH = ("typer", "typer._click", "asyncio", "asyncssh", "courier.cli", "courier.client.fleet")
 RUN_ID = "agt-" + "3" * 32
 pytestmark = pytest.mark.courier_independent(cold=True)  # each wb here sets WB_COURIER itself
 

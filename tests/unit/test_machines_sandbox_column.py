@@ -10,7 +10,7 @@ import pytest
 
 from courier import cli
 from courier.config import Config
-from courier.transport import MockTransport, Transport, overridden
+from courier.client.transport import MockTransport, Transport, overridden
 from protocol import limits
 from protocol.models import RemoteRequest, RemoteResponse
 from tests.json_documents import check_output

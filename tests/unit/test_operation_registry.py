@@ -18,7 +18,7 @@ from courier.errors import UsageError
 from courier.ops import REGISTRY
 from courier.ops.op import Arg, McpTool, Op, ToolCall, ref_arg
 from courier.runs.context import Context
-from courier.transport import MockTransport, Transport, overridden, transport_for
+from courier.client.transport import MockTransport, Transport, overridden, transport_for
 from protocol import operations
 from protocol.models import RemoteRequest, RemoteResponse
 from protocol.operations import TABLE, Operation
@@ -105,8 +105,8 @@ def test_an_operation_with_a_tool_is_an_mcp_tool_from_its_module_alone(
     from mcp import types
 
     async def handler(call: ToolCall, args: Any) -> dict[str, Any]:
-        reach = await call.reach()
-        response = await call.blocking(lambda: reach.ask("", RemoteRequest.of("example", agent_id=args.ref)))
+        client = await call.client()
+        response = await call.blocking(lambda: client.ask("", RemoteRequest.of("example", agent_id=args.ref)))
         return {"said": response.logs, "loud": args.loud}
 
     arguments = (ref_arg(), Arg("loud", bool, "Shout.", False))

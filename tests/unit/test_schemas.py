@@ -122,7 +122,7 @@ def test_the_fleet_rows_and_their_documents_have_the_same_fields() -> None:
     """A field added to a row but not to its document would vanish from --json silently."""
     import dataclasses
 
-    from courier.fleet import MachineRow, ProbeRow
+    from courier.client.fleet import MachineRow, ProbeRow
     from protocol.documents import FleetMachine, MachineProbe
 
     # `resolved` is text only: the user and port the ssh config resolves (JSON keeps wb.yaml's, docs/cli.md).

@@ -27,7 +27,6 @@ from courier.runs.harness.interface import MessageUsage
 from courier.runs.meter import ResponseUsage, reset_time, usage_in
 from courier.runs.metering import relay_needed
 from courier.runs.store import Record
-from courier.starting import require_budget_support
 from protocol.models import Budget, Price, RemoteRequest, RemoteResponse, Result, UsageLimitPolicy
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
@@ -261,21 +260,39 @@ def test_this_machine_lists_budget_and_usage_wait() -> None:
     assert {"budget", "usage-wait"} <= set(capabilities())
 
 
-def test_a_budget_flag_for_an_older_peer_is_the_upgrade_message(monkeypatch: pytest.MonkeyPatch) -> None:
-    from courier import starting
+def test_a_budget_flag_for_an_older_peer_is_the_upgrade_message(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The peer is asked `version` once; its answer is kept, so the next budgeted start asks nothing more."""
+    from courier.client import client as client_module
+    from courier.client.client import Client
 
-    def older(config: object, machine: str, request: RemoteRequest) -> RemoteResponse:
+    asked: list[str] = []
+
+    def older(config: object, machine: str, request: RemoteRequest, **_: object) -> RemoteResponse:
+        asked.append(request.operation)
         assert request.operation == "version"
         return RemoteResponse(schema_version=1, operation="version", wb_version="0.9.0", capabilities=["diff"])
 
-    monkeypatch.setattr(starting, "ask", older)
+    class Target:
+        def model_dump_json(self) -> str:
+            return '{"ssh": {"host": "box"}}'
+
+    class Settings:
+        home = tmp_path / "home"
+
+        def target(self, machine: str) -> Target:
+            return Target()
+
+    monkeypatch.setattr(client_module, "ask", older)
     starting = RemoteRequest(schema_version=1, operation="dispatch", max_tokens=5)
-    with pytest.raises(UsageError) as caught:
-        require_budget_support(None, "box", starting)  # type: ignore[arg-type]
-    assert caught.value.message == (
-        "machine box runs wb 0.9.0, which does not support --max-tokens and --max-cost-usd; upgrade wb there"
-    )
-    require_budget_support(None, "", starting)  # type: ignore[arg-type]  # this machine: no question asked
+    upgrade = "machine box runs wb 0.9.0, which does not support --max-tokens and --max-cost-usd; upgrade wb there"
+    for _ in range(2):
+        with pytest.raises(UsageError) as caught:
+            Client(Settings()).start("box", starting, "agt-" + "0" * 32)  # type: ignore[arg-type]
+        assert caught.value.message == upgrade
+    assert asked == ["version"]  # the second client read the first one's answer
+    assert (tmp_path / "home" / "peers.json").stat().st_mode & 0o777 == 0o600
 
 
 def test_claude_codes_assistant_lines_report_each_messages_usage_by_its_id() -> None:

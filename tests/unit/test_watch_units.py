@@ -8,7 +8,7 @@ import pytest
 
 from courier.executor.perform import perform
 from courier.runs.watch_op import Cursor
-from courier.watch import Tracker
+from courier.client.watching import Tracker
 from protocol import limits
 from protocol.models import RemoteRequest, Result
 

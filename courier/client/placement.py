@@ -16,14 +16,16 @@ import asyncio
 import queue
 import time
 from dataclasses import dataclass
+from typing import Protocol
 
+from courier.call.fan_out import Ask, ask_each
 from courier.capabilities import BUDGET, PLACEMENT, harnesses_of
+from courier.client.asking import raise_failure, upgrade_message
+from courier.client.transport import connections_shared, transport_for
 from courier.commands import label_of
 from courier.config import Config, Problem, Profile
 from courier.errors import Finding, TransportError, UsageError, WbError
-from courier.route import ask, raise_failure, upgrade_message
 from courier.text import sanitize
-from courier.transport import connections_shared, transport_for
 from protocol import limits
 from protocol.models import RemoteRequest, RemoteResponse, Result
 from protocol.refs import format_reference
@@ -48,30 +50,41 @@ class NoRoom(Finding):
     """No candidate can take the run now (exit 1): each one's reason is in the message."""
 
 
+class Asker(Protocol):
+    """What placement asks of the client (courier/client/client.py): its configuration, one request, and
+    to keep what each candidate's probe said it supports."""
+
+    config: Config
+
+    def ask(self, machine: str, request: RemoteRequest, *, timeout_s: float | None = None) -> RemoteResponse: ...
+
+    def remember(self, machine: str, version: RemoteResponse) -> None: ...
+
+
 def dispatch_auto(
-    config: Config, to: str, request: RemoteRequest, machine_timeout_s: float, wait_for_slot_ms: int = 0
+    client: Asker, to: str, request: RemoteRequest, machine_timeout_s: float, wait_for_slot_ms: int = 0
 ) -> Result:
     """Place the dispatch `request` on the best candidate of `to` and start it there; with `wait_for_slot_ms`,
     when none can take it now, wait that long for one (`_wait_for_room`)."""
     try:
-        return _place(config, to, request, machine_timeout_s)
+        return _place(client, to, request, machine_timeout_s)
     except NoRoom as exc:
         if wait_for_slot_ms <= 0:
             raise
-        return _wait_for_room(config, to, request, machine_timeout_s, wait_for_slot_ms, exc)
+        return _wait_for_room(client, to, request, machine_timeout_s, wait_for_slot_ms, exc)
 
 
 def _wait_for_room(
-    config: Config, to: str, request: RemoteRequest, machine_timeout_s: float, wait_ms: int, refused: NoRoom
+    client: Asker, to: str, request: RemoteRequest, machine_timeout_s: float, wait_ms: int, refused: NoRoom
 ) -> Result:
     """Watch the candidates and try again when one of their runs finishes (and at least every
     SLOT_RECHECK_S, for a slot freed some other way: a clone made, a wb upgraded), never more often
     than once per SLOT_RETRY_MIN_S; past `wait_ms`, the last refusal."""
-    from courier.watch import Watch
+    from courier.client.watching import Watch
 
     deadline = time.monotonic() + wait_ms / limits.MS_PER_SECOND
-    machines = [c.machine for c in _candidates(config, label_of(to)) if c.reason is None]
-    fleet = Watch(config, machines, warn=lambda _: None)
+    machines = [c.machine for c in _candidates(client.config, label_of(to)) if c.reason is None]
+    fleet = Watch(client.config, machines, warn=lambda _: None)
     fleet.start()
     try:
         tried_at = time.monotonic()
@@ -89,27 +102,30 @@ def _wait_for_room(
             time.sleep(max(0.0, tried_at + limits.SLOT_RETRY_MIN_S - time.monotonic()))
             tried_at = time.monotonic()
             try:
-                return _place(config, to, request, machine_timeout_s)
+                return _place(client, to, request, machine_timeout_s)
             except NoRoom as exc:
                 refused = exc
     finally:
         fleet.stop()
 
 
-def _place(config: Config, to: str, request: RemoteRequest, machine_timeout_s: float) -> Result:
+def _place(client: Asker, to: str, request: RemoteRequest, machine_timeout_s: float) -> Result:
     label = label_of(to)
-    candidates = _candidates(config, label)
-    harness = _harness(config, request.profile)
+    candidates = _candidates(client.config, label)
+    harness = _harness(client.config, request.profile)
     probe = RemoteRequest.of("version", placement=True, repository=request.repository)
     open_ones = [c for c in candidates if c.reason is None]
-    answers = asyncio.run(_probe_all(config, [c.machine for c in open_ones], probe, machine_timeout_s))
+    answers = asyncio.run(_probe_all(client.config, [c.machine for c in open_ones], probe, machine_timeout_s))
     for candidate in open_ones:
-        candidate.reason = _judge(candidate, answers[candidate.machine], harness, request)
+        answer = answers[candidate.machine]
+        candidate.reason = _judge(candidate, answer, harness, request)
+        if isinstance(answer, RemoteResponse):
+            client.remember(candidate.machine, answer)
     ranked = sorted((c for c in candidates if c.reason is None), key=lambda c: (-c.free, c.running, c.order))
     for candidate in ranked:
         starting = request.model_copy(update={"max_running": candidate.slots or 0})
         try:
-            return ask(config, candidate.machine, starting).result_of()
+            return client.ask(candidate.machine, starting).result_of()
         except TransportError as exc:
             if exc.request_maybe_sent:  # the run may exist there: trying another machine could start it twice
                 ref = format_reference(candidate.machine, request.agent_id)
@@ -178,24 +194,25 @@ def _judge(
 async def _probe_all(
     config: Config, machines: list[str], probe: RemoteRequest, bound_s: float
 ) -> dict[str, RemoteResponse | BaseException]:
-    """Every candidate's probe answer (or failure), concurrently, within one deadline."""
-    deadline = time.monotonic() + bound_s
-    slots = asyncio.Semaphore(limits.FLEET_MAX_IN_FLIGHT)
-    out: dict[str, RemoteResponse | BaseException] = {}
+    """Every candidate's probe answer (or failure), concurrently, within one deadline (courier/call/fan_out.py)."""
 
-    async def one(machine: str) -> None:
-        async with slots:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                out[machine] = TransportError("not attempted before the machine timeout", cause="not attempted")
-                return
-            try:
-                out[machine] = await transport_for(config, machine).ask_async(probe, timeout_s=remaining)
-            except Exception as exc:  # each machine's failure is its reason, never the whole answer
-                out[machine] = exc
+    def asker(machine: str) -> Ask:
+        async def ask(remaining: float) -> RemoteResponse:
+            return await transport_for(config, machine).ask_async(probe, timeout_s=remaining)
+
+        return ask
 
     async with connections_shared():
-        await asyncio.gather(*(one(machine) for machine in machines))
+        deadline = time.monotonic() + bound_s
+        late = "not attempted before the machine timeout"
+        answers = await ask_each({machine: asker(machine) for machine in machines}, deadline, late=late)
+    out: dict[str, RemoteResponse | BaseException] = {}
+    for machine, answer in answers.items():
+        if answer.response is not None:
+            out[machine] = answer.response
+        else:
+            assert answer.error is not None
+            out[machine] = answer.error
     return out
 
 

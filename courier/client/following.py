@@ -1,6 +1,6 @@
 """The caller's side of the supervisor's loop (docs/cli.md#the-supervisors-loop): follow and prune, here or remotely.
 
-Each function asks through `route.ask`, so a local and a remote run behave the same; the
+Each function asks through `courier/client/asking.py`, so a local and a remote run behave the same; the
 CLI only parses flags and prints what these return.
 """
 
@@ -11,6 +11,7 @@ import sys
 import time
 from collections.abc import Callable
 
+from courier.client.asking import ask, upgrade_message
 from courier.config import Config
 from courier.errors import (
     CallTimedOut,
@@ -20,9 +21,9 @@ from courier.errors import (
     UsageError,
     WbError,
 )
+from courier.ops.await_ import await_chunk_ms
 from courier.ops.prune import PruneOutcome
 from courier.render import ref_of
-from courier.route import ask, await_chunk_ms, upgrade_message
 from courier.text import sanitize
 from protocol import limits
 from protocol.documents import FollowLine

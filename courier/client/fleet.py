@@ -16,13 +16,13 @@ from dataclasses import dataclass, field
 from courier.call.fan_out import Answer, Ask, ask_each
 from courier.capabilities import harnesses_of
 from courier.channels.registry import direct_channel
+from courier.client.asking import raise_failure
+from courier.client.transport import connections_shared, transport_for
 from courier.config import Config, Problem
 from courier.errors import Finding, WbError
 from courier.ops.list_ import list_lines
 from courier.render import sort_results, to_json
-from courier.route import raise_failure
 from courier.text import clip_bytes, sanitize
-from courier.transport import connections_shared, transport_for
 from protocol import limits
 from protocol.documents import FleetDocument, FleetMachine, MachineProbe
 from protocol.models import NodeFacts, RemoteRequest, RemoteResponse, Result

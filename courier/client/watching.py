@@ -26,10 +26,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from courier.client.asking import ask, upgrade_message
 from courier.config import Config, Problem
 from courier.errors import UsageError, WbError
 from courier.render import ref_of
-from courier.route import ask, upgrade_message
 from courier.runs.watch_op import FINISHED, QUEUED, RUNNING, STALLED, WAITING, phase_of
 from courier.text import sanitize
 from protocol import limits
