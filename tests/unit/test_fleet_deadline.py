@@ -7,8 +7,8 @@ import asyncio
 import time
 from pathlib import Path
 
-from courier.config import Config, Target
 from courier.client.fleet import _ask_all
+from courier.config import Config, Target
 
 
 def test_machines_reached_after_the_deadline_are_not_attempted(tmp_path: Path) -> None:

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from courier.client.asking import raise_failure, upgrade_message
 from courier.errors import Finding, UsageError
 from courier.render import silence, state_text
-from courier.client.asking import raise_failure, upgrade_message
 from courier.runs.follow import read_actions
 from courier.runs.harness import harness_for
 from courier.runs.patch import parse_diff_output

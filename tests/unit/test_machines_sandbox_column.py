@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from courier import cli
-from courier.config import Config
 from courier.client.transport import MockTransport, Transport, overridden
+from courier.config import Config
 from protocol import limits
 from protocol.models import RemoteRequest, RemoteResponse
 from tests.json_documents import check_output

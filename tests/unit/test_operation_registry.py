@@ -13,12 +13,12 @@ import pytest
 
 import courier.ops
 from courier import cli, mcp_server, schemas
+from courier.client.transport import MockTransport, Transport, overridden, transport_for
 from courier.config import Config, load_config
 from courier.errors import UsageError
 from courier.ops import REGISTRY
 from courier.ops.op import Arg, McpTool, Op, ToolCall, ref_arg
 from courier.runs.context import Context
-from courier.client.transport import MockTransport, Transport, overridden, transport_for
 from protocol import operations
 from protocol.models import RemoteRequest, RemoteResponse
 from protocol.operations import TABLE, Operation

@@ -13,11 +13,11 @@ import pytest
 from tests_support import sample_record
 
 from courier import cli
+from courier.client.transport import MockTransport, Transport, overridden
 from courier.config import Config
 from courier.errors import ConnectionLost, HostKeyUnknown, TransportError
 from courier.runs.harness import REGISTRY, harness_for, spec_for
 from courier.runs.harness.interface import Harness
-from courier.client.transport import MockTransport, Transport, overridden
 from protocol import limits
 from protocol.models import RemoteRequest, RemoteResponse
 from protocol.operations import TABLE

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
+from courier.client.watching import Tracker
 from courier.executor.perform import perform
 from courier.runs.watch_op import Cursor
-from courier.client.watching import Tracker
 from protocol import limits
 from protocol.models import RemoteRequest, Result
 
