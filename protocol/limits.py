@@ -39,6 +39,14 @@ USAGE_WAIT_PROMPT_MAX_BYTES = 64 * KIB
 USAGE_WAIT_PROMPT_MAX_TEXT = f"{USAGE_WAIT_PROMPT_MAX_BYTES // KIB} KiB"
 # The metering relay reads a provider's response in steps of this size.
 RELAY_READ_CHUNK_BYTES = 64 * KIB
+# One model request's (or response's) HTTP body, read whole by the metering relay and the demo's
+# model servers (courier/http_body.py): a whole conversation fits; past it, refused, not buffered.
+HTTP_BODY_MAX_BYTES = 64 * MIB
+# One frame on the courier's socket (courier/channels/courier_frames.py): above any request
+# (REQUEST_MAX_BYTES) or reply (REPLY_STDOUT_MAX_BYTES + REPLY_STDERR_MAX_BYTES) plus an environment.
+COURIER_FRAME_MAX_BYTES = 64 * MIB
+# A harness's own JSON file is redacted on its decoded strings up to this size (docs/cli.md#credentials).
+REDACTED_JSON_MAX_BYTES = 64 * MIB
 
 MS_PER_SECOND = 1000
 MS_PER_MINUTE = 60 * MS_PER_SECOND
