@@ -794,7 +794,7 @@ def run_typer(argv: list[str]) -> int:
         _error(exc.format_message())
         return 2
     except (typer.Abort, KeyboardInterrupt):
-        return 130
+        return Interrupted.exit_code
     except WbError as exc:
         return cli_io.report(exc)
     except click_exceptions.ClickException as exc:

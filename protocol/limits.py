@@ -1,6 +1,17 @@
-"""Every bound of docs/protocol.md#bounds, in one place, named."""
+"""Every bound of docs/protocol.md#bounds, in one place, named; with them the other numbers more than
+one module writes (exit codes, defaults, units), so each is written once (tests/unit/test_one_home_per_fact.py)."""
 
 SCHEMA_VERSION = 1
+
+# Exit codes of docs/cli.md#exit-codes that several modules write: here, not in courier/errors.py, because
+# the thin client (courier/channels/courier_frames.py) and the printed documents (protocol/documents.py)
+# need them too and import nothing of the courier's. courier/errors.py gives each error class its code.
+EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130  # Ctrl-C: 128 + SIGINT, what a shell reports
+EXIT_STDOUT_CLOSED = 141  # the reader left: 128 + SIGPIPE
+# The machine could not be asked or its answer not trusted; also a command whose courier went away
+# under it, outcome unknown (docs/courier.md).
+EXIT_TRANSPORT = 255
 
 KIB = 1024
 MIB = 1024 * KIB

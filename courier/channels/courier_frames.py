@@ -15,7 +15,7 @@ from protocol import limits
 _LENGTH_SIZE = 4
 FRAME_MAX_BYTES = limits.COURIER_FRAME_MAX_BYTES
 # The exit of a command whose courier went away under it, outcome unknown: a transport failure (docs/cli.md#exit-codes).
-LOST_EXIT = 255
+LOST_EXIT = limits.EXIT_TRANSPORT
 
 
 class FrameError(Exception):

@@ -49,6 +49,7 @@ from courier.demo.anthropic_server import AnthropicServer
 from courier.demo.gemini_server import GeminiServer
 from courier.demo.model_server import ModelServer
 from courier.demo.sshd import EmbeddedSshd, new_key, private_openssh
+from protocol import limits
 
 MACHINE = "demo"
 REPOSITORY = "demo/hello"
@@ -144,7 +145,7 @@ def run_demo(harness: str = "codex", *, ui: bool = False) -> int:
                 code = _demo(sandbox, started, spec, ui)
         except KeyboardInterrupt:
             sys.stderr.write("\ninterrupted; the demo sandbox was removed\n")
-            return 130
+            return limits.EXIT_INTERRUPTED
         except DemoFailed as exc:
             sys.stderr.write(f"error: wb demo: {exc}\n")
             return 1
@@ -382,7 +383,7 @@ class _DemoPage:
                     self.process.wait(timeout=1.0)
         except KeyboardInterrupt:
             pass
-        if self.process.poll() is not None and self.process.returncode not in (0, 130):
+        if self.process.poll() is not None and self.process.returncode not in (0, limits.EXIT_INTERRUPTED):
             raise DemoFailed(f"wb ui ended with status {self.process.returncode}")
 
     def stop(self) -> None:

@@ -35,6 +35,10 @@ ALLOWED = {
     ("courier/ops/await_.py", 5000),
     # The stand-in Claude's model request: max_tokens of the reply, not bytes.
     ("courier/demo/standin_claude.py", 4096),
+    # 0xFF, a byte mask: the stand-in Gemini exits with an HTTP status's low byte (an exit status is one byte).
+    ("courier/demo/standin_gemini.py", 255),
+    # 0xFF, a byte mask: an octal escape of a git path (`\377`) is one byte.
+    ("courier/ui/diffview.py", 255),
 }
 
 
