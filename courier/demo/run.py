@@ -49,6 +49,7 @@ from courier.demo.anthropic_server import AnthropicServer
 from courier.demo.gemini_server import GeminiServer
 from courier.demo.model_server import ModelServer
 from courier.demo.sshd import EmbeddedSshd, new_key, private_openssh
+from courier.runs.git import CLONE_TIMEOUT_S
 from protocol import limits
 
 MACHINE = "demo"
@@ -487,7 +488,13 @@ def _git(cwd: Path, *args: str) -> None:
     }
     try:
         done = subprocess.run(
-            ["git", *args], cwd=cwd, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60
+            ["git", *args],
+            cwd=cwd,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=CLONE_TIMEOUT_S,
         )
     except FileNotFoundError:
         raise DemoFailed("git is not installed (wb needs it to make worktrees)") from None
