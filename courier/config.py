@@ -172,7 +172,7 @@ class BudgetSetting(_Entry):
     def _cost(cls, value: float | int | None) -> float | None:
         if value is None:
             return None
-        if isinstance(value, bool) or not 0 < value <= 1_000_000:
+        if isinstance(value, bool) or not 0 < value <= limits.COST_USD_MAX:
             raise ValueError("budget.cost_usd must be a number of dollars above 0")
         return float(value)
 
@@ -190,8 +190,10 @@ class PriceSetting(_Entry):
     def _rate(cls, value: float | int | None) -> float | None:
         if value is None:
             return None
-        if isinstance(value, bool) or not 0 <= value <= 1_000_000:
-            raise ValueError("price rates must be numbers of dollars per million tokens, from 0 to 1000000")
+        if isinstance(value, bool) or not 0 <= value <= limits.PRICE_USD_PER_MTOK_MAX:
+            raise ValueError(
+                f"price rates must be numbers of dollars per million tokens, from 0 to {limits.PRICE_USD_PER_MTOK_MAX}"
+            )
         return float(value)
 
 
@@ -260,8 +262,8 @@ class Resources(_Entry):
     @field_validator("cpus", "gpus")
     @classmethod
     def _amount(cls, value: float | int) -> float | int:
-        if isinstance(value, bool) or value < 0 or value > 1_000_000:
-            raise ValueError("must be a number from 0 to 1000000")
+        if isinstance(value, bool) or value < 0 or value > limits.RESOURCE_AMOUNT_MAX:
+            raise ValueError(f"must be a number from 0 to {limits.RESOURCE_AMOUNT_MAX}")
         return value
 
     @field_validator("memory")
@@ -276,8 +278,8 @@ class Resources(_Entry):
         for name, amount in value.items():
             if not re.match(_RESOURCE_NAME, name) or name.startswith("wb-repo:"):
                 raise ValueError(f"custom resource names are 1-64 of [A-Za-z0-9_.:/-] (not wb-repo:…): {name[:70]!r}")
-            if isinstance(amount, bool) or not 0 < amount <= 1_000_000:
-                raise ValueError(f"custom.{name} must be a number above 0, at most 1000000")
+            if isinstance(amount, bool) or not 0 < amount <= limits.RESOURCE_AMOUNT_MAX:
+                raise ValueError(f"custom.{name} must be a number above 0, at most {limits.RESOURCE_AMOUNT_MAX}")
         return value
 
     @field_validator("labels")

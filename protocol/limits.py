@@ -171,6 +171,13 @@ NETWORK_HOSTS_MAX = 64
 SLOTS_MAX = 10_000  # a target's `slots` (docs/config.md#targets)
 PLACEMENT_TIMEOUT_DEFAULT_MS = 30 * MS_PER_SECOND  # dispatch --to auto's --machine-timeout (docs/cli.md)
 COMMAND_ARG_MAX_BYTES = 4 * KIB
+# A cost budget, in dollars (docs/cli.md#budgets): --max-cost-usd and a profile's budget.cost_usd, at most this.
+COST_USD_MAX = 1_000_000
+# A price rate (docs/config.md#price), dollars per million tokens: at most this in wb.yaml and on the wire.
+PRICE_USD_PER_MTOK_MAX = 1_000_000
+TOKENS_PER_MTOK = 1_000_000  # the unit of a price rate
+# A profile's Ray resources (docs/ray.md): cpus, gpus and each custom amount, at most this.
+RESOURCE_AMOUNT_MAX = 1_000_000
 
 # The bounds as messages and tool descriptions write them.
 TASK_MAX_TEXT = f"{TASK_MAX_BYTES // MIB} MiB"

@@ -137,9 +137,11 @@ class Wait(WireModel):
 class Price(WireModel):
     """A profile's `price` as the run record keeps it (docs/config.md#price): dollars per million tokens."""
 
-    input_usd_per_mtok: float = Field(ge=0, le=1_000_000, allow_inf_nan=False)
-    output_usd_per_mtok: float = Field(ge=0, le=1_000_000, allow_inf_nan=False)
-    cached_input_usd_per_mtok: float | None = Field(default=None, ge=0, le=1_000_000, allow_inf_nan=False)
+    input_usd_per_mtok: float = Field(ge=0, le=limits.PRICE_USD_PER_MTOK_MAX, allow_inf_nan=False)
+    output_usd_per_mtok: float = Field(ge=0, le=limits.PRICE_USD_PER_MTOK_MAX, allow_inf_nan=False)
+    cached_input_usd_per_mtok: float | None = Field(
+        default=None, ge=0, le=limits.PRICE_USD_PER_MTOK_MAX, allow_inf_nan=False
+    )
 
     def cost_usd(self, input_tokens: int, cached_input_tokens: int, output_tokens: int) -> float:
         """The dollars these tokens cost: cache reads at the cached rate (the input rate when none is given)."""
@@ -147,7 +149,7 @@ class Price(WireModel):
         cached_rate = self.cached_input_usd_per_mtok
         cached_rate = self.input_usd_per_mtok if cached_rate is None else cached_rate
         dollars = (input_tokens - cached) * self.input_usd_per_mtok + cached * cached_rate
-        return (dollars + output_tokens * self.output_usd_per_mtok) / 1_000_000
+        return (dollars + output_tokens * self.output_usd_per_mtok) / limits.TOKENS_PER_MTOK
 
 
 class UsageLimitPolicy(WireModel):

@@ -11,7 +11,7 @@ from protocol import limits
 REPO = Path(__file__).resolve().parents[2]
 
 # Conversion factors, not bounds: a `/ 1000` turning ms into seconds is not a repeated limit.
-UNITS = {"KIB", "MIB", "MS_PER_SECOND", "MS_PER_MINUTE", "MS_PER_HOUR"}
+UNITS = {"KIB", "MIB", "MS_PER_SECOND", "MS_PER_MINUTE", "MS_PER_HOUR", "TOKENS_PER_MTOK"}
 # Small numbers mean too many other things (counts, exit codes, retries) to be told apart.
 SMALLEST_SCANNED = 128
 
@@ -39,6 +39,12 @@ ALLOWED = {
     ("courier/demo/standin_gemini.py", 255),
     # 0xFF, a byte mask: an octal escape of a git path (`\377`) is one byte.
     ("courier/ui/diffview.py", 255),
+    # A peer's schema version past 10**6 is shown as "(out of range)": a display cut, not dollars.
+    ("courier/call/decode.py", 1_000_000),
+    # The stand-in Claude's own cost estimate, per million tokens as Claude Code's: not wb's price.
+    ("courier/demo/standin_claude.py", 1_000_000),
+    # Go's duration units in nanoseconds: "us" is 1000 ns, "ms" 1_000_000 ns.
+    ("protocol/durations.py", 1_000_000),
 }
 
 
