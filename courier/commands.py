@@ -158,7 +158,7 @@ def machine_timeout_s(text: str) -> float:
     value = duration_ms(text, "--machine-timeout")
     if value <= 0:
         raise UsageError("--machine-timeout must be more than 0")
-    return value / 1000
+    return value / limits.MS_PER_SECOND
 
 
 def check_list_scope(to: str | None, all_machines: bool) -> None:

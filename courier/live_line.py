@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, TextIO
 from courier.route import await_result, command_started_at
 from courier.supervise import NoFollow, follow
 from courier.text import sanitize
+from protocol import limits
 from protocol.durations import format_duration_ms
 from protocol.refs import format_reference
 from protocol.timestamps import epoch_seconds
@@ -85,7 +86,7 @@ def _columns(stream: TextIO) -> int:
 
 
 def line_text(ref: str, result: Result, action: str, now: float) -> str:
-    elapsed_ms = max(0, int(now - epoch_seconds(result.started_at, now))) * 1000
+    elapsed_ms = max(0, int(now - epoch_seconds(result.started_at, now))) * limits.MS_PER_SECOND
     parts = [f"{ref} {sanitize(result.state)} {format_duration_ms(elapsed_ms)}"]
     if result.usage is not None:
         parts.append(f"{result.usage.input_tokens + result.usage.output_tokens:,} tokens")

@@ -87,7 +87,7 @@ def await_result(
     """
     transport_for(config, machine).prepare()  # a one-time cost (importing asyncssh) is paid before a chunk counts
     started = time.monotonic() if started_at is None else started_at
-    deadline = started + wait_timeout_ms / 1000 if wait_timeout_ms > 0 else None
+    deadline = started + wait_timeout_ms / limits.MS_PER_SECOND if wait_timeout_ms > 0 else None
     chunk = await_chunk_ms()
     slack_s = limits.AWAIT_CALL_SLACK_MS / limits.MS_PER_SECOND
     last: Result | None = None
@@ -95,7 +95,7 @@ def await_result(
     while True:
         this_chunk = chunk
         if deadline is not None:
-            this_chunk = max(1, min(chunk, int((deadline - time.monotonic()) * 1000)))
+            this_chunk = max(1, min(chunk, int((deadline - time.monotonic()) * limits.MS_PER_SECOND)))
         request = RemoteRequest.of("await", agent_id=agent_id, wait_timeout_ms=this_chunk)
         asked_at = time.monotonic()
         try:
