@@ -20,6 +20,7 @@ from courier.config_file import Settings, read_settings
 from courier.errors import UsageError
 from courier.paths import config_path
 from protocol import limits
+from protocol.durations import default_duration
 from protocol.models import ProviderApi
 from protocol.refs import BadName, check_machine_name
 
@@ -201,15 +202,15 @@ class UsageLimitSetting(_Entry):
     """A profile's `on_usage_limit` (docs/cli.md#waiting-out-a-usage-limit); waiting is off unless `resume: true`."""
 
     resume: bool = False
-    max_waits: int = 3
-    max_wait: str = "6h"
-    prompt: str = "Continue the task."
+    max_waits: int = limits.USAGE_WAITS_DEFAULT
+    max_wait: str = default_duration(limits.USAGE_WAIT_MAX_DEFAULT_MS)
+    prompt: str = limits.USAGE_WAIT_PROMPT_DEFAULT
 
     @field_validator("max_waits")
     @classmethod
     def _waits(cls, value: int) -> int:
-        if isinstance(value, bool) or not 1 <= value <= 1000:
-            raise ValueError("on_usage_limit.max_waits must be a whole number from 1 to 1000")
+        if isinstance(value, bool) or not 1 <= value <= limits.USAGE_WAITS_MAX:
+            raise ValueError(f"on_usage_limit.max_waits must be a whole number from 1 to {limits.USAGE_WAITS_MAX}")
         return value
 
     @field_validator("max_wait")

@@ -31,7 +31,8 @@ if TYPE_CHECKING:
     from protocol.models import Result
 
 REDRAW_S = 0.5
-CALL_WAIT_MS = 1000  # each follow call's wait: the line's state and elapsed time are at most this stale
+# Each follow call's wait: the line's state and elapsed time are at most this stale.
+CALL_WAIT_MS = 1 * limits.MS_PER_SECOND
 _ERASE = "\r\x1b[K"  # to the line's start, then clear to its end
 
 

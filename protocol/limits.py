@@ -82,6 +82,15 @@ AWAIT_CALL_SLACK_MS = 5 * MS_PER_SECOND
 AWAIT_REASK_FIRST_S = 0.5
 AWAIT_REASK_MAX_S = 4.0
 
+# A profile's on_usage_limit (docs/cli.md#waiting-out-a-usage-limit): its defaults and bound, the same in
+# wb.yaml (courier/config.py) and in the run record (protocol/models.py UsageLimitPolicy).
+USAGE_WAITS_DEFAULT = 3
+USAGE_WAITS_MAX = 1000  # max_waits at most this, so a run's `waits` list holds at most this many
+USAGE_WAIT_MAX_DEFAULT_MS = 6 * MS_PER_HOUR  # max_wait
+USAGE_WAIT_PROMPT_DEFAULT = "Continue the task."
+# A Result's harness_diagnostics on the wire: at most this many lines.
+HARNESS_DIAGNOSTICS_MAX = 1000
+
 FLEET_MAX_IN_FLIGHT = 32
 
 # The courier (docs/courier.md): idle lifetime and channels per SSH connection (sshd's MaxSessions is 10).

@@ -155,10 +155,10 @@ class Price(WireModel):
 class UsageLimitPolicy(WireModel):
     """A profile's `on_usage_limit` as the run record keeps it (docs/cli.md#waiting-out-a-usage-limit)."""
 
-    max_waits: int = Field(default=3, ge=1, le=1000)
-    max_wait_ms: int = Field(default=6 * 3600 * 1000, ge=1)
+    max_waits: int = Field(default=limits.USAGE_WAITS_DEFAULT, ge=1, le=limits.USAGE_WAITS_MAX)
+    max_wait_ms: int = Field(default=limits.USAGE_WAIT_MAX_DEFAULT_MS, ge=1)
     prompt: Annotated[str, StringConstraints(min_length=1, max_length=limits.USAGE_WAIT_PROMPT_MAX_BYTES)] = (
-        "Continue the task."
+        limits.USAGE_WAIT_PROMPT_DEFAULT
     )
 
 
@@ -213,14 +213,15 @@ class Result(WireModel):
     usage: Usage | None = None
     budget: Budget | None = None  # docs/cli.md#budgets
     sandbox: Sandbox | None = None  # docs/security.md#confined-runs: set by the owner as the worker starts
-    waits: list[Wait] | None = Field(default=None, max_length=1000)  # docs/cli.md#waiting-out-a-usage-limit
+    # docs/cli.md#waiting-out-a-usage-limit
+    waits: list[Wait] | None = Field(default=None, max_length=limits.USAGE_WAITS_MAX)
     max_waits: int | None = Field(default=None, ge=1)  # on_usage_limit's bound, for the `waiting:` line
     changes: ChangeSummary | None = None
     parent_id: str | None = None
     session_id: Identifier | None = None
     last_output_at: Timestamp | None = None
     stalled_since: Timestamp | None = None
-    harness_diagnostics: list[str] | None = Field(default=None, max_length=1000)
+    harness_diagnostics: list[str] | None = Field(default=None, max_length=limits.HARNESS_DIAGNOSTICS_MAX)
     log_path: PathText | None = None
     node: Identifier | None = None  # docs/ray.md: the Ray node that runs it
     queued_for: Identifier | None = None  # docs/ray.md: while queued, what it waits for ("cpus=2, gpus=1")
