@@ -65,8 +65,8 @@ def check_identifier(value: str, what: str) -> str:
 
 
 def check_base_url(url: str) -> str:
-    if not url.isascii() or len(url.encode()) > 2048:
-        raise ValueError("base_url must be ASCII and at most 2048 bytes")
+    if not url.isascii() or len(url.encode()) > limits.PROVIDER_ROUTING_MAX_CHARS:
+        raise ValueError(f"base_url must be ASCII and at most {limits.PROVIDER_ROUTING_MAX_CHARS} bytes")
     from urllib.parse import urlsplit
 
     parts = urlsplit(url)

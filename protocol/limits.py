@@ -180,6 +180,9 @@ NETWORK_HOSTS_MAX = 64
 SLOTS_MAX = 10_000  # a target's `slots` (docs/config.md#targets)
 PLACEMENT_TIMEOUT_DEFAULT_MS = 30 * MS_PER_SECOND  # dispatch --to auto's --machine-timeout (docs/cli.md)
 COMMAND_ARG_MAX_BYTES = 4 * KIB
+# A provider's base_url, credential_env and credential_file in a run record (protocol/models.py RoutingText),
+# and a base_url in wb.yaml (ASCII there, so as many bytes): at most this.
+PROVIDER_ROUTING_MAX_CHARS = 2048
 # A cost budget, in dollars (docs/cli.md#budgets): --max-cost-usd and a profile's budget.cost_usd, at most this.
 COST_USD_MAX = 1_000_000
 # A price rate (docs/config.md#price), dollars per million tokens: at most this in wb.yaml and on the wire.

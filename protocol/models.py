@@ -54,7 +54,7 @@ def collector_paused() -> Iterator[None]:
 _PLAIN_PATTERN = "^[^\x00-\x1f\x7f-\x9f\u200b-\u200f\u202a-\u202e\u2066-\u2069\ufeff]*$"
 Identifier = Annotated[str, StringConstraints(pattern=_PLAIN_PATTERN, max_length=256)]
 PathText = Annotated[str, StringConstraints(pattern=_PLAIN_PATTERN, max_length=limits.PATH_TEXT_MAX_CHARS)]
-RoutingText = Annotated[str, StringConstraints(pattern=_PLAIN_PATTERN, max_length=2048)]
+RoutingText = Annotated[str, StringConstraints(pattern=_PLAIN_PATTERN, max_length=limits.PROVIDER_ROUTING_MAX_CHARS)]
 Timestamp = Annotated[str, StringConstraints(pattern=f"^(?:{_RFC3339})$")]
 # One optional feature a receiver supports (`diff`, `harness:claude`, …): short and plain.
 Capability = Annotated[str, StringConstraints(pattern=r"^[a-z0-9][a-z0-9:._-]*$", max_length=64)]
