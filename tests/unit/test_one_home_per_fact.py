@@ -55,25 +55,16 @@ ALLOWED = {
     ("protocol/durations.py", 1_000_000),
     # The stand-in Gemini's tool_id carries the clock in ms: a stand-in CLI's output format, not a wb duration.
     ("courier/demo/standin_gemini.py", 1000),
-    # Milliseconds to seconds and a 1 s poll: courier/executor/ray_head.py is being rewritten (issue 33's
-    # second pass) and takes limits.MS_PER_SECOND there; this entry goes with that rewrite.
-    ("courier/executor/ray_head.py", 1000),
 }
 
-# file: reason, where a literal 1000 (or 0.001) may multiply or divide: a foreign format, or a module
-# left as it is for now.
+# file: reason, where a literal 1000 (or 0.001) may multiply or divide: not a wb duration.
 ALLOWED_CONVERSIONS = {
     "courier/demo/standin_gemini.py": "the stand-in's tool_id carries the clock in ms, its own output format",
-    "courier/executor/ray_head.py": "being rewritten (issue 33's second pass); the rewrite divides by the unit",
 }
 
-# (file, name): a module-level name of limits defined again elsewhere, each with its reason.
-ALLOWED_REDEFINED = {
-    # A cluster await asks the head's placements and a node each time, every 0.5 s; the local one reads
-    # a file every limits.AWAIT_POLL_S (0.05 s). Another interval under the same name, left to the
-    # rewrite of courier/executor/ray_head.py (issue 33's second pass), which names it apart.
-    ("courier/executor/ray_head.py", "AWAIT_POLL_S"),
-}
+# (file, name): a module-level name of limits defined again elsewhere (another value under the same
+# name, as AWAIT_POLL_S was twice), each with its reason. None today.
+ALLOWED_REDEFINED: set[tuple[str, str]] = set()
 
 
 def bounds() -> dict[int | float, list[str]]:
