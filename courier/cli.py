@@ -531,7 +531,7 @@ def watch_(
         until_idle=until_idle,
         write=_out,
         warn=_warn,
-        exec_timeout_s=exec_timeout_ms / 1000,
+        exec_timeout_s=exec_timeout_ms / limits.MS_PER_SECOND,
         since_ms=since_ms,
     )
 
@@ -654,7 +654,7 @@ def courier_status(fmt: FormatOpt = Format.text, json_flag: JsonOpt = False) -> 
     from protocol.durations import format_duration_ms
 
     lines = [
-        f"courier:  pid {found['pid']}, up {format_duration_ms(int(found['uptime_s'] * 1000))}, "
+        f"courier:  pid {found['pid']}, up {format_duration_ms(int(found['uptime_s'] * limits.MS_PER_SECOND))}, "
         f"{found['commands']} command(s), {found['running']} running\n",
         f"socket:   {found['socket']}\n",
     ]
@@ -663,7 +663,7 @@ def courier_status(fmt: FormatOpt = Format.text, json_flag: JsonOpt = False) -> 
         lines.append("machines: none connected\n")
     for row in machines:
         age = row.get("connection_age_s")
-        shown = format_duration_ms(int(age * 1000)) if isinstance(age, (int, float)) else "closed"
+        shown = format_duration_ms(int(age * limits.MS_PER_SECOND)) if isinstance(age, (int, float)) else "closed"
         lines.append(
             f"machine:  {sanitize(str(row['machine']))}\tconnected {shown}\t{row['calls']} call(s)\t{row['mode']}\n"
         )
@@ -790,7 +790,7 @@ def run_typer(argv: list[str]) -> int:
         _error(exc.format_message())
         return 2
     except (typer.Abort, KeyboardInterrupt):
-        return 130
+        return Interrupted.exit_code
     except WbError as exc:
         return cli_io.report(exc)
     except click_exceptions.ClickException as exc:

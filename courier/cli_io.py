@@ -12,6 +12,7 @@ from typing import NoReturn
 
 from courier.errors import Interrupted, WbError
 from courier.text import sanitize
+from protocol import limits
 
 
 def out(text: str) -> None:
@@ -46,7 +47,7 @@ def broken_pipe() -> NoReturn:
     # Point stdout at /dev/null so the interpreter's final flush cannot raise again.
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, sys.stdout.fileno())
-    os._exit(141)
+    os._exit(limits.EXIT_STDOUT_CLOSED)
 
 
 def report(exc: WbError) -> int:

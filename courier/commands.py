@@ -105,7 +105,7 @@ def budget_flags(max_tokens: int | None, max_cost_usd: float | None) -> dict[str
             raise UsageError("--max-tokens must be a whole number of at least 1")
         fields["max_tokens"] = max_tokens
     if max_cost_usd is not None:
-        if not 0 < max_cost_usd <= 1_000_000:
+        if not 0 < max_cost_usd <= limits.COST_USD_MAX:
             raise UsageError("--max-cost-usd must be a number of dollars above 0 (e.g. 0.50)")
         fields["max_cost_usd"] = float(max_cost_usd)
     return fields
@@ -158,7 +158,7 @@ def machine_timeout_s(text: str) -> float:
     value = duration_ms(text, "--machine-timeout")
     if value <= 0:
         raise UsageError("--machine-timeout must be more than 0")
-    return value / 1000
+    return value / limits.MS_PER_SECOND
 
 
 def check_list_scope(to: str | None, all_machines: bool) -> None:

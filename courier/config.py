@@ -20,6 +20,7 @@ from courier.config_file import Settings, read_settings
 from courier.errors import UsageError
 from courier.paths import config_path
 from protocol import limits
+from protocol.durations import default_duration
 from protocol.models import ProviderApi
 from protocol.refs import BadName, check_machine_name
 
@@ -64,8 +65,8 @@ def check_identifier(value: str, what: str) -> str:
 
 
 def check_base_url(url: str) -> str:
-    if not url.isascii() or len(url.encode()) > 2048:
-        raise ValueError("base_url must be ASCII and at most 2048 bytes")
+    if not url.isascii() or len(url.encode()) > limits.PROVIDER_ROUTING_MAX_CHARS:
+        raise ValueError(f"base_url must be ASCII and at most {limits.PROVIDER_ROUTING_MAX_CHARS} bytes")
     from urllib.parse import urlsplit
 
     parts = urlsplit(url)
@@ -172,7 +173,7 @@ class BudgetSetting(_Entry):
     def _cost(cls, value: float | int | None) -> float | None:
         if value is None:
             return None
-        if isinstance(value, bool) or not 0 < value <= 1_000_000:
+        if isinstance(value, bool) or not 0 < value <= limits.COST_USD_MAX:
             raise ValueError("budget.cost_usd must be a number of dollars above 0")
         return float(value)
 
@@ -190,8 +191,10 @@ class PriceSetting(_Entry):
     def _rate(cls, value: float | int | None) -> float | None:
         if value is None:
             return None
-        if isinstance(value, bool) or not 0 <= value <= 1_000_000:
-            raise ValueError("price rates must be numbers of dollars per million tokens, from 0 to 1000000")
+        if isinstance(value, bool) or not 0 <= value <= limits.PRICE_USD_PER_MTOK_MAX:
+            raise ValueError(
+                f"price rates must be numbers of dollars per million tokens, from 0 to {limits.PRICE_USD_PER_MTOK_MAX}"
+            )
         return float(value)
 
 
@@ -199,15 +202,15 @@ class UsageLimitSetting(_Entry):
     """A profile's `on_usage_limit` (docs/cli.md#waiting-out-a-usage-limit); waiting is off unless `resume: true`."""
 
     resume: bool = False
-    max_waits: int = 3
-    max_wait: str = "6h"
-    prompt: str = "Continue the task."
+    max_waits: int = limits.USAGE_WAITS_DEFAULT
+    max_wait: str = default_duration(limits.USAGE_WAIT_MAX_DEFAULT_MS)
+    prompt: str = limits.USAGE_WAIT_PROMPT_DEFAULT
 
     @field_validator("max_waits")
     @classmethod
     def _waits(cls, value: int) -> int:
-        if isinstance(value, bool) or not 1 <= value <= 1000:
-            raise ValueError("on_usage_limit.max_waits must be a whole number from 1 to 1000")
+        if isinstance(value, bool) or not 1 <= value <= limits.USAGE_WAITS_MAX:
+            raise ValueError(f"on_usage_limit.max_waits must be a whole number from 1 to {limits.USAGE_WAITS_MAX}")
         return value
 
     @field_validator("max_wait")
@@ -260,8 +263,8 @@ class Resources(_Entry):
     @field_validator("cpus", "gpus")
     @classmethod
     def _amount(cls, value: float | int) -> float | int:
-        if isinstance(value, bool) or value < 0 or value > 1_000_000:
-            raise ValueError("must be a number from 0 to 1000000")
+        if isinstance(value, bool) or value < 0 or value > limits.RESOURCE_AMOUNT_MAX:
+            raise ValueError(f"must be a number from 0 to {limits.RESOURCE_AMOUNT_MAX}")
         return value
 
     @field_validator("memory")
@@ -276,8 +279,8 @@ class Resources(_Entry):
         for name, amount in value.items():
             if not re.match(_RESOURCE_NAME, name) or name.startswith("wb-repo:"):
                 raise ValueError(f"custom resource names are 1-64 of [A-Za-z0-9_.:/-] (not wb-repo:…): {name[:70]!r}")
-            if isinstance(amount, bool) or not 0 < amount <= 1_000_000:
-                raise ValueError(f"custom.{name} must be a number above 0, at most 1000000")
+            if isinstance(amount, bool) or not 0 < amount <= limits.RESOURCE_AMOUNT_MAX:
+                raise ValueError(f"custom.{name} must be a number above 0, at most {limits.RESOURCE_AMOUNT_MAX}")
         return value
 
     @field_validator("labels")

@@ -18,6 +18,8 @@ happened: a dispatch that fails that way names the reference it intended (docs/c
 
 from __future__ import annotations
 
+from protocol import limits
+
 
 class WbError(Exception):
     exit_code = 1
@@ -30,7 +32,7 @@ class WbError(Exception):
 
 
 class UsageError(WbError):
-    exit_code = 2
+    exit_code = limits.EXIT_USAGE
     failure_kind = "request"
 
 
@@ -58,7 +60,7 @@ class GitFailed(NotStartable):
 class TransportError(WbError):
     """`cause` is a short classification for fleet views ("auth", "timeout", "unknown host key", …)."""
 
-    exit_code = 255
+    exit_code = limits.EXIT_TRANSPORT
     cause = "transport"
     request_maybe_sent = True
 
@@ -114,7 +116,7 @@ class RemoteWbMissing(TransportError):
 
 
 class Interrupted(WbError):
-    exit_code = 130
+    exit_code = limits.EXIT_INTERRUPTED
 
 
 def error_for_failure_kind(kind: str | None) -> type[WbError]:

@@ -15,7 +15,7 @@ import sys
 from dataclasses import dataclass
 
 from courier import cli_io
-from courier.errors import Finding, WbError
+from courier.errors import Finding, Interrupted, WbError
 
 _FLAGS = {"list": ("--all", "--stalled", "--json"), "status": ("--json",)}
 _VALUED = {"list": ("--to", "--machine-timeout", "--format"), "status": ("--to", "--machine-timeout", "--format")}
@@ -93,7 +93,7 @@ def run(argv: list[str]) -> int | None:
     except BrokenPipeError:
         cli_io.broken_pipe()
     except KeyboardInterrupt:
-        return 130
+        return Interrupted.exit_code
     except WbError as exc:
         return cli_io.report(exc)
     except Exception as exc:

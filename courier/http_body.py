@@ -7,8 +7,10 @@ from email.message import Message
 from io import BufferedIOBase
 from typing import Final
 
+from protocol import limits
+
 # A model request carries a whole conversation; past this it is refused, not buffered.
-MAX_BODY_BYTES: Final = 64 * 1024 * 1024
+MAX_BODY_BYTES: Final = limits.HTTP_BODY_MAX_BYTES
 
 
 def read_body(rfile: BufferedIOBase, headers: Message) -> bytes:

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, TextIO
 from courier.client.asking import command_started_at
 from courier.client.following import NoFollow
 from courier.text import sanitize
+from protocol import limits
 from protocol.durations import format_duration_ms
 from protocol.refs import format_reference
 from protocol.timestamps import epoch_seconds
@@ -30,7 +31,8 @@ if TYPE_CHECKING:
     from protocol.models import Result
 
 REDRAW_S = 0.5
-CALL_WAIT_MS = 1000  # each follow call's wait: the line's state and elapsed time are at most this stale
+# Each follow call's wait: the line's state and elapsed time are at most this stale.
+CALL_WAIT_MS = 1 * limits.MS_PER_SECOND
 _ERASE = "\r\x1b[K"  # to the line's start, then clear to its end
 
 
@@ -85,7 +87,7 @@ def _columns(stream: TextIO) -> int:
 
 
 def line_text(ref: str, result: Result, action: str, now: float) -> str:
-    elapsed_ms = max(0, int(now - epoch_seconds(result.started_at, now))) * 1000
+    elapsed_ms = max(0, int(now - epoch_seconds(result.started_at, now))) * limits.MS_PER_SECOND
     parts = [f"{ref} {sanitize(result.state)} {format_duration_ms(elapsed_ms)}"]
     if result.usage is not None:
         parts.append(f"{result.usage.input_tokens + result.usage.output_tokens:,} tokens")

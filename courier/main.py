@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sys
 
+from protocol import limits
 from protocol.entry import OWNER_ARGUMENT, REMOTE_ARGUMENT, SERVE_ARGUMENT
 
 TYPE_CHECKING = False  # typing's own import loads `re`, which the warm path never does
@@ -24,7 +25,7 @@ def exit_now(code: int) -> NoReturn:
         sys.stdout.flush()
         sys.stderr.flush()
     except BrokenPipeError:
-        os._exit(141)  # the reader left: what cli_io.broken_pipe() exits with
+        os._exit(limits.EXIT_STDOUT_CLOSED)  # the reader left: what cli_io.broken_pipe() exits with
     os._exit(code)
 
 
@@ -37,7 +38,7 @@ COLD_COMMANDS = ("config", "courier", "demo", "mcp", "ui")
 def main() -> None:
     if sys.platform.startswith("win"):
         sys.stderr.write("error: wb supports Linux and macOS only\n")
-        sys.exit(2)
+        sys.exit(limits.EXIT_USAGE)
     argv1 = sys.argv[1] if len(sys.argv) > 1 else ""
     if argv1 == REMOTE_ARGUMENT:
         # The hot path of every remote call: protocol, the store and one operation, nothing else.

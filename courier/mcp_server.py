@@ -40,7 +40,7 @@ from mcp.shared.message import SessionMessage
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
 from courier import __version__
-from courier.errors import UsageError, WbError
+from courier.errors import Interrupted, UsageError, WbError
 
 # What `initialize` needs is imported above: the SDK and the server's name and version. The
 # tools (courier/ops/, their arguments and output schemas) are built on the first `tools/list`,
@@ -403,7 +403,7 @@ def main() -> int:
     try:
         serve()
     except KeyboardInterrupt:
-        return 130
+        return Interrupted.exit_code
     except WbError as exc:
         sys.stderr.write(f"error: {exc.message}\n")
         return exc.exit_code

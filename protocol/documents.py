@@ -7,6 +7,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, RootModel, StringConstraints
 
+from protocol import limits
 from protocol.models import NodeFacts, PrunedRun, PrunedWorktree, Result
 
 ErrorClass = Literal["usage", "finding", "transport"]
@@ -208,9 +209,9 @@ class ErrorDocument(Document):
 
 
 def error_class(exit_code: int) -> ErrorClass:
-    if exit_code == 2:
+    if exit_code == limits.EXIT_USAGE:
         return "usage"
-    if exit_code == 255:
+    if exit_code == limits.EXIT_TRANSPORT:
         return "transport"
     return "finding"
 

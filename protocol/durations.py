@@ -43,7 +43,7 @@ def parse_duration_ms(text: str) -> int:
         position = match.end()
     if position != len(body):
         raise BadDuration(f'invalid duration "{text}": expected e.g. 90s, 30m, 1h30m, 500ms or 0')
-    return sign * int(total_ns // 1_000_000)
+    return sign * int(total_ns // _UNIT_NS["ms"])
 
 
 def format_duration_ms(ms: int) -> str:

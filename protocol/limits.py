@@ -1,6 +1,17 @@
-"""Every bound of docs/protocol.md#bounds, in one place, named."""
+"""Every bound of docs/protocol.md#bounds, in one place, named; with them the other numbers more than
+one module writes (exit codes, defaults, units), so each is written once (tests/unit/test_one_home_per_fact.py)."""
 
 SCHEMA_VERSION = 1
+
+# Exit codes of docs/cli.md#exit-codes that several modules write: here, not in courier/errors.py, because
+# the thin client (courier/channels/courier_frames.py) and the printed documents (protocol/documents.py)
+# need them too and import nothing of the courier's. courier/errors.py gives each error class its code.
+EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130  # Ctrl-C: 128 + SIGINT, what a shell reports
+EXIT_STDOUT_CLOSED = 141  # the reader left: 128 + SIGPIPE
+# The machine could not be asked or its answer not trusted; also a command whose courier went away
+# under it, outcome unknown (docs/courier.md).
+EXIT_TRANSPORT = 255
 
 KIB = 1024
 MIB = 1024 * KIB
@@ -39,6 +50,14 @@ USAGE_WAIT_PROMPT_MAX_BYTES = 64 * KIB
 USAGE_WAIT_PROMPT_MAX_TEXT = f"{USAGE_WAIT_PROMPT_MAX_BYTES // KIB} KiB"
 # The metering relay reads a provider's response in steps of this size.
 RELAY_READ_CHUNK_BYTES = 64 * KIB
+# One model request's (or response's) HTTP body, read whole by the metering relay and the demo's
+# model servers (courier/http_body.py): a whole conversation fits; past it, refused, not buffered.
+HTTP_BODY_MAX_BYTES = 64 * MIB
+# One frame on the courier's socket (courier/channels/courier_frames.py): above any request
+# (REQUEST_MAX_BYTES) or reply (REPLY_STDOUT_MAX_BYTES + REPLY_STDERR_MAX_BYTES) plus an environment.
+COURIER_FRAME_MAX_BYTES = 64 * MIB
+# A harness's own JSON file is redacted on its decoded strings up to this size (docs/cli.md#credentials).
+REDACTED_JSON_MAX_BYTES = 64 * MIB
 
 MS_PER_SECOND = 1000
 MS_PER_MINUTE = 60 * MS_PER_SECOND
@@ -62,6 +81,15 @@ AWAIT_CALL_SLACK_MS = 5 * MS_PER_SECOND
 # last value, so a finished run is noticed at most AWAIT_REASK_MAX_S late.
 AWAIT_REASK_FIRST_S = 0.5
 AWAIT_REASK_MAX_S = 4.0
+
+# A profile's on_usage_limit (docs/cli.md#waiting-out-a-usage-limit): its defaults and bound, the same in
+# wb.yaml (courier/config.py) and in the run record (protocol/models.py UsageLimitPolicy).
+USAGE_WAITS_DEFAULT = 3
+USAGE_WAITS_MAX = 1000  # max_waits at most this, so a run's `waits` list holds at most this many
+USAGE_WAIT_MAX_DEFAULT_MS = 6 * MS_PER_HOUR  # max_wait
+USAGE_WAIT_PROMPT_DEFAULT = "Continue the task."
+# A Result's harness_diagnostics on the wire: at most this many lines.
+HARNESS_DIAGNOSTICS_MAX = 1000
 
 FLEET_MAX_IN_FLIGHT = 32
 
@@ -152,6 +180,16 @@ NETWORK_HOSTS_MAX = 64
 SLOTS_MAX = 10_000  # a target's `slots` (docs/config.md#targets)
 PLACEMENT_TIMEOUT_DEFAULT_MS = 30 * MS_PER_SECOND  # dispatch --to auto's --machine-timeout (docs/cli.md)
 COMMAND_ARG_MAX_BYTES = 4 * KIB
+# A provider's base_url, credential_env and credential_file in a run record (protocol/models.py RoutingText),
+# and a base_url in wb.yaml (ASCII there, so as many bytes): at most this.
+PROVIDER_ROUTING_MAX_CHARS = 2048
+# A cost budget, in dollars (docs/cli.md#budgets): --max-cost-usd and a profile's budget.cost_usd, at most this.
+COST_USD_MAX = 1_000_000
+# A price rate (docs/config.md#price), dollars per million tokens: at most this in wb.yaml and on the wire.
+PRICE_USD_PER_MTOK_MAX = 1_000_000
+TOKENS_PER_MTOK = 1_000_000  # the unit of a price rate
+# A profile's Ray resources (docs/ray.md): cpus, gpus and each custom amount, at most this.
+RESOURCE_AMOUNT_MAX = 1_000_000
 
 # The bounds as messages and tool descriptions write them.
 TASK_MAX_TEXT = f"{TASK_MAX_BYTES // MIB} MiB"

@@ -54,7 +54,7 @@ def collector_paused() -> Iterator[None]:
 _PLAIN_PATTERN = "^[^\x00-\x1f\x7f-\x9f\u200b-\u200f\u202a-\u202e\u2066-\u2069\ufeff]*$"
 Identifier = Annotated[str, StringConstraints(pattern=_PLAIN_PATTERN, max_length=256)]
 PathText = Annotated[str, StringConstraints(pattern=_PLAIN_PATTERN, max_length=limits.PATH_TEXT_MAX_CHARS)]
-RoutingText = Annotated[str, StringConstraints(pattern=_PLAIN_PATTERN, max_length=2048)]
+RoutingText = Annotated[str, StringConstraints(pattern=_PLAIN_PATTERN, max_length=limits.PROVIDER_ROUTING_MAX_CHARS)]
 Timestamp = Annotated[str, StringConstraints(pattern=f"^(?:{_RFC3339})$")]
 # One optional feature a receiver supports (`diff`, `harness:claude`, …): short and plain.
 Capability = Annotated[str, StringConstraints(pattern=r"^[a-z0-9][a-z0-9:._-]*$", max_length=64)]
@@ -137,9 +137,11 @@ class Wait(WireModel):
 class Price(WireModel):
     """A profile's `price` as the run record keeps it (docs/config.md#price): dollars per million tokens."""
 
-    input_usd_per_mtok: float = Field(ge=0, le=1_000_000, allow_inf_nan=False)
-    output_usd_per_mtok: float = Field(ge=0, le=1_000_000, allow_inf_nan=False)
-    cached_input_usd_per_mtok: float | None = Field(default=None, ge=0, le=1_000_000, allow_inf_nan=False)
+    input_usd_per_mtok: float = Field(ge=0, le=limits.PRICE_USD_PER_MTOK_MAX, allow_inf_nan=False)
+    output_usd_per_mtok: float = Field(ge=0, le=limits.PRICE_USD_PER_MTOK_MAX, allow_inf_nan=False)
+    cached_input_usd_per_mtok: float | None = Field(
+        default=None, ge=0, le=limits.PRICE_USD_PER_MTOK_MAX, allow_inf_nan=False
+    )
 
     def cost_usd(self, input_tokens: int, cached_input_tokens: int, output_tokens: int) -> float:
         """The dollars these tokens cost: cache reads at the cached rate (the input rate when none is given)."""
@@ -147,16 +149,16 @@ class Price(WireModel):
         cached_rate = self.cached_input_usd_per_mtok
         cached_rate = self.input_usd_per_mtok if cached_rate is None else cached_rate
         dollars = (input_tokens - cached) * self.input_usd_per_mtok + cached * cached_rate
-        return (dollars + output_tokens * self.output_usd_per_mtok) / 1_000_000
+        return (dollars + output_tokens * self.output_usd_per_mtok) / limits.TOKENS_PER_MTOK
 
 
 class UsageLimitPolicy(WireModel):
     """A profile's `on_usage_limit` as the run record keeps it (docs/cli.md#waiting-out-a-usage-limit)."""
 
-    max_waits: int = Field(default=3, ge=1, le=1000)
-    max_wait_ms: int = Field(default=6 * 3600 * 1000, ge=1)
+    max_waits: int = Field(default=limits.USAGE_WAITS_DEFAULT, ge=1, le=limits.USAGE_WAITS_MAX)
+    max_wait_ms: int = Field(default=limits.USAGE_WAIT_MAX_DEFAULT_MS, ge=1)
     prompt: Annotated[str, StringConstraints(min_length=1, max_length=limits.USAGE_WAIT_PROMPT_MAX_BYTES)] = (
-        "Continue the task."
+        limits.USAGE_WAIT_PROMPT_DEFAULT
     )
 
 
@@ -211,14 +213,15 @@ class Result(WireModel):
     usage: Usage | None = None
     budget: Budget | None = None  # docs/cli.md#budgets
     sandbox: Sandbox | None = None  # docs/security.md#confined-runs: set by the owner as the worker starts
-    waits: list[Wait] | None = Field(default=None, max_length=1000)  # docs/cli.md#waiting-out-a-usage-limit
+    # docs/cli.md#waiting-out-a-usage-limit
+    waits: list[Wait] | None = Field(default=None, max_length=limits.USAGE_WAITS_MAX)
     max_waits: int | None = Field(default=None, ge=1)  # on_usage_limit's bound, for the `waiting:` line
     changes: ChangeSummary | None = None
     parent_id: str | None = None
     session_id: Identifier | None = None
     last_output_at: Timestamp | None = None
     stalled_since: Timestamp | None = None
-    harness_diagnostics: list[str] | None = Field(default=None, max_length=1000)
+    harness_diagnostics: list[str] | None = Field(default=None, max_length=limits.HARNESS_DIAGNOSTICS_MAX)
     log_path: PathText | None = None
     node: Identifier | None = None  # docs/ray.md: the Ray node that runs it
     queued_for: Identifier | None = None  # docs/ray.md: while queued, what it waits for ("cpus=2, gpus=1")

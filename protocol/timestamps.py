@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+from protocol import limits
+
 
 def utc_now() -> datetime:
     return datetime.now(UTC)
@@ -28,4 +30,4 @@ def epoch_seconds(text: str, default: float = 0.0) -> float:
 
 def rfc3339_ms(epoch_ms: int) -> str:
     """Milliseconds since the epoch as the one RFC 3339 form."""
-    return rfc3339(datetime.fromtimestamp(epoch_ms / 1000, UTC))
+    return rfc3339(datetime.fromtimestamp(epoch_ms / limits.MS_PER_SECOND, UTC))

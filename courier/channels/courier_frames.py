@@ -13,9 +13,9 @@ import sys
 from protocol import limits
 
 _LENGTH_SIZE = 4
-FRAME_MAX_BYTES = 64 * 1024 * 1024  # above any request (8 MiB) or reply (4 MiB + 64 KiB) plus an environment
+FRAME_MAX_BYTES = limits.COURIER_FRAME_MAX_BYTES
 # The exit of a command whose courier went away under it, outcome unknown: a transport failure (docs/cli.md#exit-codes).
-LOST_EXIT = 255
+LOST_EXIT = limits.EXIT_TRANSPORT
 
 
 class FrameError(Exception):

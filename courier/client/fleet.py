@@ -219,7 +219,7 @@ def _offset_ms(now: str | None, sent: float, received: float) -> int | None:
         peer = parse_rfc3339(now).timestamp()
     except ValueError:
         return None
-    return int((peer - (sent + received) / 2) * 1000)
+    return int((peer - (sent + received) / 2) * limits.MS_PER_SECOND)
 
 
 def show_machines(config: Config, *, check: bool, as_json: bool, machine_timeout_s: float) -> None:
@@ -279,7 +279,8 @@ def _apply_probe(row: ProbeRow, answer: Answer) -> None:
     row.clock_offset_ms = _offset_ms(response.now, answer.sent_at, answer.received_at)
     if row.clock_offset_ms is not None and abs(row.clock_offset_ms) > limits.CLOCK_OFFSET_WARN_MS:
         sys.stderr.write(
-            f"warning: {row.machine}: clock differs from this machine's by {row.clock_offset_ms / 1000:.1f}s\n"
+            f"warning: {row.machine}: clock differs from this machine's by "
+            f"{row.clock_offset_ms / limits.MS_PER_SECOND:.1f}s\n"
         )
 
 

@@ -76,11 +76,11 @@ def follow(
     """
     offset = 0
     failures = 0
-    deadline = time.monotonic() + bound_ms / 1000 if bound_ms else None
+    deadline = time.monotonic() + bound_ms / limits.MS_PER_SECOND if bound_ms else None
     while True:
         wait_ms = min(chunk_ms or limits.AWAIT_CHUNK_MS, await_chunk_ms())
         if deadline is not None:
-            wait_ms = max(1, min(wait_ms, int((deadline - time.monotonic()) * 1000)))
+            wait_ms = max(1, min(wait_ms, int((deadline - time.monotonic()) * limits.MS_PER_SECOND)))
         call = request("logs", agent_id=agent_id, follow=True, follow_from=offset, wait_timeout_ms=wait_ms)
         try:
             response = ask(config, machine, call)

@@ -223,7 +223,7 @@ class Watch:
         if state.mode == WATCH:
             wait_ms = self.wait_ms or watch_wait_ms()
             call = request("watch", watch_cursor=state.cursor, wait_timeout_ms=wait_ms)
-            response = ask(self.config, machine, call, timeout_s=wait_ms / 1000 + _CALL_SLACK_S)
+            response = ask(self.config, machine, call, timeout_s=wait_ms / limits.MS_PER_SECOND + _CALL_SLACK_S)
             results = response.results_of()
             cursor = response.watch_cursor or ""
         else:
@@ -538,7 +538,7 @@ def watch_once(
     """The events seen within `wait_s` (returning soon after the first), and the cursor to go on from."""
     check_configured(config, machines)
     states = decode_cursor(cursor, machines) if cursor else None
-    wait_ms = max(1, min(int(wait_s * 1000), watch_wait_ms()))
+    wait_ms = max(1, min(int(wait_s * limits.MS_PER_SECOND), watch_wait_ms()))
     fleet = Watch(config, machines, warn, states, wait_ms=wait_ms)
     fleet.start()
     deadline = time.monotonic() + wait_s

@@ -49,6 +49,8 @@ from courier.demo.anthropic_server import AnthropicServer
 from courier.demo.gemini_server import GeminiServer
 from courier.demo.model_server import ModelServer
 from courier.demo.sshd import EmbeddedSshd, new_key, private_openssh
+from courier.runs.git import CLONE_TIMEOUT_S
+from protocol import limits
 
 MACHINE = "demo"
 REPOSITORY = "demo/hello"
@@ -144,7 +146,7 @@ def run_demo(harness: str = "codex", *, ui: bool = False) -> int:
                 code = _demo(sandbox, started, spec, ui)
         except KeyboardInterrupt:
             sys.stderr.write("\ninterrupted; the demo sandbox was removed\n")
-            return 130
+            return limits.EXIT_INTERRUPTED
         except DemoFailed as exc:
             sys.stderr.write(f"error: wb demo: {exc}\n")
             return 1
@@ -382,7 +384,7 @@ class _DemoPage:
                     self.process.wait(timeout=1.0)
         except KeyboardInterrupt:
             pass
-        if self.process.poll() is not None and self.process.returncode not in (0, 130):
+        if self.process.poll() is not None and self.process.returncode not in (0, limits.EXIT_INTERRUPTED):
             raise DemoFailed(f"wb ui ended with status {self.process.returncode}")
 
     def stop(self) -> None:
@@ -486,7 +488,13 @@ def _git(cwd: Path, *args: str) -> None:
     }
     try:
         done = subprocess.run(
-            ["git", *args], cwd=cwd, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60
+            ["git", *args],
+            cwd=cwd,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=CLONE_TIMEOUT_S,
         )
     except FileNotFoundError:
         raise DemoFailed("git is not installed (wb needs it to make worktrees)") from None

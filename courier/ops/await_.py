@@ -171,11 +171,11 @@ async def await_tool(call: ToolCall, args: Any) -> dict[str, Any]:
 
     async def report_progress() -> None:
         while True:
-            await anyio.sleep(progress_interval_ms() / 1000)
+            await anyio.sleep(progress_interval_ms() / limits.MS_PER_SECOND)
             waited = time.monotonic() - began
             await call.progress(
                 round(waited, 1),
-                bound_ms / 1000,
+                bound_ms / limits.MS_PER_SECOND,
                 f"{ref} is {observed[0]}; waited {int(waited)}s",
             )
 

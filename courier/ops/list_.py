@@ -74,7 +74,7 @@ def _list_one(ask: Callable[[str, RemoteRequest], RemoteResponse], machine: str,
         ok=not warnings,
         runs=runs,
         error="; ".join(f"{format_reference(machine, w.agent_id)}: {w.error}" for w in warnings) or None,
-        elapsed_ms=int((time.monotonic() - began) * 1000),
+        elapsed_ms=int((time.monotonic() - began) * limits.MS_PER_SECOND),
     )
     return FleetDocument(results=results, machines=[row]).to_json()
 

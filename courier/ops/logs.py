@@ -14,7 +14,7 @@ from protocol.refs import is_run_prefix
 from protocol.rules import RequestRefused
 
 # How long a follow call about a queued run waits before it answers: a follower polls, never in a busy loop.
-QUEUED_FOLLOW_PAUSE_MS = 1_000
+QUEUED_FOLLOW_PAUSE_MS = 1 * limits.MS_PER_SECOND
 
 if TYPE_CHECKING:
     from protocol.documents import ActionsDocument

@@ -31,7 +31,7 @@ async def watch_tool(call: ToolCall, args: Any) -> dict[str, Any]:
     client = await call.client()
     machine, _ = target(None, args.to)
     machines = ["", *sorted(client.config.targets)] if args.all else [machine]
-    return await call.blocking(lambda: client.watch_once(machines, args.cursor, bound_ms / 1000))
+    return await call.blocking(lambda: client.watch_once(machines, args.cursor, bound_ms / limits.MS_PER_SECOND))
 
 
 

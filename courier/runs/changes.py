@@ -26,11 +26,9 @@ import shutil
 import tempfile
 
 from courier.errors import GitFailed
-from courier.runs.git import run_git, stderr_line
+from courier.runs.git import SUMMARY_TIMEOUT_S, run_git, stderr_line
 from protocol import limits
 from protocol.models import ChangeSummary
-
-GIT_TIMEOUT_S = 30.0
 
 _SHA = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
 _INSERTIONS = re.compile(rb"(\d+) insertions?\(\+\)")
@@ -59,7 +57,7 @@ def porcelain_paths(output: bytes) -> list[str]:
 
 
 def _status(worktree_dir: str) -> list[str] | None:
-    done = run_git(["status", "--porcelain", "-z"], cwd=worktree_dir, timeout=GIT_TIMEOUT_S)
+    done = run_git(["status", "--porcelain", "-z"], cwd=worktree_dir, timeout=SUMMARY_TIMEOUT_S)
     if done.returncode != 0:
         return None
     return porcelain_paths(done.stdout)
@@ -70,14 +68,14 @@ def count_dirty(worktree_dir: str) -> int:
 
     Raises GitFailed, naming git's complaint, when git cannot answer.
     """
-    done = run_git(["status", "--porcelain", "-z"], cwd=worktree_dir, timeout=GIT_TIMEOUT_S)
+    done = run_git(["status", "--porcelain", "-z"], cwd=worktree_dir, timeout=SUMMARY_TIMEOUT_S)
     if done.returncode != 0:
         raise GitFailed(f"git status failed in {worktree_dir}: {stderr_line(done)}")
     return len(porcelain_paths(done.stdout))
 
 
 def _new_files(worktree_dir: str) -> list[bytes] | None:
-    done = run_git(["ls-files", "-z", "--others", "--exclude-standard"], cwd=worktree_dir, timeout=GIT_TIMEOUT_S)
+    done = run_git(["ls-files", "-z", "--others", "--exclude-standard"], cwd=worktree_dir, timeout=SUMMARY_TIMEOUT_S)
     if done.returncode != 0:
         return None
     return [path for path in done.stdout.split(b"\0") if path]
@@ -90,7 +88,7 @@ def _shortstat(worktree_dir: str, base: str, new_files: list[bytes]) -> tuple[in
     intent-to-add entry) live in a scratch directory, so the repository is not written at all.
     """
     args = ["rev-parse", "--git-path", "index", "--git-path", "objects"]
-    done = run_git(args, cwd=worktree_dir, timeout=GIT_TIMEOUT_S)
+    done = run_git(args, cwd=worktree_dir, timeout=SUMMARY_TIMEOUT_S)
     paths = done.stdout.decode("utf-8", "surrogateescape").splitlines()
     if done.returncode != 0 or len(paths) != 2:
         return None
@@ -115,9 +113,9 @@ def _shortstat(worktree_dir: str, base: str, new_files: list[bytes]) -> tuple[in
             with open(pathspecs, "wb") as handle:
                 handle.write(b"\0".join(new_files) + b"\0")
             args = ["add", "--intent-to-add", f"--pathspec-from-file={pathspecs}", "--pathspec-file-nul"]
-            if run_git(args, cwd=worktree_dir, timeout=GIT_TIMEOUT_S, env=env).returncode != 0:
+            if run_git(args, cwd=worktree_dir, timeout=SUMMARY_TIMEOUT_S, env=env).returncode != 0:
                 return None
-        done = run_git(["diff", "--shortstat", base, "--"], cwd=worktree_dir, timeout=GIT_TIMEOUT_S, env=env)
+        done = run_git(["diff", "--shortstat", base, "--"], cwd=worktree_dir, timeout=SUMMARY_TIMEOUT_S, env=env)
     except OSError:
         return None
     finally:
@@ -135,12 +133,12 @@ def _quoted(path: str) -> str:
 
 
 def _head(worktree_dir: str) -> str | None:
-    done = run_git(["rev-parse", "--verify", "--quiet", "HEAD"], cwd=worktree_dir, timeout=GIT_TIMEOUT_S)
+    done = run_git(["rev-parse", "--verify", "--quiet", "HEAD"], cwd=worktree_dir, timeout=SUMMARY_TIMEOUT_S)
     return done.stdout.decode("ascii", "replace").strip() if done.returncode == 0 else None
 
 
 def _commits(worktree_dir: str, base: str) -> int | None:
-    done = run_git(["rev-list", "--count", f"{base}..HEAD", "--"], cwd=worktree_dir, timeout=GIT_TIMEOUT_S)
+    done = run_git(["rev-list", "--count", f"{base}..HEAD", "--"], cwd=worktree_dir, timeout=SUMMARY_TIMEOUT_S)
     text = done.stdout.strip()
     if done.returncode != 0 or not text.isdigit():
         return None

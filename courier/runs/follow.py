@@ -105,7 +105,7 @@ def follow_once(
     The state is read before the file, so a terminal answer carries every action the run wrote.
     """
     path = str(store.run_dir(agent_id) / EVENTS)
-    deadline = time.monotonic() + wait_timeout_ms / 1000
+    deadline = time.monotonic() + wait_timeout_ms / limits.MS_PER_SECOND
     harness: Harness | None = None
     while True:
         record = store.load(agent_id)

@@ -20,7 +20,12 @@ from courier.text import clip_bytes, sanitize
 TIMED_OUT = 124  # as timeout(1): git ran longer than its bound and was killed
 NOT_RUN = 127  # as a shell: git could not be started (missing, cwd gone, …)
 
-_DEFAULT_TIMEOUT_S = 30.0
+# How long one git call may run, in seconds, by what it is for; past it, its process group is killed.
+# Every git call names one of these (tests/unit/test_one_home_per_fact.py), so they are never spelled twice.
+SUMMARY_TIMEOUT_S = 30.0  # a run's change summary (courier/runs/changes.py), and a call that names none
+# A canonical clone: its worktrees and branches made, found, removed (courier/runs/worktrees.py); the demo's made.
+CLONE_TIMEOUT_S = 60.0
+PATCH_TIMEOUT_S = 120.0  # a run's whole patch for `wb agent diff` (courier/runs/patch.py): every changed file read
 _DRAIN_AFTER_KILL_S = 2.0
 
 
@@ -47,7 +52,7 @@ def git_environment(extra: Mapping[str, str] | None = None) -> dict[str, str]:
 def run_git(
     args: Sequence[str],
     cwd: str | os.PathLike[str],
-    timeout: float = _DEFAULT_TIMEOUT_S,
+    timeout: float = SUMMARY_TIMEOUT_S,
     *,
     env: Mapping[str, str] | None = None,
 ) -> subprocess.CompletedProcess[bytes]:

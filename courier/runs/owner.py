@@ -82,7 +82,7 @@ def finish(store: Store, record: Record, state: str, failure: str | None, secret
     record.finished_at = rfc3339(finished)
     with contextlib.suppress(ValueError):
         started = store_mod.parse_rfc3339(record.started_at)
-        record.duration_ms = max(0, int((finished - started).total_seconds() * 1000))
+        record.duration_ms = max(0, int((finished - started).total_seconds() * limits.MS_PER_SECOND))
     save_terminal(store, record)
 
 
@@ -390,7 +390,7 @@ class Owner:
         """Read the worker's output live: parse each line, store up to the cap, enforce the deadline."""
         assert worker.stdout is not None
         fd = worker.stdout.fileno()
-        deadline = time.monotonic() + self.record.timeout_ms / 1000 - self.worker_s
+        deadline = time.monotonic() + self.record.timeout_ms / limits.MS_PER_SECOND - self.worker_s
         log_fd = os.open(events_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         stored = 0
         pending = b""
@@ -514,7 +514,7 @@ class Owner:
         stall_ms = store_mod.stall_after_ms(record)
         if record.stop_when_stalled_ms is None or stall_ms <= 0:
             return None
-        return (stall_ms + record.stop_when_stalled_ms) / 1000
+        return (stall_ms + record.stop_when_stalled_ms) / limits.MS_PER_SECOND
 
     def end_worker(self, worker: subprocess.Popen[bytes]) -> None:
         process.signal_group(worker.pid, signal.SIGTERM)
@@ -539,7 +539,8 @@ class Owner:
                 self.times_fd = -1  # the run goes on without the times of its actions
         if self.times_fd >= 0:
             with contextlib.suppress(OSError):
-                event_times.note(self.times_fd, os.lseek(log_fd, 0, os.SEEK_CUR), int(time.time() * 1000))
+                offset = os.lseek(log_fd, 0, os.SEEK_CUR)
+                event_times.note(self.times_fd, offset, int(time.time() * limits.MS_PER_SECOND))
 
     def redact(self, line: bytes) -> bytes:
         return privacy.redact_line(line, self.secret)

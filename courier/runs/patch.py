@@ -19,9 +19,8 @@ import tempfile
 from dataclasses import dataclass, field
 
 from courier.errors import Finding
-from courier.runs.git import run_git, stderr_line
+from courier.runs.git import PATCH_TIMEOUT_S, run_git, stderr_line
 
-GIT_TIMEOUT_S = 120.0
 _SHA = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
 # The patch's shape must not depend on the repository's own diff settings.
 _DIFF_CONFIG = (
@@ -119,7 +118,9 @@ def compute_diff(worktree_dir: str, base_sha: str | None, *, with_patch: bool = 
     """
     if not os.path.isdir(worktree_dir):
         raise DiffFailed(f"the run's worktree {worktree_dir} is gone; there is no change to show")
-    located = run_git(["rev-parse", "--git-path", "index", "--verify", "HEAD"], cwd=worktree_dir, timeout=GIT_TIMEOUT_S)
+    located = run_git(
+        ["rev-parse", "--git-path", "index", "--verify", "HEAD"], cwd=worktree_dir, timeout=PATCH_TIMEOUT_S
+    )
     lines = located.stdout.decode("utf-8", "surrogateescape").splitlines()
     if located.returncode != 0 or len(lines) != 2:
         raise DiffFailed(f"git cannot read the worktree {worktree_dir}: {stderr_line(located)}")
@@ -133,11 +134,11 @@ def compute_diff(worktree_dir: str, base_sha: str | None, *, with_patch: bool = 
             shutil.copyfile(index_path, temp_index)
         env = {"GIT_INDEX_FILE": temp_index}
         add = ["add", "--all", "--intent-to-add", "--", "."]
-        added = run_git(add, cwd=worktree_dir, env=env, timeout=GIT_TIMEOUT_S)
+        added = run_git(add, cwd=worktree_dir, env=env, timeout=PATCH_TIMEOUT_S)
         if added.returncode != 0:
             raise DiffFailed(f"git cannot list the new files in {worktree_dir}: {stderr_line(added)}")
         flags = list(_DIFF_FLAGS) if with_patch else [flag for flag in _DIFF_FLAGS if flag not in ("-p", "--binary")]
-        done = run_git([*_DIFF_CONFIG, *flags, base, "--"], cwd=worktree_dir, env=env, timeout=GIT_TIMEOUT_S)
+        done = run_git([*_DIFF_CONFIG, *flags, base, "--"], cwd=worktree_dir, env=env, timeout=PATCH_TIMEOUT_S)
         if done.returncode != 0:
             raise DiffFailed(f"git diff failed in {worktree_dir}: {stderr_line(done)}")
     finally:

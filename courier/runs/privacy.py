@@ -29,7 +29,7 @@ _FRAGMENT_MIN = 4
 _HARNESS_FILES = ("last-message.txt", "harness-home")
 # A harness's own JSON files (session logs, chats) are redacted on their decoded strings, up to this size.
 _JSON_SUFFIXES = (".json", ".jsonl")
-_JSON_DECODED_MAX_BYTES = 64 << 20
+_JSON_DECODED_MAX_BYTES = limits.REDACTED_JSON_MAX_BYTES
 # An SQLite database (Codex keeps its logs and state in some) is redacted cell by cell, then rewritten whole.
 _SQLITE_HEADER = b"SQLite format 3\x00"
 _SQLITE_SIDE_FILES = ("-wal", "-shm", "-journal")

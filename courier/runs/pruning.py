@@ -26,6 +26,7 @@ from pathlib import Path
 from courier.errors import WbError
 from courier.runs import process, worktrees
 from courier.runs.store import EVENTS, RECORD, Record, Store, parse_rfc3339, render, rfc3339
+from protocol import limits
 from protocol.models import PrunedWorktree
 from protocol.refs import is_run_id
 
@@ -84,7 +85,7 @@ def prune(store: Store, older_than_ms: int, *, dry_run: bool, projects_root: Pat
     records under it that no kept record uses.
     """
     store.ensure()
-    cutoff = time.time() - older_than_ms / 1000
+    cutoff = time.time() - older_than_ms / limits.MS_PER_SECOND
     outcome = Pruning()
     chosen: list[tuple[Pruned, Record]] = []
     kept_dirs: set[str] = set()

@@ -498,8 +498,8 @@ def stall_facts(record: Record, store: Store | None) -> dict[str, str]:
     after = stall_after_ms(record)
     # silent by design while a usage limit resets (docs/cli.md#waiting-out-a-usage-limit)
     waiting = bool(record.waits) and not record.worker_pid
-    if after > 0 and not waiting and (time.time() - moment) * 1000 >= after:
-        facts["stalled_since"] = rfc3339(datetime.fromtimestamp(moment + after / 1000, UTC))
+    if after > 0 and not waiting and (time.time() - moment) * limits.MS_PER_SECOND >= after:
+        facts["stalled_since"] = rfc3339(datetime.fromtimestamp(moment + after / limits.MS_PER_SECOND, UTC))
     return facts
 
 

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from protocol import limits
 from protocol.durations import format_duration_ms
 from protocol.models import UsageLimitPolicy, Wait
 from protocol.timestamps import rfc3339
@@ -47,7 +48,7 @@ def refusal(policy: UsageLimitPolicy, waits_so_far: int, until: float, now: floa
     """The failure that ends the run instead of waiting (too many waits, or a reset too far away), else None."""
     if waits_so_far >= policy.max_waits:
         return f"{limit.failure} (gave up after {policy.max_waits} wait(s), the on_usage_limit.max_waits bound)"
-    if (until - now) * 1000 > policy.max_wait_ms:
+    if (until - now) * limits.MS_PER_SECOND > policy.max_wait_ms:
         resets = rfc3339(datetime.fromtimestamp(until, UTC))
         return (
             f"{limit.failure} (it resets at {resets}, further away than on_usage_limit.max_wait "

@@ -7,11 +7,10 @@ import re
 from pathlib import Path
 
 from courier.errors import NotStartable, UsageError
-from courier.runs.git import run_git
+from courier.runs.git import CLONE_TIMEOUT_S, run_git
 from protocol.refs import BadName, check_repository
 
 WORKTREES_DIR = ".wb-worktrees"
-_GIT_TIMEOUT = 60.0
 _EXISTING_SHOWN = 20  # names listed when --use-worktree NAME does not exist (docs/runs.md#dispatch)
 _URL_PATH = re.compile(r"(?:^[a-z+]+://[^/]+/|^[^/:@]+@[^:]+:|^[^/:]+:)(?P<path>.+?)(?:\.git)?/?$")
 
@@ -50,7 +49,7 @@ def repository_from_url(url: str) -> str | None:
 
 
 def origin_repository(cwd: Path) -> str | None:
-    done = run_git(["remote", "get-url", "origin"], cwd=cwd, timeout=_GIT_TIMEOUT)
+    done = run_git(["remote", "get-url", "origin"], cwd=cwd, timeout=CLONE_TIMEOUT_S)
     if done.returncode != 0:
         return None
     return repository_from_url(done.stdout.decode("utf-8", "replace"))
@@ -68,7 +67,7 @@ def resolve_base(repo_dir: Path, base: str) -> str:
     done = run_git(
         ["rev-parse", "--verify", "--quiet", "--end-of-options", f"{base}^{{commit}}"],
         cwd=repo_dir,
-        timeout=_GIT_TIMEOUT,
+        timeout=CLONE_TIMEOUT_S,
     )
     if done.returncode != 0:
         raise NotStartable(f'--base "{base}" is not a commit in {repo_dir}; fetch it there or name another ref')
@@ -78,7 +77,7 @@ def resolve_base(repo_dir: Path, base: str) -> str:
 def check_branch_name(repo_dir: Path, branch: str) -> None:
     if branch.startswith("-"):
         raise UsageError(f'branch "{branch}" must not start with "-"')
-    done = run_git(["check-ref-format", "--branch", branch], cwd=repo_dir, timeout=_GIT_TIMEOUT)
+    done = run_git(["check-ref-format", "--branch", branch], cwd=repo_dir, timeout=CLONE_TIMEOUT_S)
     if done.returncode != 0:
         raise UsageError(f'git refuses the branch name "{branch}"; choose another with --branch')
 
@@ -86,28 +85,28 @@ def check_branch_name(repo_dir: Path, branch: str) -> None:
 def add_worktree(clone: Path, path: Path, branch: str, sha: str) -> None:
     if os.path.lexists(path):
         raise NotStartable(f"worktree directory {path} already exists; reuse it with --use-worktree {path.name}")
-    done = run_git(["rev-parse", "--verify", "--quiet", f"refs/heads/{branch}"], cwd=clone, timeout=_GIT_TIMEOUT)
+    done = run_git(["rev-parse", "--verify", "--quiet", f"refs/heads/{branch}"], cwd=clone, timeout=CLONE_TIMEOUT_S)
     if done.returncode == 0:
         raise NotStartable(f'branch "{branch}" already exists in {clone}; choose another with --branch')
     path.parent.mkdir(parents=True, exist_ok=True)
-    done = run_git(["worktree", "add", "-b", branch, "--", str(path), sha], cwd=clone, timeout=_GIT_TIMEOUT)
+    done = run_git(["worktree", "add", "-b", branch, "--", str(path), sha], cwd=clone, timeout=CLONE_TIMEOUT_S)
     if done.returncode != 0:
         raise NotStartable(f"git worktree add failed in {clone}: {_git_error(done)}")
 
 
 def remove_worktree(clone: Path, path: Path, branch: str) -> None:
     """Undo add_worktree after a dispatch that could not finish: the worktree and its new branch."""
-    run_git(["worktree", "remove", "--force", "--", str(path)], cwd=clone, timeout=_GIT_TIMEOUT)
+    run_git(["worktree", "remove", "--force", "--", str(path)], cwd=clone, timeout=CLONE_TIMEOUT_S)
     if os.path.lexists(path):
         import shutil
 
         shutil.rmtree(path, ignore_errors=True)
-        run_git(["worktree", "prune"], cwd=clone, timeout=_GIT_TIMEOUT)
-    run_git(["branch", "-D", "--", branch], cwd=clone, timeout=_GIT_TIMEOUT)
+        run_git(["worktree", "prune"], cwd=clone, timeout=CLONE_TIMEOUT_S)
+    run_git(["branch", "-D", "--", branch], cwd=clone, timeout=CLONE_TIMEOUT_S)
 
 
 def registered_worktrees(clone: Path) -> set[Path]:
-    done = run_git(["worktree", "list", "--porcelain", "-z"], cwd=clone, timeout=_GIT_TIMEOUT)
+    done = run_git(["worktree", "list", "--porcelain", "-z"], cwd=clone, timeout=CLONE_TIMEOUT_S)
     if done.returncode != 0:
         return set()
     found = set()
@@ -124,7 +123,7 @@ def default_branch(name: str) -> str:
 
 def worktree_branches(clone: Path) -> dict[Path, str | None]:
     """Each registered worktree of `clone` (its resolved path) and the branch checked out there (None: detached)."""
-    done = run_git(["worktree", "list", "--porcelain", "-z"], cwd=clone, timeout=_GIT_TIMEOUT)
+    done = run_git(["worktree", "list", "--porcelain", "-z"], cwd=clone, timeout=CLONE_TIMEOUT_S)
     if done.returncode != 0:
         return {}
     found: dict[Path, str | None] = {}
@@ -140,11 +139,11 @@ def worktree_branches(clone: Path) -> dict[Path, str | None]:
 
 def remove_for_prune(clone: Path, path: Path, branch: str | None) -> str | None:
     """Remove a pruned run's worktree (uncommitted changes included) and then `branch`; None, or why git refused."""
-    done = run_git(["worktree", "remove", "--force", "--", str(path)], cwd=clone, timeout=_GIT_TIMEOUT)
+    done = run_git(["worktree", "remove", "--force", "--", str(path)], cwd=clone, timeout=CLONE_TIMEOUT_S)
     if done.returncode != 0:
         return f"git worktree remove failed in {clone}: {_git_error(done)}"
     if branch:
-        done = run_git(["branch", "-D", "--", branch], cwd=clone, timeout=_GIT_TIMEOUT)
+        done = run_git(["branch", "-D", "--", branch], cwd=clone, timeout=CLONE_TIMEOUT_S)
         if done.returncode != 0:
             return f"the worktree is removed, but git branch -D {branch} failed in {clone}: {_git_error(done)}"
     return None
@@ -217,10 +216,10 @@ def _all_clone_repositories(projects_root: Path) -> list[str]:
 
 
 def head_sha(path: Path) -> str | None:
-    done = run_git(["rev-parse", "--verify", "--quiet", "HEAD^{commit}"], cwd=path, timeout=_GIT_TIMEOUT)
+    done = run_git(["rev-parse", "--verify", "--quiet", "HEAD^{commit}"], cwd=path, timeout=CLONE_TIMEOUT_S)
     return done.stdout.decode().strip() if done.returncode == 0 else None
 
 
 def merge_base(path: Path, sha: str) -> str | None:
-    done = run_git(["merge-base", "HEAD", sha], cwd=path, timeout=_GIT_TIMEOUT)
+    done = run_git(["merge-base", "HEAD", sha], cwd=path, timeout=CLONE_TIMEOUT_S)
     return done.stdout.decode().strip() if done.returncode == 0 else None

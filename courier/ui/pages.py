@@ -18,6 +18,7 @@ from courier.runs.watch_op import FINISHED, RUNNING, phase_of
 from courier.text import sanitize
 from courier.ui.asks import FleetView
 from courier.ui.diffview import FileDiff, Hunk, files_of
+from protocol import limits
 from protocol.durations import format_duration_ms
 from protocol.models import DiffResult, Result
 from protocol.timestamps import parse_rfc3339, utc_now
@@ -254,7 +255,7 @@ def _duration(result: Result) -> str:
         elapsed = (utc_now() - parse_rfc3339(result.started_at)).total_seconds()
     except ValueError:
         return "-"
-    return format_duration_ms(max(0, int(elapsed)) * 1000) + " so far"
+    return format_duration_ms(max(0, int(elapsed)) * limits.MS_PER_SECOND) + " so far"
 
 
 def _tokens(result: Result) -> str:

@@ -24,6 +24,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import NoReturn
 
+from protocol import limits
+
 _PR_SET_PDEATHSIG = 1
 _C_LOCALES = ("C", "POSIX", "")
 
@@ -107,7 +109,7 @@ def run_child(
         code = exc.code if isinstance(exc.code, int) else 1
         _flush()
     except KeyboardInterrupt:
-        code = 130
+        code = limits.EXIT_INTERRUPTED
     except BaseException as exc:  # never a traceback (docs/cli.md#conventions-shared-by-every-command)
         with contextlib.suppress(Exception):
             sys.stderr.write(f"error: internal: {type(exc).__name__}: {exc}\n")
@@ -126,7 +128,7 @@ def _flush() -> None:
         except BrokenPipeError:
             null = os.open(os.devnull, os.O_WRONLY)
             os.dup2(null, stream.fileno())
-            os._exit(141)
+            os._exit(limits.EXIT_STDOUT_CLOSED)
         except (OSError, ValueError):
             pass
 

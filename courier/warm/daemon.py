@@ -63,11 +63,9 @@ class Courier:
     @staticmethod
     def _idle_setting() -> float:
         try:
-            return load_config().courier_idle_ms / 1000
+            return load_config().courier_idle_ms / limits.MS_PER_SECOND
         except WbError:
-            from protocol import limits
-
-            return limits.COURIER_IDLE_DEFAULT_MS / 1000
+            return limits.COURIER_IDLE_DEFAULT_MS / limits.MS_PER_SECOND
 
     # -- lifecycle ---------------------------------------------------------------------------
 

@@ -29,7 +29,15 @@ INITIALIZED = {"jsonrpc": "2.0", "method": "notifications/initialized"}
 TOOLS_LIST = {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}
 # Never needed to answer initialize or tools/list: the CLI's argument layer, the configuration,
 # the transports and SSH.
-NOT_FOR_LISTING = ("typer", "asyncssh", "yaml", "courier.cli", "courier.config", "courier.client.transport", "courier.client.asking")
+NOT_FOR_LISTING = (
+    "typer",
+    "asyncssh",
+    "yaml",
+    "courier.cli",
+    "courier.config",
+    "courier.client.transport",
+    "courier.client.asking",
+)
 # The SDK's parts a stdio server never uses, which its package inits would import (courier/bare_packages.py).
 NOT_FOR_A_STDIO_SERVER = ("mcp.client", "mcp.server.mcpserver", "mcp.cli")
 
