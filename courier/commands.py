@@ -18,6 +18,7 @@ from protocol import limits
 from protocol.durations import BadDuration, default_duration, parse_duration_ms
 from protocol.models import RemoteRequest
 from protocol.refs import BadName, check_machine_name, split_reference
+from protocol.rules import cost_bound_ok, token_bound_ok
 
 TIMEOUT_DEFAULT = default_duration(limits.TIMEOUT_DEFAULT_MS)
 AWAIT_DEFAULT = default_duration(limits.AWAIT_DEFAULT_MS)
@@ -101,11 +102,11 @@ def budget_flags(max_tokens: int | None, max_cost_usd: float | None) -> dict[str
     """The request fields of --max-tokens and --max-cost-usd (docs/cli.md#budgets), checked."""
     fields: dict[str, int | float] = {}
     if max_tokens is not None:
-        if max_tokens < 1:
+        if not token_bound_ok(max_tokens):
             raise UsageError("--max-tokens must be a whole number of at least 1")
         fields["max_tokens"] = max_tokens
     if max_cost_usd is not None:
-        if not 0 < max_cost_usd <= limits.COST_USD_MAX:
+        if not cost_bound_ok(max_cost_usd):
             raise UsageError("--max-cost-usd must be a number of dollars above 0 (e.g. 0.50)")
         fields["max_cost_usd"] = float(max_cost_usd)
     return fields

@@ -37,3 +37,22 @@ def check_timeout_ms(value: int, what: str = "timeout_ms") -> None:
         raise RequestRefused(f"{what} must be > 0")
     if value > limits.TIMEOUT_MAX_MS:
         raise RequestRefused(f"{what} must be at most {limits.TIMEOUT_MAX_MS} ({limits.TIMEOUT_MAX_TEXT})")
+
+
+def token_bound_ok(tokens: int) -> bool:
+    """The one budget rule for tokens (docs/cli.md#budgets): a bound is at least one token."""
+    return tokens >= 1
+
+
+def cost_bound_ok(dollars: float) -> bool:
+    """The one budget rule for cost (docs/cli.md#budgets): above $0 and at most COST_USD_MAX (not NaN)."""
+    return 0 < dollars <= limits.COST_USD_MAX
+
+
+def check_budget(max_tokens: int, max_cost_usd: float) -> None:
+    """A request's budget fields, where 0 means no bound; the flags' check (courier/commands.py) uses the same
+    rule, so the caller and the receiver refuse exactly the same values."""
+    if max_tokens and not token_bound_ok(max_tokens):
+        raise RequestRefused("max_tokens must be a whole number of at least 1 (0: no bound)")
+    if max_cost_usd and not cost_bound_ok(max_cost_usd):
+        raise RequestRefused(f"max_cost_usd must be above 0 and at most {limits.COST_USD_MAX:g} dollars (0: no bound)")

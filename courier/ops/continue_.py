@@ -10,10 +10,11 @@ from protocol.durations import default_duration
 from protocol.models import RemoteRequest
 from protocol.operations import Operation
 from protocol.refs import check_run_id, new_run_id
-from protocol.rules import RequestRefused, check_task, check_timeout_ms
+from protocol.rules import RequestRefused, check_budget, check_task, check_timeout_ms
 
 
 def _check(request: RemoteRequest) -> None:
+    check_budget(request.max_tokens, request.max_cost_usd)
     check_task(request.task)
     if request.profile and (not request.profile.isprintable() or len(request.profile) > limits.PROFILE_NAME_MAX_CHARS):
         raise RequestRefused(f"profile must be a printable name of at most {limits.PROFILE_NAME_MAX_CHARS} characters")

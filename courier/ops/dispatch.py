@@ -10,10 +10,11 @@ from protocol.durations import default_duration
 from protocol.models import WORKTREE_MODES, RemoteRequest, Result
 from protocol.operations import Operation
 from protocol.refs import check_repository, check_run_id, check_worktree_name, new_run_id
-from protocol.rules import RequestRefused, check_ref_text, check_task, check_timeout_ms
+from protocol.rules import RequestRefused, check_budget, check_ref_text, check_task, check_timeout_ms
 
 
 def _check(request: RemoteRequest) -> None:
+    check_budget(request.max_tokens, request.max_cost_usd)
     if request.mode not in WORKTREE_MODES:
         raise RequestRefused(f'dispatch mode must be "new" or "existing", not "{request.mode[:32]}"')
     if not request.worktree:

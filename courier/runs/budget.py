@@ -10,8 +10,6 @@ from protocol.models import Budget, Price, RemoteRequest, UsageLimitPolicy
 
 def budget_in_force(profile: Profile, request: RemoteRequest) -> Budget | None:
     """The profile's budget, each bound replaced by the request's flag when given (--max-tokens, --max-cost-usd)."""
-    if request.max_tokens < 0 or not 0 <= request.max_cost_usd < float("inf"):
-        raise UsageError("max_tokens and max_cost_usd must be more than 0 when given")
     setting = profile.budget
     tokens = request.max_tokens or (setting.tokens if setting else None)
     cost = request.max_cost_usd or (setting.cost_usd if setting else None)

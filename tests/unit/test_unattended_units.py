@@ -318,3 +318,35 @@ def test_claude_codes_assistant_lines_report_each_messages_usage_by_its_id() -> 
 def test_the_relay_is_in_front_of_a_run_with_a_budget_or_a_wait(fields: dict[str, object], needed: bool) -> None:
     record = Record.model_validate({**_result().model_dump(exclude_none=True), "timeout_ms": 60_000, **fields})
     assert relay_needed(record) is needed
+
+
+@pytest.mark.parametrize(
+    ("tokens", "dollars"),
+    [(-1, None), (0, None), (None, 0.0), (None, -0.5), (None, float("nan")), (None, float("inf")), (None, 2e6)],
+)
+def test_a_budget_the_flags_refuse_the_wire_refuses_too(tokens: int | None, dollars: float | None) -> None:
+    """One budget rule (protocol/rules.py) for the caller's flags and the receiver's check: a value the
+    flags refuse never reaches a receiver that would take it, nor the other way round (0 on the wire: none)."""
+    from courier.commands import budget_flags
+    from protocol.validate import RequestRefused, validate_request
+
+    with pytest.raises(UsageError):
+        budget_flags(tokens, dollars)
+    fields = {"max_tokens": tokens or 0, "max_cost_usd": dollars if dollars is not None else 0.0}
+    if fields["max_tokens"] or fields["max_cost_usd"]:
+        request = RemoteRequest.of(
+            "dispatch", mode="existing", worktree="w", profile="p", task="t", timeout_ms=1000, **fields
+        )
+        with pytest.raises(RequestRefused, match="max_"):
+            validate_request(request)
+
+
+def test_a_budget_the_flags_take_the_wire_takes() -> None:
+    from courier.commands import budget_flags
+    from protocol.validate import validate_request
+
+    fields = budget_flags(1, 1_000_000.0)
+    request = RemoteRequest.of(
+        "dispatch", mode="existing", worktree="w", profile="p", task="t", timeout_ms=1000, **fields
+    )
+    assert validate_request(request).max_tokens == 1
