@@ -1,14 +1,4 @@
-"""What the courier keeps for one machine whose channel can hold a serve session (docs/courier.md, "Serve mode").
-
-`WarmPeer` is the part every such channel shares: the peer's capabilities, asked once with
-`version`; one long-lived `wb --wb-internal-agent-serve` when the peer lists `serve`, else one
-call per session; the operations that need a fresh environment always on a one-call session
-(`needs_fresh_session`); a call whose serve session or connection was lost under it made again
-once; the session slots, the counters and the `wb courier status` row. A channel supplies what
-is its own (its link, how one call runs as a session of its own, how a serve session starts):
-SSH's `courier.channels.ssh_pool.Peer` (a pooled connection whose host key is re-verified before
-each call), exec's `courier.channels.exec.ExecPeer` (local child processes, no connection).
-"""
+"""The courier's state for one machine whose channel keeps a serve session (docs/courier.md, "Serve mode")."""
 
 from __future__ import annotations
 
@@ -43,6 +33,15 @@ def _log(message: str) -> None:
 
 class WarmPeer(ABC, Generic[Link]):
     """One machine's warm state: capabilities, serve session, session slots, counters.
+
+    What every channel with a serve session shares: the peer's capabilities, asked once with
+    `version`; one long-lived `wb --wb-internal-agent-serve` when the peer lists `serve`, else
+    one call per session; the operations that need a fresh environment always on a one-call
+    session (`needs_fresh_session`); a call whose serve session or connection was lost under it
+    made again once; the `wb courier status` row. A channel supplies what is its own (its link,
+    how one call runs as a session of its own, how a serve session starts): SSH's
+    `courier.channels.ssh_pool.Peer` (a pooled connection whose host key is re-verified before
+    each call), exec's `courier.channels.exec.ExecPeer` (local child processes, no connection).
 
     At most `max_sessions` one-call sessions run at once (the serve session's requests do not
     count: it answers them concurrently); a channel may lower `_limit` below it (SSH, to what a
@@ -236,14 +235,14 @@ class WarmPeer(ABC, Generic[Link]):
         }
 
 
-Peer = TypeVar("Peer", bound=WarmPeer[Any])
+PeerT = TypeVar("PeerT", bound=WarmPeer[Any])
 
 
-class WarmPeers(Generic[Peer]):
-    """One channel kind's peers in the courier (a `courier.channels.channel.WarmPart`), keyed by the channel."""
+class WarmPeers(Generic[PeerT]):
+    """One channel kind's peers, keyed by what lets calls share one (in the courier, that kind's `WarmPart`)."""
 
     def __init__(self) -> None:
-        self.peers: dict[Any, Peer] = {}
+        self.peers: dict[Any, PeerT] = {}
 
     def describe(self) -> list[dict[str, Any]]:
         return [peer.describe() for peer in self.peers.values()]
