@@ -53,7 +53,7 @@ class CourierChannel(Channel):
         self.inner.classify_exit(outcome)  # the courier only carried the bytes of the inner channel
 
     async def run(self, tail: list[str], stdin: bytes, bounds: Bounds = DEFAULT_BOUNDS) -> Outcome:
-        sock = self._connect()
+        sock = place.connect(self.socket_path, socket.socket)
         if sock is None:  # the courier is going away: this call is made the cold way
             return await self.inner.run(tail, stdin, bounds)
         header = {
@@ -76,19 +76,6 @@ class CourierChannel(Channel):
         finally:
             writer.close()
         return outcome_of(fields)
-
-    def _connect(self) -> socket.socket | None:
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        address, dir_fd = place.sun_path(self.socket_path)
-        try:
-            sock.connect(address)
-        except OSError:
-            sock.close()
-            return None
-        finally:
-            if dir_fd is not None:
-                os.close(dir_fd)
-        return sock
 
 
 def _end_quietly_if_the_courier_died(courier_pid: int) -> None:

@@ -1,4 +1,4 @@
-"""Where this user's courier listens (light: os, sys and zlib only).
+"""Where this user's courier listens, and the one way to connect to it (light: os, sys, zlib and `_socket` only).
 
 The socket lives in a 0700 directory owned by the user: `$XDG_RUNTIME_DIR/wb/` when that
 is a private directory of the user's, else `<WB_HOME or ~/.wb>/run/`. Its name carries a
@@ -10,10 +10,18 @@ checkout of wb) gets its own courier instead of borrowing connections made for a
 
 from __future__ import annotations
 
+import _socket
 import os
 import stat
 import sys
 import zlib
+
+TYPE_CHECKING = False  # typing's own import loads `re`, which the warm path never does
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import TypeVar
+
+    Socket = TypeVar("Socket", bound=_socket.socket)
 
 RUN_DIR_NAME = "run"
 XDG_SUBDIR = "wb"
@@ -135,3 +143,24 @@ def sun_path(path: str) -> tuple[str, int | None]:
     except OSError:
         return path, None  # the directory is missing: connecting fails as it should
     return f"/proc/self/fd/{fd}/{name}", fd
+
+
+def connect(path: str, make: Callable[[int, int], Socket], timeout: float | None = None) -> Socket | None:
+    """A stream socket connected to the courier listening at `path`; None when nobody listens there.
+
+    `make` is the caller's socket class: `_socket.socket` on the thin client's path (the
+    `socket` package's enums cost a warm command milliseconds), `socket.socket` elsewhere.
+    """
+    sock = make(_socket.AF_UNIX, _socket.SOCK_STREAM)
+    if timeout is not None:
+        sock.settimeout(timeout)
+    address, dir_fd = sun_path(path)
+    try:
+        sock.connect(address)
+    except OSError:
+        sock.close()
+        return None
+    finally:
+        if dir_fd is not None:
+            os.close(dir_fd)
+    return sock

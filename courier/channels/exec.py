@@ -20,10 +20,10 @@ import signal
 import time
 from typing import Any, ClassVar
 
-from courier.capabilities import SERVE
 from courier.channels.channel import DEFAULT_BOUNDS, Bounds, Channel, Outcome, WarmState
 from courier.channels.exits import first_stderr_line
-from courier.channels.serve_lines import ServeChannel, capabilities_of, needs_fresh_session, version_payload
+from courier.channels.serve_lines import ServeChannel
+from courier.channels.warm_peer import WarmPeer, WarmPeers
 from courier.config import ExecTarget
 from courier.errors import ConnectFailed, ConnectionLost, RemoteWbMissing, TransportError
 from courier.text import sanitize
@@ -272,131 +272,79 @@ class ProcessStream:
         kill_and_close_pipes(self._process)  # its reaping (ExecPeer.close) must not wait on a paused pipe
 
 
-class ExecPeer:
-    """The courier's state for one exec machine: its calls, its capabilities and its serve process."""
+class ExecPeer(WarmPeer[None]):
+    """The courier's state for one exec machine: its serve process, or one process per call (no connection)."""
+
+    kind = "exec"
+    # A call arriving while the serve process is being prepared (the version probe, then its
+    # start) waits for it, bounded, instead of starting one more process beside it; on a Ray
+    # head each such process joins the cluster as a new driver, 1-2 s of CPU (docs/ray.md#cost).
+    prepare_wait_s = SERVE_PREPARE_WAIT_S
 
     def __init__(self, channel: ExecChannel, tail: list[str], max_sessions: int) -> None:
+        super().__init__(channel.machine, max_sessions)
         self.channel = channel
         self.tail = tail
-        self.max_sessions = max_sessions
-        self.calls = 0
-        self.restarts = 0
-        self.in_use = 0
-        self.peak = 0
-        self.started_at = 0.0
-        self.capabilities: list[str] | None = None
-        self.serve: ServeChannel | None = None
         self._process: asyncio.subprocess.Process | None = None
-        self._slots = asyncio.Semaphore(max_sessions)
-        self._side_task: asyncio.Task[None] | None = None
-        self.closed = False  # retired or the courier stopping: a call still in flight starts nothing after it
-
-    def _serve_ready(self) -> bool:
-        return self.serve is not None and not self.serve.closed
 
     async def call(self, payload: bytes, operation: str, bounds: Bounds) -> Outcome:
         """Over the serve process when there is one (a process that ended is replaced once), else one process."""
-        self.calls += 1
-        side = self._side_task
-        if side is not None and not side.done():
-            # Its serve process is being prepared (the version probe, then its start): a call
-            # arriving meanwhile waits for it, bounded, instead of starting one more process
-            # beside it; on a Ray head each such process joins the cluster as a new driver,
-            # 1-2 s of CPU (docs/ray.md#cost).
-            await asyncio.wait({side}, timeout=SERVE_PREPARE_WAIT_S)
-        serve = self.serve
-        if serve is not None and not serve.closed and not needs_fresh_session(operation, self.capabilities):
-            try:
-                return await serve.ask(payload)
-            except ConnectionLost:
-                self.restarts += 1  # upgraded or crashed: this call as one process, a new serve process after
-                serve.close()  # its stdin broke, but its stdout may stay open (a child holding it): not ready
-        async with self._slots:
-            self.in_use += 1
-            self.peak = max(self.peak, self.in_use)
-            try:
-                outcome = await self.channel.run(self.tail, payload, bounds)
-            finally:
-                self.in_use -= 1
-        self._after_call()
-        return outcome
+        return await self.carry(payload, operation, bounds, _no_link)
 
-    def _after_call(self) -> None:
-        if self.closed:
-            return
-        if self._side_task is not None and not self._side_task.done():
-            return
-        if self.capabilities is None or (SERVE in self.capabilities and not self._serve_ready()):
-            self._side_task = asyncio.ensure_future(self._prepare_serve())
+    async def _session(self, link: None, payload: bytes, bounds: Bounds, *, or_serve: bool = False) -> Outcome:
+        if not await self._take_slot(or_serve=or_serve):
+            return await self._ask_serve(payload)
+        try:
+            return await self.channel.run(self.tail, payload, bounds)
+        finally:
+            await self._release_slot()
 
-    async def _prepare_serve(self) -> None:
-        with contextlib.suppress(TransportError, OSError):
-            if self.capabilities is None:
-                self.capabilities = capabilities_of(await self.channel.run(self.tail, version_payload()))
-            if SERVE not in self.capabilities or self.tail[-1:] != [REMOTE_ARGUMENT]:
-                return
-            process = await self.channel.start([*self.tail[:-1], SERVE_ARGUMENT])
-            if self.closed:  # closed while it started: nobody would close it later
-                ProcessStream(process, self.channel.machine).close()
-                return
-            self._process = process
-            self.started_at = time.time()
-            self.serve = ServeChannel(ProcessStream(process, self.channel.machine), self.channel.machine)
-            # Bound to this process: the callback may run after a successor took its place.
-            self.serve.when_ended(lambda _: self._reap(process))
+    async def _start_serve(self, link: None) -> ServeChannel | None:
+        if self.tail[-1:] != [REMOTE_ARGUMENT]:
+            return None
+        process = await self.channel.start([*self.tail[:-1], SERVE_ARGUMENT])
+        if self.closed:  # closed while it started: nobody would close it later
+            ProcessStream(process, self.machine).close()
+            return None
+        self._process = process
+        self.opened_at = time.time()
+        serve = ServeChannel(ProcessStream(process, self.machine), self.machine)
+        # Bound to this process: the callback may run after a successor took its place.
+        serve.when_ended(lambda _: self._reap(process))
+        return serve
 
     @staticmethod
     def _reap(process: asyncio.subprocess.Process) -> None:
         """Kill the serve process whose channel ended (never the one current by then)."""
         kill_and_close_pipes(process)
 
-    async def close(self) -> None:
-        self.closed = True
-        if self._side_task is not None:
-            self._side_task.cancel()
-            # Let it finish being cancelled: one cancelled inside its child's start closes that
-            # child's pipes in callbacks, and a loop that ended first would leave them open.
-            await asyncio.wait({self._side_task}, timeout=END_WAIT_S)
-        if self.serve is not None:
-            self.serve.close()
+    async def _release(self) -> None:
         if self._process is not None:
             await end_process(self._process)
 
-    def describe(self) -> dict[str, Any]:
-        return {
-            "machine": self.channel.machine,
-            "channel": "exec",
-            "argv": self.channel.target.argv,
-            "connected": self._serve_ready(),
-            "connection_age_s": round(time.time() - self.started_at, 1) if self._serve_ready() else None,
-            "connected_at": self.started_at if self._serve_ready() else None,
-            "calls": self.calls,
-            "reconnects": self.restarts,
-            "mode": "serve" if self._serve_ready() else ("probing" if self.capabilities is None else "session"),
-            "channels_in_use": self.in_use,
-            "peak_channels": self.peak,
-            "max_sessions": self.max_sessions,
-            "session_limit": self.max_sessions,
-        }
+    @property
+    def connected(self) -> bool:
+        return self._serve_ready()  # the serve process is what stays open between calls
+
+    def _open_since(self) -> float | None:
+        return self.opened_at if self._serve_ready() else None
+
+    def _address(self) -> dict[str, Any]:
+        return {"argv": self.channel.target.argv}  # the command stands where a host would
 
 
-class ExecPool:
+async def _no_link() -> None:
+    """An exec call runs over nothing kept open: each is a process of its own, or a line to the serve process."""
+
+
+class ExecPool(WarmPeers[ExecPeer]):
     """The courier's exec peers, one per (argv, wb command, session bound)."""
 
     def __init__(self) -> None:
-        self.peers: dict[tuple[object, ...], ExecPeer] = {}
+        super().__init__()
         self._retiring: set[asyncio.Future[None]] = set()
 
     def retire(self, peer: ExecPeer) -> None:
         """Close a replaced peer's serve process in the background (calls in flight on it may finish)."""
         self._retiring.add(task := asyncio.ensure_future(peer.close()))
         task.add_done_callback(self._retiring.discard)
-
-    def describe(self) -> list[dict[str, Any]]:
-        return [peer.describe() for peer in self.peers.values()]
-
-    async def close(self) -> None:
-        for peer in self.peers.values():
-            with contextlib.suppress(Exception):
-                await peer.close()
-        self.peers.clear()

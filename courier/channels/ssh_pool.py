@@ -11,27 +11,27 @@ Two lives (docs/courier.md):
   command, closed at its end; one handshake per key, its failure shared by every alias.
 - the courier's pool (`persistent=True`): every call re-reads known_hosts and re-checks the key
   the open connection's server presented (a key removed or changed there drops the
-  connection, and the fresh connect reports what a cold call would); a connection found
-  dropped is re-established once per call; with a peer whose `version` lists `serve`, calls
-  travel as JSON lines over one long-lived `wb --wb-internal-agent-serve` channel.
+  connection, and the fresh connect reports what a cold call would); the rest, the one
+  shared by every channel that keeps a serve session (a connection found dropped is
+  re-established once per call; with a peer whose `version` lists `serve`, calls travel as
+  JSON lines over one long-lived `wb --wb-internal-agent-serve` channel), is `WarmPeer`'s.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import sys
 import time
 from typing import Any
 
-from courier.capabilities import SERVE
 from courier.channels import ssh_client as ssh
 from courier.channels.channel import DEFAULT_BOUNDS, Bounds, Outcome
-from courier.channels.serve_lines import ServeChannel, capabilities_of, needs_fresh_session, version_payload
-from courier.errors import ConnectionLost, TransportError
+from courier.channels.serve_lines import ServeChannel
+from courier.channels.warm_peer import WarmPeer, WarmPeers
+from courier.channels.warm_peer import _log as _log  # the pool's log lines are the warm peer's
+from courier.errors import TransportError
 from protocol import limits
 from protocol.entry import REMOTE_ARGUMENT, SERVE_ARGUMENT
-from protocol.timestamps import rfc3339, utc_now
 
 # A session refused while none of ours is open is asked again this many times, pausing
 # 50 ms, 100 ms, … (a session that just ended may not be released by the server yet).
@@ -39,44 +39,28 @@ _REFUSED_ALONE_TRIES = 6
 _REFUSED_PAUSE_S = 0.05
 
 
-class Peer:
+class Peer(WarmPeer[ssh.Connection]):
     """One connection (being opened or open), the machine it was opened for, its session slots and serve session.
 
     At most `max_sessions` sessions are open at once (8 for a fan-out, below OpenSSH's
     default MaxSessions; `courier.max_sessions` for the courier), lowered to what the
-    server held when it refuses one.
+    server held when it refuses one. The serve session holds one of them for its life.
     """
+
+    kind = "ssh"
 
     def __init__(
         self, endpoint: ssh.Endpoint, command: str, max_sessions: int, handshake: asyncio.Lock, *, persistent: bool
     ) -> None:
+        super().__init__(endpoint.machine, max_sessions)
         self.endpoint = endpoint  # the first machine that reached it (aliases of one host share a peer)
         self._handshake = handshake
         self.persistent = persistent
         self.command = command
-        self.max_sessions = max_sessions
         self.connection: ssh.Connection | None = None
-        self.opened_at = 0.0
-        self.calls = 0
-        self.reconnects = 0
-        self.in_use = 0
-        self.peak = 0
-        self.capabilities: list[str] | None = None  # asked at most once per connection
-        self.serve: ServeChannel | None = None
-        self._limit = max_sessions
-        self._gate = asyncio.Condition()
         self._connect_lock = asyncio.Lock()
         self._opening: asyncio.Future[ssh.Connection] | None = None
-        self._side_task: asyncio.Task[None] | None = None
         self._releases: set[asyncio.Future[None]] = set()
-
-    @property
-    def mode(self) -> str:
-        if self._serve_ready():
-            return "serve"
-        if self.connection is not None and self.capabilities is None:
-            return "probing"
-        return "session"
 
     async def call(
         self, command: str, payload: bytes, operation: str, bounds: Bounds, settings: ssh.Settings
@@ -85,28 +69,11 @@ class Peer:
 
         `settings`: the ssh config as it applies to the caller's machine now (Pool.call resolved it).
         """
+        if self.persistent:
+            return await self.carry(payload, operation, bounds, lambda: self._connection(settings))
         self.calls += 1
-        if not self.persistent:
-            connection = await self._shared_connection()
-            return await self._session(connection, command, payload, bounds)
-        fresh = needs_fresh_session(operation, self.capabilities)
-        for attempt in (1, 2):
-            connection = await self._connection(settings)
-            try:
-                serve = self.serve
-                if serve is not None and not serve.closed and not fresh:
-                    return await serve.ask(payload)
-                outcome = await self._session(connection, command, payload, bounds, or_serve=not fresh)
-                self._after_call(connection)
-                return outcome
-            except ConnectionLost as exc:
-                _log(f"{self.endpoint.machine}: attempt {attempt} of the {operation} call: {exc.message}")
-                if attempt == 2:
-                    raise
-                # Dropped connection, or a serve process that ended (upgraded, crashed): start afresh.
-                self.reconnects += 1
-                await self._drop(connection)
-        raise AssertionError("unreachable")
+        connection = await self._shared_connection()
+        return await self._session(connection, payload, bounds, command=command)
 
     async def _shared_connection(self) -> ssh.Connection:
         """A fan-out's one connection: opened once, its failure (if any) shared by every caller."""
@@ -145,41 +112,29 @@ class Peer:
         if not future.cancelled():
             future.exception()  # retrieved: waiters that gave up must not leave it unobserved
 
-    def _serve_ready(self) -> bool:
-        return self.serve is not None and not self.serve.closed
-
-    async def _take_slot(self, *, or_serve: bool = False) -> bool:
-        """A session slot (True); or, with `or_serve`, False as soon as a serve session can take the call."""
-        async with self._gate:
-            await self._gate.wait_for(lambda: self.in_use < self._limit or (or_serve and self._serve_ready()))
-            if or_serve and self._serve_ready():
-                return False
-            self.in_use += 1
-            self.peak = max(self.peak, self.in_use)
-            return True
-
-    async def _release_slot(self) -> None:
-        async with self._gate:
-            self.in_use -= 1
-            self._gate.notify_all()
-
     async def _session(
-        self, connection: ssh.Connection, command: str, payload: bytes, bounds: Bounds, *, or_serve: bool = False
+        self,
+        link: ssh.Connection,
+        payload: bytes,
+        bounds: Bounds,
+        *,
+        or_serve: bool = False,
+        command: str | None = None,
     ) -> Outcome:
         """One command as one session; a server that allows fewer sessions than we open gets fewer.
 
         With `or_serve`, a call still waiting for a slot when a serve session starts goes there.
+        `command`: a fan-out's own (aliases with their own wb_path share one connection).
         """
         pause_s = _REFUSED_PAUSE_S
         alone_refusals = 0
         while True:
             if not await self._take_slot(or_serve=or_serve):
-                assert self.serve is not None
-                return await self.serve.ask(payload)
+                return await self._ask_serve(payload)
             others = 0
             try:
-                return await connection.run(
-                    command, payload, stdout_max=bounds.stdout_max, stderr_max=bounds.stderr_max
+                return await link.run(
+                    command or self.command, payload, stdout_max=bounds.stdout_max, stderr_max=bounds.stderr_max
                 )
             except ssh.SessionRefused:
                 others = self.in_use - 1
@@ -194,37 +149,26 @@ class Peer:
                 await asyncio.sleep(pause_s)
                 pause_s *= 2
 
-    def _after_call(self, connection: ssh.Connection) -> None:
-        """Learn the peer's capabilities once per connection; keep a serve process when it has one."""
-        if self._side_task is not None and not self._side_task.done():
-            return
-        if self.capabilities is None or (SERVE in self.capabilities and not self._serve_ready()):
-            self._side_task = asyncio.ensure_future(self._prepare_serve(connection))
-
-    async def _prepare_serve(self, connection: ssh.Connection) -> None:
-        with contextlib.suppress(TransportError, OSError):
-            if self.capabilities is None:
-                outcome = await self._session(connection, self.command, version_payload(), DEFAULT_BOUNDS)
-                self.capabilities = capabilities_of(outcome)
-            if SERVE not in self.capabilities or connection is not self.connection or connection.closed:
-                return
-            if not self.command.endswith(REMOTE_ARGUMENT):
-                return
-            await self._take_slot()  # the serve session holds one of the slots for its life
-            try:
-                stream = await connection.start(self.command[: -len(REMOTE_ARGUMENT)] + SERVE_ARGUMENT)
-            except BaseException:
-                await self._release_slot()
-                raise
-            channel = ServeChannel(stream, self.endpoint.machine)
-            channel.when_ended(lambda _: self._release_later())
-            self.serve = channel
-            async with self._gate:
-                self._gate.notify_all()  # calls waiting for a slot can take the serve session now
+    async def _start_serve(self, link: ssh.Connection) -> ServeChannel | None:
+        # Not over a connection dropped or replaced while `version` was asked.
+        if link is not self.connection or link.closed or not self.command.endswith(REMOTE_ARGUMENT):
+            return None
+        await self._take_slot()  # the serve session holds one of the slots for its life
+        try:
+            stream = await link.start(self.command[: -len(REMOTE_ARGUMENT)] + SERVE_ARGUMENT)
+        except BaseException:
+            await self._release_slot()
+            raise
+        channel = ServeChannel(stream, self.machine)
+        channel.when_ended(lambda _: self._release_later())
+        return channel
 
     def _release_later(self) -> None:
         self._releases.add(task := asyncio.ensure_future(self._release_slot()))
         task.add_done_callback(self._releases.discard)
+
+    async def _lost(self, link: ssh.Connection) -> None:
+        await self._drop(link)  # the next attempt connects afresh (and asks `version` again)
 
     async def _drop(self, connection: ssh.Connection) -> None:
         if self.serve is not None:
@@ -236,9 +180,7 @@ class Peer:
         with contextlib.suppress(Exception):
             await connection.close()
 
-    async def close(self) -> None:
-        if self._side_task is not None:
-            self._side_task.cancel()
+    async def _release(self) -> None:
         opening = self._opening
         if opening is not None and not opening.done():
             opening.cancel()
@@ -248,32 +190,22 @@ class Peer:
         if self.connection is not None:
             await self._drop(self.connection)
 
-    def describe(self) -> dict[str, Any]:
-        return {
-            "machine": self.endpoint.machine,
-            "channel": "ssh",
-            "host": self.endpoint.host,
-            "connected": self.connection is not None and not self.connection.closed,
-            "connection_age_s": round(time.time() - self.opened_at, 1) if self.connection is not None else None,
-            "connected_at": self.opened_at if self.connection is not None else None,
-            "calls": self.calls,
-            "reconnects": self.reconnects,
-            "mode": self.mode,
-            "channels_in_use": self.in_use,
-            "peak_channels": self.peak,
-            "max_sessions": self.max_sessions,
-            "session_limit": self._limit,
-        }
+    @property
+    def connected(self) -> bool:
+        return self.connection is not None and not self.connection.closed
+
+    def _open_since(self) -> float | None:
+        return self.opened_at if self.connection is not None else None
+
+    @property
+    def _can_probe(self) -> bool:
+        return self.connection is not None
+
+    def _address(self) -> dict[str, Any]:
+        return {"host": self.endpoint.host}
 
 
-def _log(message: str) -> None:
-    """One line in the courier's log (its stderr): reconnects are worth knowing about afterwards."""
-    with contextlib.suppress(OSError, ValueError):
-        sys.stderr.write(f"{rfc3339(utc_now())} courier: {message}\n")
-        sys.stderr.flush()
-
-
-class Pool:
+class Pool(WarmPeers[Peer]):
     """Peers keyed by where the ssh config resolves the machine to now (aliases of one host share one).
 
     The courier's key also holds the resolved settings, the wb command and the session bound:
@@ -281,8 +213,8 @@ class Pool:
     """
 
     def __init__(self, *, persistent: bool) -> None:
+        super().__init__()
         self.persistent = persistent
-        self.peers: dict[object, Peer] = {}
         self._handshakes: dict[str, asyncio.Lock] = {}
 
     async def call(
@@ -311,15 +243,6 @@ class Pool:
             return await peer.call(command, payload, operation, bounds, settings)
         except TransportError as exc:
             raise renamed(exc, peer.endpoint.machine, endpoint.machine) from None
-
-    def describe(self) -> list[dict[str, Any]]:
-        return [peer.describe() for peer in self.peers.values()]
-
-    async def close(self) -> None:
-        for peer in self.peers.values():
-            with contextlib.suppress(Exception):
-                await peer.close()
-        self.peers.clear()
 
 
 def renamed(exc: TransportError, opened_for: str, machine: str) -> TransportError:

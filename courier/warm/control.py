@@ -18,18 +18,15 @@ def _ask(kind: bytes) -> list[bytes] | None:
     path = place.socket_path(os.environ)
     if path is None:
         return None
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    sock.settimeout(_TIMEOUT_S)
-    address, dir_fd = place.sun_path(path)
+    sock = place.connect(path, socket.socket, _TIMEOUT_S)
+    if sock is None:
+        return None
     try:
-        sock.connect(address)
         frames.send_frame(sock, [kind])
         return frames.recv_frame(sock)
     except (OSError, frames.FrameError):
         return None
     finally:
-        if dir_fd is not None:
-            os.close(dir_fd)
         sock.close()
 
 

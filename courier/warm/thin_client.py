@@ -50,7 +50,7 @@ def run(argv: list[str]) -> int | None:
     except OSError:
         return None
     for _ in range(2):  # a second round after an upgraded courier stepped aside
-        sock = _connect(path)
+        sock = place.connect(path, _socket.socket)
         if sock is None:
             if not _start(path):
                 return None
@@ -66,24 +66,10 @@ def run(argv: list[str]) -> int | None:
     return None
 
 
-def _connect(path: str) -> _socket.socket | None:
-    sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
-    address, dir_fd = place.sun_path(path)
-    try:
-        sock.connect(address)
-        return sock
-    except OSError:
-        sock.close()
-        return None
-    finally:
-        if dir_fd is not None:
-            os.close(dir_fd)
-
-
 def _connect_soon(path: str) -> _socket.socket | None:
     deadline = time.monotonic() + RACE_WAIT_S
     while True:
-        sock = _connect(path)
+        sock = place.connect(path, _socket.socket)
         if sock is not None or time.monotonic() > deadline:
             return sock
         time.sleep(0.01)
