@@ -122,25 +122,23 @@ class ServeChannel:
                 self._stream.close()
 
 
-# Operations that never travel over a serve session, even when one is open: they depend on
-# the remote environment (PATH above all), which a long-lived serve process keeps from when
-# it started. dispatch and continue start an owner that runs the harness found on PATH;
-# version lists the harnesses found there. A one-call session starts with the environment
-# the machine gives a new login now, so a CLI installed later is found (docs/courier.md).
-FRESH_ENVIRONMENT_OPERATIONS = frozenset({"dispatch", "continue", "version"})
-
-
 def needs_fresh_session(operation: str, capabilities: list[str] | None) -> bool:
     """Whether `operation` must run as one call in a new session on a peer with these capabilities.
 
-    A peer listing `dispatch-in-serve` (a Ray head: its dispatch and continue start no CLI on
-    it, a node's holder does) takes them on its serve session too (docs/ray.md#cost).
+    An operation that depends on the environment a new login gets now (its `fresh_environment`,
+    courier/ops/: PATH above all, which a long-lived serve process keeps from when it started)
+    never travels over a serve session: dispatch and continue start an owner that runs the harness
+    found on PATH, version lists the harnesses found there (docs/courier.md). A peer listing
+    `dispatch-in-serve` (a Ray head: its dispatch and continue start no CLI on it, a node's holder
+    does) takes dispatch and continue on its serve session too (docs/ray.md#cost).
     """
     from courier.capabilities import DISPATCH_IN_SERVE
+    from courier.ops import REGISTRY
 
-    if operation not in FRESH_ENVIRONMENT_OPERATIONS:
+    op = REGISTRY.get(operation)
+    if op is None or not op.fresh_environment:
         return False
-    return operation == "version" or DISPATCH_IN_SERVE not in (capabilities or [])
+    return op.cluster != "place" or DISPATCH_IN_SERVE not in (capabilities or [])
 
 
 def version_payload() -> bytes:
