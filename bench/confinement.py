@@ -7,7 +7,12 @@ Per run: the time from just before `wb agent dispatch` starts to that first inst
 dispatch, the detached owner's start, the bubblewrap probe and the sandbox's set-up all count).
 Medians per mode; the difference is what confinement adds (target: at most 30 ms).
 
-    python bench/confinement.py [--runs N]
+Each pass is made once per `--branches` count: the clone starts with that many other `wb/` branches
+(loose refs, as wb's runs leave them), so the figure shows whether the cost grows with the branches
+of the clone (docs/benchmarks.md#confinement). Then the sandbox alone for a linked worktree of that
+clone: `/bin/true` in the bubblewrap command line a run gets, against `/bin/true` alone.
+
+    python bench/confinement.py [--runs N] [--branches 0,200]
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 RUNS = 10
+BRANCHES = "0,200"
 WB = Path(sys.executable).with_name("wb")
 # The program's first instruction: one `date` (a builtin would need bash), the same in both modes.
 PROGRAM = "#!/bin/sh\ndate +%s%N > started-at\n"
@@ -38,13 +44,13 @@ agents:
 """
 
 
-def _git(cwd: Path, *args: str) -> None:
+def _git(cwd: Path, *args: str, stdin: str = "") -> None:
     env = {**os.environ, "GIT_AUTHOR_NAME": "b", "GIT_AUTHOR_EMAIL": "b@example.com", "GIT_COMMITTER_NAME": "b",
            "GIT_COMMITTER_EMAIL": "b@example.com", "GIT_CONFIG_GLOBAL": "/dev/null"}  # fmt: skip
-    subprocess.run(["git", *args], cwd=cwd, env=env, check=True, capture_output=True)
+    subprocess.run(["git", *args], cwd=cwd, env=env, input=stdin.encode(), check=True, capture_output=True)
 
 
-def _machine(root: Path) -> dict[str, str]:
+def _machine(root: Path, branches: int) -> dict[str, str]:
     home = root / "home"
     home.mkdir()
     program = root / "program.sh"
@@ -59,6 +65,7 @@ def _machine(root: Path) -> dict[str, str]:
     (clone / "README.md").write_text("bench\n")
     _git(clone, "add", "README.md")
     _git(clone, "commit", "-q", "-m", "initial")
+    _branches(clone, branches)
     return {
         "HOME": str(home),
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
@@ -68,6 +75,13 @@ def _machine(root: Path) -> dict[str, str]:
         "WB_PROJECTS_ROOT": str(root / "projects"),
         "WB_COURIER": "off",
     }
+
+
+def _branches(clone: Path, count: int) -> None:
+    """`count` other `wb/` branches at HEAD, each a loose ref with its reflog, as a run's branch is left."""
+    if count:
+        lines = "".join(f"create refs/heads/wb/other{index} HEAD\n" for index in range(count))
+        _git(clone, "update-ref", "--create-reflog", "--stdin", stdin=lines)
 
 
 def _one(env: dict[str, str], profile: str, worktree: str) -> float:
@@ -100,7 +114,9 @@ def _sandbox_alone(root: Path, runs: int) -> tuple[float, float]:
     from courier.runs import bwrap_probe
     from courier.runs.sandbox import Plan
 
-    worktree = root / "projects" / "acme" / "widget"
+    clone = root / "projects" / "acme" / "widget"
+    worktree = root / "alone-worktree"  # a linked worktree, as a run's: its git binds count
+    _git(clone, "worktree", "add", "-q", "-b", "wb/alone", str(worktree))
     run_dir = root / "alone-run"
     plan = Plan(
         bwrap=shutil.which("bwrap") or "bwrap",
@@ -111,6 +127,7 @@ def _sandbox_alone(root: Path, runs: int) -> tuple[float, float]:
         path_env=os.environ.get("PATH", ""),
     )
     plan.prepare()
+    bwrap_probe._probe.cache_clear()  # once per owner: each pass measures a first one
     started = time.perf_counter()
     bwrap_probe.usable(os.environ.get("PATH"))
     probe_ms = (time.perf_counter() - started) * 1000
@@ -123,28 +140,35 @@ def _sandbox_alone(root: Path, runs: int) -> tuple[float, float]:
     return probe_ms, statistics.median(confined) - statistics.median(direct)
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", type=int, default=RUNS)
-    args = parser.parse_args()
-    if shutil.which("bwrap") is None:
-        raise SystemExit("bubblewrap is not installed here: nothing to compare")
+def _pass(runs: int, branches: int) -> None:
+    """Both modes through `wb` and the sandbox alone, for a clone with `branches` other `wb/` branches."""
     root = Path(tempfile.mkdtemp(prefix="wb-bench-confinement-"))
     try:
-        env = _machine(root)
+        env = _machine(root, branches)
         times: dict[str, list[float]] = {"plain": [], "confined": []}
-        for index in range(args.runs):
+        for index in range(runs):
             for profile in ("plain", "confined"):
                 times[profile].append(_one(env, profile, f"{profile}{index}"))
         off, auto = statistics.median(times["plain"]), statistics.median(times["confined"])
-        print(f"dispatch to the worker's first instruction, median of {args.runs} (ms):")
+        print(f"{branches} other wb/ branches; dispatch to the worker's first instruction, median of {runs} (ms):")
         print(f"  sandbox: off   {off:7.1f}   (min {min(times['plain']):.1f}, max {max(times['plain']):.1f})")
         print(f"  sandbox: auto  {auto:7.1f}   (min {min(times['confined']):.1f}, max {max(times['confined']):.1f})")
         print(f"  added          {auto - off:7.1f}   (target <= 30)")
-        probe_ms, bwrap_ms = _sandbox_alone(root, 3 * args.runs)
-        print(f"the sandbox alone: the bubblewrap probe {probe_ms:.1f} ms, bwrap around /bin/true +{bwrap_ms:.1f} ms")
+        probe_ms, bwrap_ms = _sandbox_alone(root, 3 * runs)
+        print(f"  the sandbox alone: the bubblewrap probe {probe_ms:.1f} ms, bwrap around /bin/true +{bwrap_ms:.1f} ms")
     finally:
         shutil.rmtree(root, ignore_errors=True)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=RUNS)
+    parser.add_argument("--branches", default=BRANCHES, help="comma-separated counts of other wb/ branches")
+    args = parser.parse_args()
+    if shutil.which("bwrap") is None:
+        raise SystemExit("bubblewrap is not installed here: nothing to compare")
+    for count in (int(word) for word in args.branches.split(",")):
+        _pass(args.runs, count)
     return 0
 
 
