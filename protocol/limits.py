@@ -206,3 +206,8 @@ PROXY_READ_CHUNK_BYTES = 64 * KIB
 # Entries of /tmp (and of each directory directly in it) a confined run looks at for Unix sockets to hide
 # (courier/runs/sandbox.py): enough for a busy /tmp, bounded so a flooded one costs a run nothing much.
 SANDBOX_TMP_SCAN_ENTRIES = 4096
+# A confined run's own branch, carried back from its private copy by the owner (courier/runs/own_branch.py).
+BRANCH_SYNC_INTERVAL_S = 1.0  # while the run goes on, at most this often (and only when the copy changed)
+BRANCH_LOCK_PATIENCE_S = 1.0  # at the worker's end, how long another git process's `<ref>.lock` is waited for
+BRANCH_LOCK_RETRY_S = 0.02  # how often a held lock is tried again meanwhile
+BRANCH_REFLOG_CARRY_MAX_BYTES = 1 * MIB  # new reflog lines carried by one sync

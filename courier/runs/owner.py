@@ -172,6 +172,7 @@ class Owner:
             if self.proxy is not None:
                 self.proxy.stop()
             if self.confinement is not None:
+                self.carry_branch(limits.BRANCH_LOCK_PATIENCE_S)  # whatever ended the run, the owner's failure too
                 self.confinement.cleanup()
         self.decide_and_save(exit_code=exit_code)
         stopping.join(limits.TERMINAL_SAVE_FIRST_PAUSE_S)
@@ -185,6 +186,7 @@ class Owner:
             if shutil.which(argv[0], path=env.get("PATH")) is None:  # inside, bwrap would only say "execvp"
                 finish(self.store, record, "failed", f"could not start the harness: {self.missing(argv[0])}")
                 return False, None
+            self.confinement.snapshot_branch()  # each worker sees the branches as they are when it starts
             argv = self.confinement.command_line(argv)
         try:
             worker = subprocess.Popen(
@@ -222,9 +224,17 @@ class Owner:
             self.diagnostics.append(
                 f"killed {left} leftover process(es) of the worker's group after the harness exited"
             )
+        # Nothing of the worker moves its branch's copy any more: its last moves, before a usage-limit wait too.
+        self.carry_branch(limits.BRANCH_LOCK_PATIENCE_S)
         # Also those that left the group (setsid): found by ancestry, the owner being their subreaper.
         self.diagnostics += descendants.describe(*tracker.end(limits.TIMEOUT_KILL_GRACE_S))
         return True, _exit_code(worker.returncode)
+
+    def carry_branch(self, patience_s: float = 0.0, *, when_changed: bool = False) -> None:
+        """The confined worker's own branch, carried back from its copy (courier/runs/own_branch.py); what kept
+        it from being carried is one of the run's diagnostics."""
+        if self.confinement is not None:
+            self.diagnostics += self.confinement.carry_branch(patience_s, when_changed=when_changed)
 
     def missing(self, program: str) -> str:
         executable = spec_for(self.record.resolved.harness).executable
@@ -398,7 +408,7 @@ class Owner:
         line_number = 0
         exited_at: float | None = None
         stall_stop_s = self.stall_stop_after_s()
-        last_output = marked_at = time.monotonic()
+        last_output = marked_at = carried_at = time.monotonic()
         try:
             while True:
                 now = time.monotonic()
@@ -417,6 +427,9 @@ class Owner:
                     self.end_worker(worker)
                 if self.refused_hosts:
                     self.store_refused(log_fd)
+                if now - carried_at >= limits.BRANCH_SYNC_INTERVAL_S:
+                    carried_at = now  # `git log wb/NAME` outside is about a second behind the run at most
+                    self.carry_branch(when_changed=True)
                 if self.meter.should_stop_worker() and worker.poll() is None:
                     self.end_worker(worker)  # a budget crossed, or a usage limit to wait out
                 if exited_at is None and worker.poll() is not None:

@@ -12,8 +12,10 @@ allows it and bubblewrap is usable here (courier/runs/bwrap_probe.py). Inside:
   the worktree, its git admin dir, the clone's objects, the harness home, a private TMPDIR and the
   configured writable paths read-write.
 * **Git.** The canonical clone's git dir is bound back read-only (config, hooks, HEAD, packed
-  refs, every branch but the run's own), with `objects` and `worktrees/<name>` writable over it
-  so status, diff and add work, and what `git stash` writes (see _git_paths).
+  refs, every ref), with `objects` and `worktrees/<name>` writable over it so status, diff and add
+  work, and what `git stash` writes (see _git_binds); the folders of the run's own branch and of its
+  reflog are the run's private copies, which the owner carries the own branch back from
+  (courier/runs/own_branch.py): one mount each, whatever the number of branches.
 * **Processes.** New PID, IPC and mount namespaces with `/proc` of the new PID namespace;
   `--die-with-parent`. Not `--new-session`: the owner signals the worker's process group
   (stop, timeout, stall, budget) and bubblewrap's command would leave it; the worker has no
@@ -40,6 +42,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 from courier.errors import NotStartable
+from courier.runs import own_branch
 from protocol import limits
 
 if TYPE_CHECKING:
@@ -145,6 +148,8 @@ class Plan:
     # /tmp/codex-daemon-<uid>, before its own sandbox starts): /tmp stays read-only, and each of these is
     # the run's own directory bound over an empty one of the user's (`prepare`).
     tmp_dirs: list[str] = field(default_factory=list)
+    # The run's own branch as the worker's copy (`snapshot_branch`, before each worker; courier/runs/own_branch.py).
+    branch: own_branch.OwnBranch | None = None
 
     @property
     def socket_dir(self) -> Path:
@@ -171,9 +176,23 @@ class Plan:
                 os.close(fd)
 
     def cleanup(self) -> None:
-        """The private TMPDIR and the sockets are the worker's while it runs, no longer."""
-        for directory in (self.tmp_dir, self.socket_dir):
+        """The private TMPDIR, the sockets and the branch's copy are the worker's while it runs, no longer
+        (the owner has carried the branch back first: `carry_branch`)."""
+        for directory in (self.tmp_dir, self.socket_dir, self.run_dir / own_branch.COPY_DIR):
             shutil.rmtree(directory, ignore_errors=True)
+        self.branch = None
+
+    def snapshot_branch(self) -> None:
+        """Copy the folders of the worktree's branch and of its reflog for the next worker, as they are now."""
+        dirs = own_branch.git_dirs(self.worktree)
+        self.branch = own_branch.snapshot(dirs, self.run_dir / own_branch.COPY_DIR) if dirs else None
+
+    def carry_branch(self, patience_s: float = 0.0, *, when_changed: bool = False) -> list[str]:
+        """Carry the own branch back from the worker's copy (compare-and-swap); warnings not given before."""
+        branch = self.branch
+        if branch is None or (when_changed and not branch.changed()):
+            return []
+        return branch.sync(patience_s)
 
     def command_line(self, argv: list[str]) -> list[str]:
         hidden = _hidden_roots(self.wb_home)
@@ -190,10 +209,10 @@ class Plan:
             out += ["--tmpfs", root]
         reads = _needed_reads(argv, self.path_env, hidden, bool(self.forwards))
         writes = [self.worktree, *self.writable, str(self.harness_home), str(self.tmp_dir)]
-        git_ro, git_rw = _git_paths(self.worktree)
         binds: list[tuple[str, str, str]] = [("--ro-bind", path, path) for path in reads]
         binds += [("--bind", path, path) for path in writes + [str(p) for p in self.files]]
-        binds += _git_binds(git_ro, git_rw)
+        git = self.branch.dirs if self.branch is not None else own_branch.git_dirs(self.worktree)
+        binds += _git_binds(git, self.branch)
         if self.forwards:
             binds.append(("--ro-bind", str(self.socket_dir), str(self.socket_dir)))
         if self.parent_home is not None:
@@ -367,62 +386,33 @@ def _shebang_program(program: str, path_env: str) -> str | None:
     return words[0]
 
 
-def _git_paths(worktree: str) -> tuple[list[str], list[str]]:
-    """(read-only, writable) paths of a linked worktree's git dirs, in the order they are bound.
+def _git_binds(dirs: own_branch.GitDirs | None, branch: own_branch.OwnBranch | None) -> list[tuple[str, str, str]]:
+    """Git's binds for a linked worktree, by depth: a writable directory before the read-only ones inside it.
 
-    `git stash` writes `refs/stash` and its log, and (through `reset --hard`) the worktree's own
-    branch, each by a lock file created beside it; so `refs/`, `logs/`, `logs/refs/` and the
-    directory of the run's own branch are writable, with every other directory below them
-    (heads, tags, remotes, …) and every other branch file in the own branch's directory bound
-    read-only on top: the run moves its own branch and its stash, never another ref.
+    `git stash` writes `refs/stash` and its log, each by a lock file created beside it, so `refs/`,
+    `logs/` and `logs/refs/` are writable, with every directory below them (heads, tags, remotes, …)
+    read-only on top: no other ref moves. The folders of the run's own branch and of its reflog are
+    the run's copies instead (courier/runs/own_branch.py), where git moves the branch (its `reset
+    --hard` and a commit): a constant number of mounts, whatever the number of branches.
     """
-    try:
-        text = Path(worktree, ".git").read_text(errors="replace")
-    except OSError:
-        return [], []  # not a linked worktree: nothing of git beyond the worktree itself
-    if not text.startswith("gitdir:"):
-        return [], []
-    admin = os.path.normpath(os.path.join(worktree, text.split(":", 1)[1].strip()))
-    try:
-        common_rel = Path(admin, "commondir").read_text().strip()
-    except OSError:
-        common_rel = "../.."
-    common = os.path.normpath(os.path.join(admin, common_rel))
-    read_only, writable = [common], [os.path.join(common, "objects"), admin]
-    logs = os.path.join(common, "logs")
+    if dirs is None:
+        return []  # not a linked worktree: nothing of git beyond the worktree itself
+    common, logs = dirs.common, dirs.logs
+    copies = branch.binds() if branch is not None else []
+    own = {target for _, _, target in copies}
+    read_only, writable = [common], [os.path.join(common, "objects"), dirs.admin]
     for top in (os.path.join(common, "refs"), logs, os.path.join(logs, "refs")):
         writable.append(top)
-        read_only += [path for path in _subdirs(top) if path != os.path.join(logs, "refs")]
-    try:
-        head = Path(admin, "HEAD").read_text().strip()
-    except OSError:
-        head = ""
-    if head.startswith("ref: refs/heads/"):
-        own = head[len("ref: ") :]
-        for base in (common, logs):
-            branch = os.path.join(base, own)
-            folder = os.path.dirname(branch)
-            writable.append(folder)
-            siblings = _entries(folder)
-            read_only += [path for path in siblings if path != branch]
-    return read_only, writable
+        read_only += [path for path in _subdirs(top) if path != os.path.join(logs, "refs") and path not in own]
+    binds = [("--ro-bind", path, path) for path in read_only] + [("--bind", path, path) for path in writable]
+    return sorted(binds + copies, key=lambda bind: (bind[2].count("/"), bind[0] == "--ro-bind"))
 
 
 def _subdirs(path: str) -> list[str]:
-    return [entry for entry in _entries(path) if os.path.isdir(entry) and not os.path.islink(entry)]
-
-
-def _entries(path: str) -> list[str]:
     try:
-        return [entry.path for entry in os.scandir(path)]
+        return [entry.path for entry in os.scandir(path) if entry.is_dir(follow_symlinks=False)]
     except OSError:
         return []
-
-
-def _git_binds(read_only: list[str], writable: list[str]) -> list[tuple[str, str, str]]:
-    """Git's binds by depth, a writable directory before the read-only entries inside it (see _git_paths)."""
-    binds = [("--ro-bind", path, path) for path in read_only] + [("--bind", path, path) for path in writable]
-    return sorted(binds, key=lambda bind: (bind[2].count("/"), bind[0] == "--ro-bind"))
 
 
 def _ordered(binds: list[tuple[str, str, str]]) -> list[tuple[str, str, str]]:
