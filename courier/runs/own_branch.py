@@ -1,15 +1,17 @@
 """A confined run's own branch (docs/security.md#confined-runs): a private copy of its folder, carried back.
 
 A confined worker may move its own branch (a commit, `reset`, the `reset --hard` of `git stash`) and no
-other ref. Git moves a branch by writing `<name>.lock` beside it and renaming it over `<name>`, and appends
-to its reflog, so the folders that hold the branch and its reflog must be writable to it. Binding every
-other branch file of those folders read-only on top cost two mounts per branch of the clone, and
-bubblewrap's start grows with its mounts (docs/benchmarks.md#confinement).
+other ref. Git moves a branch by writing `<name>.lock` beside it and renaming it over `<name>`, so the
+folder that holds the branch must be writable to it. Binding every other branch file of that folder (and
+of its reflog's) read-only on top cost two mounts per branch of the clone, and bubblewrap's start grows
+with its mounts (docs/benchmarks.md#confinement).
 
-Instead, before the worker starts, the owner copies each folder (`refs/heads/wb/`, `logs/refs/heads/wb/`:
-its regular files and directories, never a link) into the run's own directory, and the sandbox binds the
-copy writable over the real folder: one mount each, whatever the number of branches. Inside, the worker
-sees every branch as it was and moves its own in the copy; what else it writes there stays there.
+Instead, before the worker starts, the owner copies the branch's folder (`refs/heads/wb/`: its regular
+files and directories, never a link) into the run's own directory, and the sandbox binds the copy
+writable over the real folder; and the branch's reflog, which git only appends to, is a copy of that one
+file bound over it. Two mounts, whatever the number of branches. Inside, the worker sees every branch as
+it was (and every other reflog, read-only, as it is) and moves its own in the copy; what else it writes
+there stays there.
 
 The owner, outside, carries the own branch back (`OwnBranch.sync`): the ref's new value and its
 reflog's new lines, and nothing else of the copy. It takes git's own lock (`<name>.lock`, created
@@ -33,7 +35,7 @@ from pathlib import Path
 
 from protocol import limits
 
-COPY_DIR = "own-branch"  # in the run's directory: `refs` and `logs`, the copies of the two folders
+COPY_DIR = "own-branch"  # in the run's directory: `refs`, the copy of the branch's folder, and `log`, of its reflog
 HEADS = "refs/heads/"
 _VALUE = re.compile(rb"([0-9a-f]{40}(?:[0-9a-f]{24})?)\n?")  # a SHA-1 or SHA-256 object name
 _LOG_LINE = re.compile(rb"[0-9a-f]{40}(?:[0-9a-f]{24})? [0-9a-f]{40}(?:[0-9a-f]{24})? [^\n]*\n")
@@ -80,8 +82,8 @@ def git_dirs(worktree: str) -> GitDirs | None:
 
 
 @dataclass(frozen=True)
-class Folder:
-    """One folder the sandbox sees as the run's copy: `real` in the clone, `copy` in the run's directory."""
+class Copy:
+    """What the sandbox sees as the run's copy: `real` in the clone, `copy` in the run's directory."""
 
     real: str
     copy: Path
@@ -89,14 +91,14 @@ class Folder:
 
 @dataclass
 class OwnBranch:
-    """The run's branch, its copied folders, and what of it has been carried back (see the module's docstring)."""
+    """The run's branch, its copies, and what of it has been carried back (see the module's docstring)."""
 
     dirs: GitDirs
     ref: str
-    refs: Folder
-    logs: Folder | None  # None when the clone keeps no reflog folder for the branch
+    refs: Copy  # the branch's folder
+    log: Copy | None  # the branch's reflog file; None when it could not be had (the reflog stays read-only)
     base: bytes | None  # the real ref's value at the snapshot or the last sync; None when it had none
-    log_inode: int | None  # the copy's reflog, and how much of it the real one has
+    log_inode: int | None  # the copy of the reflog, and how much of it the real one has
     log_carried: int
     seen: tuple[object, ...] = ()
     warned: list[str] = field(default_factory=list)
@@ -105,19 +107,16 @@ class OwnBranch:
     def name(self) -> str:
         return os.path.basename(self.ref)
 
-    @property
-    def folders(self) -> list[Folder]:
-        return [self.refs] if self.logs is None else [self.refs, self.logs]
-
     def binds(self) -> list[tuple[str, str, str]]:
-        return [("--bind", str(folder.copy), folder.real) for folder in self.folders]
+        copies = [self.refs] if self.log is None else [self.refs, self.log]
+        return [("--bind", str(copy.copy), copy.real) for copy in copies]
 
     def changed(self) -> bool:
         """The copy's ref or reflog changed since the last completed sync (a stat of each)."""
         return self._look() != self.seen
 
     def _look(self) -> tuple[object, ...]:
-        return tuple(_identity(folder.copy / self.name) for folder in self.folders)
+        return _identity(self.refs.copy / self.name), self.log and _identity(self.log.copy)
 
     def sync(self, patience_s: float = 0.0) -> list[str]:
         """Carry the copy's ref and new reflog lines to the real branch; the warnings not given before.
@@ -163,9 +162,9 @@ class OwnBranch:
         """The copy's reflog lines not carried yet (whole lines shaped as git writes them), how far that
         reaches, and the file's inode: a reflog rewritten in place of the copied one (a new inode) carries
         nothing of what it held, only what is appended to it from then on."""
-        if self.logs is None:
+        if self.log is None:
             return b"", 0, None
-        with _opened(self.logs.copy / self.name) as fd:
+        with _opened(self.log.copy) as fd:
             if fd is None:
                 return b"", self.log_carried, self.log_inode
             info = os.fstat(fd)
@@ -191,8 +190,8 @@ class OwnBranch:
                     shown = "no commit" if real is None else real.decode(errors="replace")
                     keep = f"; `git branch <name> {value.decode()}` keeps the run's commits" if value else ""
                     raise _Refused(f"it moved outside the run (to {shown}) since the run last saw it{keep}")
-                if lines and self.logs is not None:
-                    _append(self.logs.real, self.name, lines)
+                if lines and self.log is not None:
+                    _append(self.log.real, lines)
                 if value is not None:
                     os.write(lock, value + b"\n")
                     os.rename(self.name + _LOCK, self.name, src_dir_fd=folder, dst_dir_fd=folder)
@@ -215,7 +214,7 @@ class _Refused(Exception):
 
 
 def snapshot(dirs: GitDirs, into: Path) -> OwnBranch | None:
-    """Copy the folders of the worktree's branch and of its reflog into `into` (made anew, 0700).
+    """Copy the folder of the worktree's branch, and its reflog, into `into` (made anew, 0700).
 
     None on a detached HEAD, or when the branch's folder cannot be had: the sandbox then binds no
     copy and the branch stays read-only inside, as every other ref."""
@@ -223,28 +222,20 @@ def snapshot(dirs: GitDirs, into: Path) -> OwnBranch | None:
         return None
     shutil.rmtree(into, ignore_errors=True)
     into.mkdir(mode=0o700)
-    folders: list[Folder] = []
-    for kind, top in (("refs", dirs.common), ("logs", dirs.logs)):
-        real = os.path.dirname(os.path.join(top, dirs.ref))
-        copy = into / kind
-        try:
-            _make_folder(real)
-            _copy_tree(real, copy)
-        except OSError:
-            shutil.rmtree(copy, ignore_errors=True)
-            if kind == "refs":
-                return None
-            continue
-        folders.append(Folder(real, copy))
-    name = os.path.basename(dirs.ref)
-    logs = folders[1] if len(folders) > 1 else None
-    log_identity = _identity(logs.copy / name) if logs else None
+    refs = Copy(os.path.dirname(os.path.join(dirs.common, dirs.ref)), into / "refs")
+    try:
+        _make_folder(refs.real)
+        _copy_tree(refs.real, refs.copy)
+    except OSError:
+        return None
+    log = _copy_log(Copy(os.path.join(dirs.logs, dirs.ref), into / "log"))
+    log_identity = _identity(log.copy) if log else None
     branch = OwnBranch(
         dirs=dirs,
         ref=dirs.ref,
-        refs=folders[0],
-        logs=logs,
-        base=_real_value_at(dirs, folders[0].real),
+        refs=refs,
+        log=log,
+        base=_real_value_at(dirs, refs.real),
         log_inode=log_identity[0] if log_identity else None,
         log_carried=log_identity[1] if log_identity else 0,
     )
@@ -256,6 +247,30 @@ def _make_folder(real: str) -> None:
     """The branch's folder, made as git makes it to move the branch when `git gc` packed it and removed it;
     the clone's own path, never the worker's (the worker writes only its copy)."""
     os.makedirs(real, exist_ok=True)
+
+
+def _copy_log(log: Copy) -> Copy | None:
+    """The branch's reflog copied, once there is one to bind over: made empty (as git would make it to move
+    the branch) when the clone has none, since inside its folder is read-only and a commit must append to it."""
+    try:
+        _make_folder(os.path.dirname(log.real))
+        os.close(os.open(log.real, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666))
+        source = os.open(log.real, _READ_FLAGS)
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(source).st_mode):
+            return None
+        target = os.open(log.copy, _CREATE_FLAGS, 0o600)
+        try:
+            _copy_data(source, target)
+        finally:
+            os.close(target)
+    except OSError:
+        return None
+    finally:
+        os.close(source)
+    return log
 
 
 def _copy_tree(real: str, copy: Path) -> None:
@@ -309,12 +324,22 @@ def _copy_file(name: str, source: int, target: int) -> None:
             return
         out = os.open(name, _CREATE_FLAGS, 0o600, dir_fd=target)
         try:
-            while chunk := os.read(fd, limits.READ_CHUNK_BYTES):
-                os.write(out, chunk)
+            _copy_data(fd, out)
         finally:
             os.close(out)
     finally:
         os.close(fd)
+
+
+def _copy_data(source: int, target: int) -> None:
+    while chunk := os.read(source, limits.READ_CHUNK_BYTES):
+        _write_all(target, chunk)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
 
 
 @contextlib.contextmanager
@@ -409,12 +434,10 @@ def _take_lock(folder: int, name: str, patience_s: float) -> int:
             time.sleep(limits.BRANCH_LOCK_RETRY_S)
 
 
-def _append(real: str, name: str, lines: bytes) -> None:
-    """Lines at the end of the real reflog, as git appends them (O_APPEND, made when missing)."""
-    fd = os.open(os.path.join(real, name), os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
+def _append(real: str, lines: bytes) -> None:
+    """Lines at the end of the real reflog, as git appends them (O_APPEND)."""
+    fd = os.open(real, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
     try:
-        view = memoryview(lines)
-        while view:
-            view = view[os.write(fd, view) :]
+        _write_all(fd, lines)
     finally:
         os.close(fd)

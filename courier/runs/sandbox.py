@@ -13,9 +13,9 @@ allows it and bubblewrap is usable here (courier/runs/bwrap_probe.py). Inside:
   configured writable paths read-write.
 * **Git.** The canonical clone's git dir is bound back read-only (config, hooks, HEAD, packed
   refs, every ref), with `objects` and `worktrees/<name>` writable over it so status, diff and add
-  work, and what `git stash` writes (see _git_binds); the folders of the run's own branch and of its
+  work, and what `git stash` writes (see _git_binds); the folder of the run's own branch and its
   reflog are the run's private copies, which the owner carries the own branch back from
-  (courier/runs/own_branch.py): one mount each, whatever the number of branches.
+  (courier/runs/own_branch.py): two mounts, whatever the number of branches.
 * **Processes.** New PID, IPC and mount namespaces with `/proc` of the new PID namespace;
   `--die-with-parent`. Not `--new-session`: the owner signals the worker's process group
   (stop, timeout, stall, budget) and bubblewrap's command would leave it; the worker has no
@@ -183,7 +183,7 @@ class Plan:
         self.branch = None
 
     def snapshot_branch(self) -> None:
-        """Copy the folders of the worktree's branch and of its reflog for the next worker, as they are now."""
+        """Copy the folder of the worktree's branch, and its reflog, for the next worker, as they are now."""
         dirs = own_branch.git_dirs(self.worktree)
         self.branch = own_branch.snapshot(dirs, self.run_dir / own_branch.COPY_DIR) if dirs else None
 
@@ -391,9 +391,9 @@ def _git_binds(dirs: own_branch.GitDirs | None, branch: own_branch.OwnBranch | N
 
     `git stash` writes `refs/stash` and its log, each by a lock file created beside it, so `refs/`,
     `logs/` and `logs/refs/` are writable, with every directory below them (heads, tags, remotes, …)
-    read-only on top: no other ref moves. The folders of the run's own branch and of its reflog are
-    the run's copies instead (courier/runs/own_branch.py), where git moves the branch (its `reset
-    --hard` and a commit): a constant number of mounts, whatever the number of branches.
+    read-only on top: no other ref moves. The folder of the run's own branch and its reflog are the
+    run's copies instead (courier/runs/own_branch.py), where git moves the branch (a commit, the
+    `reset --hard` of a stash): a constant number of mounts, whatever the number of branches.
     """
     if dirs is None:
         return []  # not a linked worktree: nothing of git beyond the worktree itself

@@ -140,10 +140,9 @@ def test_a_confined_commit_moves_its_own_branch_and_no_other(machine: Machine, b
     worktree = Path(str(final["worktree_dir"]))
     seen = json.loads((worktree / "probe.json").read_text())
     [commit] = seen["commits"]
-    # inside, each move of the other branch lands in the run's copy; outside, none of them does
-    assert [seen["others"][f"{how} refs/heads/wb/other"] for how in ("ref-file", "update-ref", "branch-f")] == [
-        "ok"
-    ] * 3, seen
+    # inside, the other branch's file is written in the run's copy (git's own moves stop at its read-only
+    # reflog); outside, none of it lands
+    assert seen["others"]["ref-file refs/heads/wb/other"] == "ok", seen
     assert _rev(clone, branch) == commit != initial
     assert _reflog(clone, branch)[0] == f"{commit} commit: inside 0"
     assert _rev(clone, "wb/other") == initial and _rev(clone, "main") == initial

@@ -48,12 +48,12 @@ def _snapshot(worktree: Path, run_dir: Path) -> own_branch.OwnBranch:
     return branch
 
 
-def _move_in_copy(branch: own_branch.OwnBranch, old: str, new: str, name: str | None = None) -> None:
-    """What git does inside to move a branch of the copy: its file rewritten, a line appended to its reflog."""
-    name = name or branch.name
-    (branch.refs.copy / name).write_text(new + "\n")
-    assert branch.logs is not None
-    with open(branch.logs.copy / name, "a") as log:
+def _move_in_copy(branch: own_branch.OwnBranch, old: str, new: str) -> None:
+    """What git does inside to move the own branch: its file in the copy rewritten, a line appended to the copy
+    of its reflog."""
+    (branch.refs.copy / branch.name).write_text(new + "\n")
+    assert branch.log is not None
+    with open(branch.log.copy, "a") as log:
         log.write(f"{old} {new} t <t@example.com> 1700000000 +0000\tcommit: work\n")
 
 
@@ -62,8 +62,8 @@ def _rev(clone: Path, ref: str) -> str:
 
 
 def test_the_copy_holds_each_branch_file_and_folder_privately_and_nothing_else(tmp_path: Path) -> None:
-    """The copy has every branch (nested folders too) and reflog as it was, 0700; a link, a FIFO and a lock
-    file in the real folder are left out, so a link is never followed out of the clone."""
+    """The copy has every branch of the folder (nested folders too) as it was, and the own reflog, 0700; a link,
+    a FIFO and a lock file in the real folder are left out, so a link is never followed out of the clone."""
     clone, worktree = _worktree(tmp_path)
     heads = clone / ".git" / "refs" / "heads" / "wb"
     git(clone, "branch", "wb/deeper/one")
@@ -77,9 +77,12 @@ def test_the_copy_holds_each_branch_file_and_folder_privately_and_nothing_else(t
     assert sorted(os.listdir(copy)) == ["deeper", "other0", "other1", "run"]
     assert (copy / "deeper" / "one").read_text() == (heads / "deeper" / "one").read_text()
     assert (copy / "other1").read_text() == (heads / "other1").read_text()
-    assert branch.logs is not None and (branch.logs.copy / "other0").read_text().count("\n") == 1
-    for path in (tmp_path / "run" / own_branch.COPY_DIR, copy, branch.logs.copy, copy / "deeper"):
+    assert branch.log is not None
+    assert branch.log.copy.read_text() == (clone / ".git" / "logs" / "refs" / "heads" / "wb" / "run").read_text()
+    for path in (tmp_path / "run" / own_branch.COPY_DIR, copy, copy / "deeper"):
         assert stat.S_IMODE(os.lstat(path).st_mode) == 0o700, path
+    for path in (copy / "run", branch.log.copy):
+        assert stat.S_IMODE(os.lstat(path).st_mode) == 0o600, path
 
 
 def test_the_own_branch_is_carried_back_with_its_new_reflog_lines(tmp_path: Path) -> None:
@@ -92,8 +95,8 @@ def test_the_own_branch_is_carried_back_with_its_new_reflog_lines(tmp_path: Path
     lines = log.read_text().count("\n")
     new = _commit(worktree)
     _move_in_copy(branch, before, new)
-    assert branch.logs is not None
-    with open(branch.logs.copy / "run", "a") as copy_log:
+    assert branch.log is not None
+    with open(branch.log.copy, "a") as copy_log:
         copy_log.write("not a reflog line\n")
     assert branch.changed()
     assert branch.sync() == []
@@ -110,13 +113,28 @@ def test_only_the_own_branch_is_carried_never_another_written_in_the_copy(tmp_pa
     branch = _snapshot(worktree, tmp_path / "run")
     other = _rev(clone, "wb/other0")
     new = _commit(worktree)
-    _move_in_copy(branch, other, new, name="other0")
+    (branch.refs.copy / "other0").write_text(new + "\n")
     (branch.refs.copy / "made").write_text(new + "\n")
     (branch.refs.copy / "other1").unlink()
+    assert not branch.changed()  # the own branch's copies are as they were: nothing to look at
     assert branch.sync() == []
     assert _rev(clone, "wb/other0") == other and _rev(clone, "wb/other1") == other
     assert not (clone / ".git" / "refs" / "heads" / "wb" / "made").exists()
-    assert git(clone, "reflog", "show", "--format=%H", "wb/other0").split() == [other]
+
+
+def test_a_clone_without_the_branchs_reflog_gets_an_empty_one_to_append_to(tmp_path: Path) -> None:
+    """Inside, the reflog's folder is read-only and git appends to the branch's reflog as it moves it: where the
+    clone has none, the owner makes it empty (as git would), and the run's line lands in it."""
+    clone, worktree = _worktree(tmp_path)
+    log = clone / ".git" / "logs" / "refs" / "heads" / "wb" / "run"
+    log.unlink()
+    branch = _snapshot(worktree, tmp_path / "run")
+    assert branch.log is not None and log.read_text() == "" and branch.log.copy.read_text() == ""
+    base = _rev(clone, "wb/run")
+    new = _commit(worktree)
+    _move_in_copy(branch, base, new)
+    assert branch.sync() == [] and _rev(clone, "wb/run") == new
+    assert log.read_text().startswith(f"{base} {new} ")
 
 
 def test_a_branch_moved_outside_meanwhile_is_not_overwritten(tmp_path: Path) -> None:
@@ -209,8 +227,8 @@ def test_a_link_or_non_commit_left_as_the_own_ref_in_the_copy_is_not_carried(tmp
 @pytest.mark.parametrize("branch_name", ["wb/run", "feature"])
 def test_the_mounts_do_not_grow_with_the_branches_of_the_clone(tmp_path: Path, branch_name: str) -> None:
     """The bwrap command line for a clone with 200 other `wb/` branches has as many mounts as for one with
-    none: the own branch's folder and its reflog's are one copy each (a branch in `refs/heads/` itself, too),
-    bound writable after the read-only `refs/heads`, and every other branch is only in the copy."""
+    none: the own branch's folder and its reflog are one copy each (a branch in `refs/heads/` itself, too),
+    the folder bound writable after the read-only `refs/heads`, and every other branch is only in the copy."""
     counts = []
     for others in (0, 200):
         root = tmp_path / f"others{others}"
@@ -234,4 +252,6 @@ def test_the_mounts_do_not_grow_with_the_branches_of_the_clone(tmp_path: Path, b
         assert read_only == ([] if branch_name == "feature" else [read_only[0]])
         assert all(mounts.index(m) < heads for m in read_only)  # the deeper copy lands on top
         assert not any("/wb/other" in target for _, _, target in mounts)
+        log = str(clone / ".git" / "logs" / "refs" / "heads" / branch_name)
+        assert ("--bind-try", str(run_dir / own_branch.COPY_DIR / "log"), log) in mounts
     assert counts[0] == counts[1]
