@@ -10,7 +10,8 @@ Medians per mode; the difference is what confinement adds (target: at most 30 ms
 Each pass is made once per `--branches` count: the clone starts with that many other `wb/` branches
 (loose refs, as wb's runs leave them), so the figure shows whether the cost grows with the branches
 of the clone (docs/benchmarks.md#confinement). Then the sandbox alone for a linked worktree of that
-clone: `/bin/true` in the bubblewrap command line a run gets, against `/bin/true` alone.
+clone: the owner's copy of the branch's folders, and `/bin/true` in the bubblewrap command line a run
+gets against `/bin/true` alone.
 
     python bench/confinement.py [--runs N] [--branches 0,200]
 """
@@ -26,6 +27,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 if __package__ in (None, ""):
@@ -108,9 +110,17 @@ def _one(env: dict[str, str], profile: str, worktree: str) -> float:
     return (first - started) / 1e6
 
 
-def _sandbox_alone(root: Path, runs: int) -> tuple[float, float]:
-    """Median ms of `/bin/true` started directly and inside the sandbox a run gets (courier/runs/sandbox.py), and the
-    bubblewrap probe's first run: what confinement adds to the owner, without wb's own start-up noise."""
+@dataclass
+class Alone:
+    """The sandbox alone, in ms (medians): what confinement adds to the owner, without wb's own start-up noise."""
+
+    probe: float  # the bubblewrap probe's first run (once per owner)
+    snapshot: float  # the copy of the own branch's folders (courier/runs/own_branch.py), before each worker
+    bwrap: float  # `/bin/true` inside the sandbox a run gets, less `/bin/true` alone
+    mounts: int  # bind mounts on that command line
+
+
+def _sandbox_alone(root: Path, runs: int) -> Alone:
     from courier.runs import bwrap_probe
     from courier.runs.sandbox import Plan
 
@@ -131,13 +141,20 @@ def _sandbox_alone(root: Path, runs: int) -> tuple[float, float]:
     started = time.perf_counter()
     bwrap_probe.usable(os.environ.get("PATH"))
     probe_ms = (time.perf_counter() - started) * 1000
-    direct, confined = [], []
+    direct, confined, snapshots = [], [], []
+    argv: list[str] = []
     for _ in range(runs):
-        for argv, into in ((["/bin/true"], direct), (plan.command_line(["/bin/true"]), confined)):
+        started = time.perf_counter()
+        plan.snapshot_branch()
+        snapshots.append((time.perf_counter() - started) * 1000)
+        argv = plan.command_line(["/bin/true"])
+        for command, into in ((["/bin/true"], direct), (argv, confined)):
             started = time.perf_counter()
-            subprocess.run(argv, check=True)
+            subprocess.run(command, check=True)
             into.append((time.perf_counter() - started) * 1000)
-    return probe_ms, statistics.median(confined) - statistics.median(direct)
+    mounts = sum(1 for word in argv if word.endswith("bind-try"))
+    added = statistics.median(confined) - statistics.median(direct)
+    return Alone(probe_ms, statistics.median(snapshots), added, mounts)
 
 
 def _pass(runs: int, branches: int) -> None:
@@ -154,8 +171,11 @@ def _pass(runs: int, branches: int) -> None:
         print(f"  sandbox: off   {off:7.1f}   (min {min(times['plain']):.1f}, max {max(times['plain']):.1f})")
         print(f"  sandbox: auto  {auto:7.1f}   (min {min(times['confined']):.1f}, max {max(times['confined']):.1f})")
         print(f"  added          {auto - off:7.1f}   (target <= 30)")
-        probe_ms, bwrap_ms = _sandbox_alone(root, 3 * runs)
-        print(f"  the sandbox alone: the bubblewrap probe {probe_ms:.1f} ms, bwrap around /bin/true +{bwrap_ms:.1f} ms")
+        alone = _sandbox_alone(root, 3 * runs)
+        print(
+            f"  the sandbox alone: the bubblewrap probe {alone.probe:.1f} ms, the branch's copy "
+            f"{alone.snapshot:.1f} ms, bwrap around /bin/true +{alone.bwrap:.1f} ms ({alone.mounts} bind mounts)"
+        )
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
