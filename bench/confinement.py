@@ -144,6 +144,8 @@ def _sandbox_alone(root: Path, runs: int) -> Alone:
     direct, confined, snapshots = [], [], []
     argv: list[str] = []
     for _ in range(runs):
+        plan.cleanup()  # as at a run's start: no copy of an earlier worker to remove first
+        plan.prepare()
         started = time.perf_counter()
         plan.snapshot_branch()
         snapshots.append((time.perf_counter() - started) * 1000)
