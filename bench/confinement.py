@@ -121,7 +121,7 @@ class Alone:
 
 
 def _sandbox_alone(root: Path, runs: int) -> Alone:
-    from courier.runs import bwrap_probe
+    from courier.runs import bwrap_probe, own_branch
     from courier.runs.sandbox import Plan
 
     clone = root / "projects" / "acme" / "widget"
@@ -135,6 +135,7 @@ def _sandbox_alone(root: Path, runs: int) -> Alone:
         harness_home=run_dir / "harness-home",
         wb_home=root / "wbhome",
         path_env=os.environ.get("PATH", ""),
+        git=own_branch.git_dirs(str(worktree), clone_git=str(clone / ".git"), branch="wb/alone"),
     )
     plan.prepare()
     bwrap_probe._probe.cache_clear()  # once per owner: each pass measures a first one

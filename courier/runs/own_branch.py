@@ -60,25 +60,70 @@ class GitDirs:
         return os.path.join(self.common, "logs")
 
 
-def git_dirs(worktree: str) -> GitDirs | None:
-    """The git directories of a linked worktree (its `.git` is a `gitdir:` file); None for anything else."""
+def git_dirs(worktree: str, *, clone_git: str | None = None, branch: str | None = None) -> GitDirs | None:
+    """The git directories of a linked worktree (its `.git` is a `gitdir:` file); None for anything else.
+
+    The worktree's files are the worker's to write, and what they name becomes writable inside the
+    next worker's sandbox and written by the owner outside: so the admin dir must be one of the
+    clone's `worktrees/<name>` (its `commondir` is not read), the clone must be `clone_git` (the
+    owner's, from where wb put the worktree), and the branch is the run's record's when it has one.
+    Without one (a run in an existing worktree), the branch HEAD names is taken unless another
+    worktree or the clone has it checked out (then it is another run's, or the clone's `main`).
+    """
+    admin = _admin_dir(worktree)
+    if admin is None:
+        return None
+    common = os.path.dirname(os.path.dirname(admin))
+    if os.path.basename(os.path.dirname(admin)) != "worktrees":
+        return None
+    if clone_git is not None and os.path.realpath(common) != os.path.realpath(clone_git):
+        return None
+    if branch is not None:
+        ref: str | None = HEADS + branch
+    else:
+        ref = _head_ref(admin)
+        if ref is not None and ref in _checked_out_elsewhere(common, admin):
+            ref = None
+    return GitDirs(admin, common, ref if ref is not None and _safe_branch(ref) else None)
+
+
+def _admin_dir(worktree: str) -> str | None:
     try:
         text = Path(worktree, ".git").read_text(errors="replace")
     except OSError:
         return None
     if not text.startswith("gitdir:"):
         return None
-    admin = os.path.normpath(os.path.join(worktree, text.split(":", 1)[1].strip()))
+    return os.path.normpath(os.path.join(worktree, text.split(":", 1)[1].strip()))
+
+
+def _head_ref(git_dir: str) -> str | None:
+    """The branch a HEAD file names; None for a detached or unreadable HEAD."""
     try:
-        common_rel = Path(admin, "commondir").read_text().strip()
+        head = Path(git_dir, "HEAD").read_text(errors="replace").strip()
     except OSError:
-        common_rel = "../.."
-    try:
-        head = Path(admin, "HEAD").read_text().strip()
-    except OSError:
-        head = ""
-    ref = head[len("ref: ") :] if head.startswith("ref: " + HEADS) else None
-    return GitDirs(admin, os.path.normpath(os.path.join(admin, common_rel)), ref)
+        return None
+    return head[len("ref: ") :] if head.startswith("ref: " + HEADS) else None
+
+
+def _checked_out_elsewhere(common: str, admin: str) -> set[str]:
+    """The branches the clone and its other worktrees have checked out."""
+    found = {_head_ref(common)}
+    with contextlib.suppress(OSError), os.scandir(os.path.join(common, "worktrees")) as entries:
+        found |= {_head_ref(entry.path) for entry in entries if entry.path != admin}
+    return {ref for ref in found if ref is not None}
+
+
+_REF_PART = re.compile(r"[^\x00-\x20\x7f~^:?*\[\\]+")
+
+
+def _safe_branch(ref: str) -> bool:
+    """`refs/heads/…` as git allows a branch name (git check-ref-format): no part empty, led by a dot (`..`
+    included) or ending in `.lock`, no character git refuses; so it never leads out of the folders it names."""
+    if not ref.startswith(HEADS) or ref.endswith(".") or "@{" in ref:
+        return False
+    parts = ref[len(HEADS) :].split("/")
+    return all(part and part[0] != "." and not part.endswith(_LOCK) and _REF_PART.fullmatch(part) for part in parts)
 
 
 @dataclass(frozen=True)

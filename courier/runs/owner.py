@@ -22,7 +22,17 @@ from typing import TYPE_CHECKING
 
 from courier.config import Provider
 from courier.errors import WbError
-from courier.runs import bwrap_probe, descendants, event_times, privacy, process, sandbox, usage_wait
+from courier.runs import (
+    bwrap_probe,
+    descendants,
+    event_times,
+    own_branch,
+    privacy,
+    process,
+    sandbox,
+    usage_wait,
+    worktrees,
+)
 from courier.runs import store as store_mod
 from courier.runs.changes import summarize_changes
 from courier.runs.environment import Credential, resolve_credential, worker_environment
@@ -339,6 +349,7 @@ class Owner:
         plan = sandbox.Plan(
             bwrap=found.path,
             worktree=record.worktree_dir or "",
+            git=self.git_dirs(),
             run_dir=self.run_dir,
             harness_home=self.run_dir / store_mod.HARNESS_HOME,
             wb_home=self.store.home,
@@ -366,6 +377,15 @@ class Owner:
             taken = {port for port, _ in plan.forwards}
             plan.forwards.append((next(p for p in sandbox.PROXY_PORTS if p not in taken), sandbox.PROXY_SOCKET))
         return plan
+
+    def git_dirs(self) -> own_branch.GitDirs | None:
+        """The worktree's git dirs the sandbox may bind, checked against the run's record (its canonical clone,
+        its branch), not taken from files an earlier worker in that worktree could have written."""
+        record = self.record
+        clone = worktrees.clone_of(record.worktree_dir or "", record.repository, record.worktree)
+        if clone is None:
+            return None
+        return own_branch.git_dirs(record.worktree_dir or "", clone_git=str(clone / ".git"), branch=record.branch)
 
     def note_refused(self, host: str) -> None:
         with self.refused_lock:

@@ -148,6 +148,8 @@ class Plan:
     # /tmp/codex-daemon-<uid>, before its own sandbox starts): /tmp stays read-only, and each of these is
     # the run's own directory bound over an empty one of the user's (`prepare`).
     tmp_dirs: list[str] = field(default_factory=list)
+    # The worktree's git dirs as the owner trusts them (own_branch.git_dirs): None binds nothing of git.
+    git: own_branch.GitDirs | None = None
     # The run's own branch as the worker's copy (`snapshot_branch`, before each worker; courier/runs/own_branch.py).
     branch: own_branch.OwnBranch | None = None
 
@@ -184,8 +186,7 @@ class Plan:
 
     def snapshot_branch(self) -> None:
         """Copy the folder of the worktree's branch, and its reflog, for the next worker, as they are now."""
-        dirs = own_branch.git_dirs(self.worktree)
-        self.branch = own_branch.snapshot(dirs, self.run_dir / own_branch.COPY_DIR) if dirs else None
+        self.branch = own_branch.snapshot(self.git, self.run_dir / own_branch.COPY_DIR) if self.git else None
 
     def carry_branch(self, patience_s: float = 0.0, *, when_changed: bool = False) -> list[str]:
         """Carry the own branch back from the worker's copy (compare-and-swap); warnings not given before."""
@@ -211,8 +212,7 @@ class Plan:
         writes = [self.worktree, *self.writable, str(self.harness_home), str(self.tmp_dir)]
         binds: list[tuple[str, str, str]] = [("--ro-bind", path, path) for path in reads]
         binds += [("--bind", path, path) for path in writes + [str(p) for p in self.files]]
-        git = self.branch.dirs if self.branch is not None else own_branch.git_dirs(self.worktree)
-        binds += _git_binds(git, self.branch)
+        binds += _git_binds(self.git, self.branch)
         if self.forwards:
             binds.append(("--ro-bind", str(self.socket_dir), str(self.socket_dir)))
         if self.parent_home is not None:

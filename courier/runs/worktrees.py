@@ -25,6 +25,14 @@ def worktree_path(projects_root: Path, repository: str, name: str) -> Path:
     return projects_root / WORKTREES_DIR / owner / repo / name
 
 
+def clone_of(worktree_dir: str, repository: str, name: str) -> Path | None:
+    """The canonical clone of a wb worktree, from where wb put it (`worktree_path`); None when it is not there."""
+    worktree = Path(worktree_dir)
+    if len(worktree.parents) < 4 or worktree_path(worktree.parents[3], repository, name) != worktree:
+        return None
+    return clone_path(worktree.parents[3], repository)
+
+
 def require_clone(projects_root: Path, repository: str) -> Path:
     path = clone_path(projects_root, repository)
     if not (path / ".git").exists():

@@ -50,13 +50,19 @@ def write_ref(ref, value):
     with open(path, "w") as handle:
         handle.write(value + "\\n")
 
+if task.get("switch"):  # point the worktree's HEAD at another branch, as git checkout would without its checks
+    git("symbolic-ref", "HEAD", task["switch"])
 for index in range(task.get("commits", 0)):
     if index and task.get("wait"):
         wait_for_file(task["wait"])
     with open("work.txt", "a") as handle:
         handle.write(f"commit {{index}}\\n")
     git("add", "work.txt")
-    git("commit", "-q", "-m", f"inside {{index}}")
+    try:
+        git("commit", "-q", "-m", f"inside {{index}}")
+    except RuntimeError as exc:
+        seen["commit"] = f"refused {{exc}}"
+        break
     seen["commits"].append(git("rev-parse", "HEAD"))
     with open(f"committed-{{index}}", "w") as handle:
         handle.write(seen["commits"][-1])
@@ -95,9 +101,10 @@ def _setup(machine: Machine) -> Path:
     return clone
 
 
-def _dispatch(machine: Machine, task: dict[str, object], *extra: str) -> dict[str, object]:
+def _dispatch(machine: Machine, task: dict[str, object], *extra: str, worktree: str = "w1") -> dict[str, object]:
+    where = ["--new-worktree", worktree] if "--use-worktree" not in extra else []
     done = machine.wb(
-        "agent", "dispatch", "--new-worktree", "w1", "--profile", "probe", "--repo", "acme/widget",
+        "agent", "dispatch", *where, "--profile", "probe", "--repo", "acme/widget",
         "--task", json.dumps(task), *extra, "--json",
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
@@ -186,3 +193,20 @@ def test_a_stopped_run_keeps_its_commit_on_its_branch(machine: Machine) -> None:
     final = _await(machine, str(started["agent_id"]))
     assert final["state"] == "failed" and str(final["failure"]).startswith("stopped on request"), final
     assert _rev(clone, "wb/w1") == (worktree / "committed-0").read_text()
+
+
+def test_a_head_pointed_at_another_runs_branch_does_not_make_it_the_next_runs_own(machine: Machine) -> None:
+    """A worker can point its worktree's HEAD at another run's branch (the admin dir is its to write). The next
+    run in that worktree (`--use-worktree`) does not take that branch as its own: it is checked out in the other
+    run's worktree, so it stays read-only inside, the commit on it fails, and it is unchanged outside."""
+    clone = _setup(machine)
+    other = _await(machine, str(_dispatch(machine, {}, worktree="w0")["agent_id"]))
+    assert other["state"] == "completed", other
+    initial = _rev(clone, "wb/w0")
+    first = _await(machine, str(_dispatch(machine, {"switch": "refs/heads/wb/w0"})["agent_id"]))
+    assert first["state"] == "completed", first
+    assert git(Path(str(first["worktree_dir"])), "symbolic-ref", "HEAD").strip() == "refs/heads/wb/w0"
+    second = _await(machine, str(_dispatch(machine, {"commits": 1}, "--use-worktree", "w1")["agent_id"]))
+    seen = json.loads((Path(str(second["worktree_dir"])) / "probe.json").read_text())
+    assert seen["commits"] == [] and seen["commit"].startswith("refused"), seen
+    assert _rev(clone, "wb/w0") == initial

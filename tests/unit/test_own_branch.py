@@ -237,7 +237,7 @@ def test_the_mounts_do_not_grow_with_the_branches_of_the_clone(tmp_path: Path, b
         run_dir = root / "home" / "agents" / "agt-1"
         plan = sandbox.Plan(
             bwrap="/usr/bin/bwrap", worktree=str(worktree), run_dir=run_dir, harness_home=run_dir / "harness-home",
-            wb_home=root / "home", path_env="/usr/bin:/bin",
+            wb_home=root / "home", path_env="/usr/bin:/bin", git=own_branch.git_dirs(str(worktree)),
         )  # fmt: skip
         plan.prepare()
         plan.snapshot_branch()
@@ -255,3 +255,45 @@ def test_the_mounts_do_not_grow_with_the_branches_of_the_clone(tmp_path: Path, b
         log = str(clone / ".git" / "logs" / "refs" / "heads" / branch_name)
         assert ("--bind-try", str(run_dir / own_branch.COPY_DIR / "log"), log) in mounts
     assert counts[0] == counts[1]
+
+
+def test_the_git_dirs_are_the_clones_whatever_the_worktrees_files_say(tmp_path: Path) -> None:
+    """A worker writes its worktree's `.git` and admin dir: what they name is not bound or written unless it is
+    the run's clone's `worktrees/<name>`; its `commondir` is never read; the recorded branch wins over HEAD."""
+    clone, worktree = _worktree(tmp_path)
+    clone_git = str(clone / ".git")
+    dirs = own_branch.git_dirs(str(worktree), clone_git=clone_git, branch="wb/run")
+    assert dirs == own_branch.GitDirs(str(clone / ".git" / "worktrees" / "worktree"), clone_git, "refs/heads/wb/run")
+    admin = clone / ".git" / "worktrees" / "worktree"
+    (admin / "commondir").write_text(str(tmp_path) + "\n")  # the worker's to write: never read
+    (admin / "HEAD").write_text("ref: refs/heads/wb/other0\n")
+    assert own_branch.git_dirs(str(worktree), clone_git=clone_git, branch="wb/run") == dirs
+    other = make_clone(tmp_path / "other")
+    git(other, "worktree", "add", "-q", "-b", "wb/x", str(tmp_path / "other-worktree"))
+    (worktree / ".git").write_text(f"gitdir: {other / '.git' / 'worktrees' / 'other-worktree'}\n")
+    assert own_branch.git_dirs(str(worktree), clone_git=clone_git, branch="wb/run") is None
+    (worktree / ".git").write_text(f"gitdir: {tmp_path}\n")
+    assert own_branch.git_dirs(str(worktree)) is None  # not a `worktrees/<name>` at all
+
+
+@pytest.mark.parametrize(
+    ("head", "ref"),
+    [
+        ("ref: refs/heads/wb/run", "refs/heads/wb/run"),
+        ("ref: refs/heads/main", None),  # the clone's own checkout
+        ("ref: refs/heads/wb/elsewhere", None),  # another worktree's, another run's
+        ("ref: refs/heads/wb/../../../config", None),  # out of the branch folders
+        ("ref: refs/heads/wb/run.lock", None),
+        ("0123456789012345678901234567890123456789", None),  # detached
+    ],
+)
+def test_without_a_recorded_branch_only_a_branch_no_one_else_has_checked_out_is_the_runs(
+    tmp_path: Path, head: str, ref: str | None
+) -> None:
+    """A run in an existing worktree has no recorded branch: HEAD says, but not a branch the clone or another
+    worktree has checked out, nor a name git would refuse (a `..` part would lead out of the refs folders)."""
+    clone, worktree = _worktree(tmp_path)
+    git(clone, "worktree", "add", "-q", "-b", "wb/elsewhere", str(tmp_path / "elsewhere"))
+    (clone / ".git" / "worktrees" / "worktree" / "HEAD").write_text(head + "\n")
+    dirs = own_branch.git_dirs(str(worktree), clone_git=str(clone / ".git"))
+    assert dirs is not None and dirs.ref == ref
