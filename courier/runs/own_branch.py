@@ -280,7 +280,9 @@ def snapshot(dirs: GitDirs, into: Path) -> OwnBranch | None:
         ref=dirs.ref,
         refs=refs,
         log=log,
-        base=_real_value_at(dirs, refs.real),
+        # What the worker will see, not the real ref read again: a move outside since the copy is then not
+        # overwritten by the run's (compare-and-swap against the copied value). A packed branch has no file.
+        base=_read_value(refs.copy, os.path.basename(dirs.ref)) or _real_value_at(dirs, refs.real),
         log_inode=log_identity[0] if log_identity else None,
         log_carried=log_identity[1] if log_identity else 0,
     )

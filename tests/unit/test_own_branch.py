@@ -297,3 +297,24 @@ def test_without_a_recorded_branch_only_a_branch_no_one_else_has_checked_out_is_
     (clone / ".git" / "worktrees" / "worktree" / "HEAD").write_text(head + "\n")
     dirs = own_branch.git_dirs(str(worktree), clone_git=str(clone / ".git"))
     assert dirs is not None and dirs.ref == ref
+
+
+def test_a_move_outside_between_the_copy_and_the_workers_start_is_not_overwritten(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The value compared is the one the worker was given (the copy's), not the real ref read again after the
+    copy: a move outside in between is not overwritten by the run's commit."""
+    clone, worktree = _worktree(tmp_path)
+    copied = _rev(clone, "wb/run")
+    elsewhere = _commit(worktree, "outside")
+    copy_tree = own_branch._copy_tree
+
+    def copy_then_move(real: str, copy: Path) -> None:
+        copy_tree(real, copy)
+        git(clone, "update-ref", "refs/heads/wb/run", elsewhere)  # outside, just after the copy
+
+    monkeypatch.setattr(own_branch, "_copy_tree", copy_then_move)
+    branch = _snapshot(worktree, tmp_path / "run")
+    assert branch.base == copied.encode()
+    _move_in_copy(branch, copied, _commit(worktree, "inside"))
+    assert branch.sync() and _rev(clone, "wb/run") == elsewhere
