@@ -182,11 +182,15 @@ class Plan:
         (the owner has carried the branch back first: `carry_branch`)."""
         for directory in (self.tmp_dir, self.socket_dir, self.run_dir / own_branch.COPY_DIR):
             shutil.rmtree(directory, ignore_errors=True)
+        if self.branch is not None:
+            shutil.rmtree(self.branch.root, ignore_errors=True)
         self.branch = None
 
     def snapshot_branch(self) -> None:
         """Copy the folder of the worktree's branch, and its reflog, for the next worker, as they are now."""
-        self.branch = own_branch.snapshot(self.git, self.run_dir / own_branch.COPY_DIR) if self.git else None
+        if self.branch is not None:  # an earlier worker's (before a usage-limit wait), carried back already
+            shutil.rmtree(self.branch.root, ignore_errors=True)
+        self.branch = own_branch.snapshot(self.git, self.run_dir) if self.git else None
 
     def carry_branch(self, patience_s: float = 0.0, *, when_changed: bool = False) -> list[str]:
         """Carry the own branch back from the worker's copy (compare-and-swap); warnings not given before."""

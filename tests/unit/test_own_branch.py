@@ -15,6 +15,13 @@ from conftest import git, make_clone
 from courier.runs import own_branch, sandbox
 
 
+@pytest.fixture(autouse=True)
+def _private_shm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The copies these tests make go to their own directory, not the machine's /dev/shm."""
+    (tmp_path / "shm").mkdir()
+    monkeypatch.setattr(own_branch, "SHM", str(tmp_path / "shm"))
+
+
 def _worktree(tmp_path: Path, branch: str = "wb/run", others: int = 2) -> tuple[Path, Path]:
     """A clone with `others` other `wb/` branches (loose refs with reflogs) and a linked worktree on `branch`."""
     clone = make_clone(tmp_path / "clone")
@@ -43,7 +50,7 @@ def _snapshot(worktree: Path, run_dir: Path) -> own_branch.OwnBranch:
     dirs = own_branch.git_dirs(str(worktree))
     assert dirs is not None
     run_dir.mkdir(parents=True, exist_ok=True)
-    branch = own_branch.snapshot(dirs, run_dir / own_branch.COPY_DIR)
+    branch = own_branch.snapshot(dirs, run_dir)
     assert branch is not None
     return branch
 
@@ -79,7 +86,7 @@ def test_the_copy_holds_each_branch_file_and_folder_privately_and_nothing_else(t
     assert (copy / "other1").read_text() == (heads / "other1").read_text()
     assert branch.log is not None
     assert branch.log.copy.read_text() == (clone / ".git" / "logs" / "refs" / "heads" / "wb" / "run").read_text()
-    for path in (tmp_path / "run" / own_branch.COPY_DIR, copy, copy / "deeper"):
+    for path in (branch.root, copy, copy / "deeper"):
         assert stat.S_IMODE(os.lstat(path).st_mode) == 0o700, path
     for path in (copy / "run", branch.log.copy):
         assert stat.S_IMODE(os.lstat(path).st_mode) == 0o600, path
@@ -245,7 +252,8 @@ def test_the_mounts_do_not_grow_with_the_branches_of_the_clone(tmp_path: Path, b
         mounts = [(word, argv[i + 1], argv[i + 2]) for i, word in enumerate(argv) if word.endswith("bind-try")]
         counts.append(len(mounts))
         folder = os.path.dirname(str(clone / ".git" / "refs" / "heads" / branch_name))
-        copy = ("--bind-try", str(run_dir / own_branch.COPY_DIR / "refs"), folder)
+        assert plan.branch is not None
+        copy = ("--bind-try", str(plan.branch.refs.copy), folder)
         assert copy in mounts
         heads = mounts.index(copy)
         read_only = [m for m in mounts if m[0] == "--ro-bind-try" and m[2] == str(clone / ".git" / "refs" / "heads")]
@@ -253,7 +261,9 @@ def test_the_mounts_do_not_grow_with_the_branches_of_the_clone(tmp_path: Path, b
         assert all(mounts.index(m) < heads for m in read_only)  # the deeper copy lands on top
         assert not any("/wb/other" in target for _, _, target in mounts)
         log = str(clone / ".git" / "logs" / "refs" / "heads" / branch_name)
-        assert ("--bind-try", str(run_dir / own_branch.COPY_DIR / "log"), log) in mounts
+        assert ("--bind-try", str(plan.branch.root / "log"), log) in mounts
+        plan.cleanup()
+        assert not plan.branch and not os.path.exists(copy[1])  # the copy lives as long as its worker
     assert counts[0] == counts[1]
 
 
@@ -318,3 +328,19 @@ def test_a_move_outside_between_the_copy_and_the_workers_start_is_not_overwritte
     assert branch.base == copied.encode()
     _move_in_copy(branch, copied, _commit(worktree, "inside"))
     assert branch.sync() and _rev(clone, "wb/run") == elsewhere
+
+
+def test_the_copy_is_in_a_private_tmpfs_directory_or_else_in_the_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The copy goes to this user's 0700 directory in /dev/shm (a file there is cheap to make); where that is
+    missing or not this user's alone, to the run's own directory."""
+    _, worktree = _worktree(tmp_path)
+    shm = tmp_path / "shm"  # the machine's, as the fixture sets it
+    branch = _snapshot(worktree, tmp_path / "run")
+    assert branch.root.parent == shm / f"wb-{os.getuid()}" and branch.root.name.startswith("run-")
+    assert stat.S_IMODE(os.lstat(branch.root.parent).st_mode) == 0o700
+    os.chmod(branch.root.parent, 0o755)  # another user could enter: not trusted
+    assert _snapshot(worktree, tmp_path / "run").root == tmp_path / "run" / own_branch.COPY_DIR
+    monkeypatch.setattr(own_branch, "SHM", str(tmp_path / "none"))
+    assert _snapshot(worktree, tmp_path / "run").root == tmp_path / "run" / own_branch.COPY_DIR
