@@ -317,15 +317,20 @@ def _tmpfs_root() -> str | None:
     """This user's directory in /dev/shm (0700, made when missing); None when there is none, or when what is
     there is not a directory of this user's that no one else may enter."""
     path = os.path.join(SHM, f"wb-{os.getuid()}")
+    return path if users_directory(path, private=True) else None
+
+
+def users_directory(path: str, *, private: bool = False) -> bool:
+    """`path` is a directory of this user's (not a link), made now (0700) when missing; `private`: and no one
+    else may enter it. Anything else there (another user's, a link, a file) is left alone."""
     with contextlib.suppress(OSError):
         os.mkdir(path, 0o700)
     try:
         info = os.lstat(path)
     except OSError:
-        return None
-    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o077:
-        return None
-    return path
+        return False
+    mine = stat.S_ISDIR(info.st_mode) and info.st_uid == os.getuid()
+    return mine and not (private and info.st_mode & 0o077)
 
 
 def _make_folder(real: str) -> None:

@@ -318,13 +318,7 @@ def _tmp_sockets() -> list[str]:
 def _own_tmp_dir(path: str) -> bool:
     """`path` (directly in /tmp) is a directory of this user's, made now (0700) when it is missing; anything else
     there (another user's, a link, a file) is left alone and not bound over (the harness then fails as it sees it)."""
-    with contextlib.suppress(FileExistsError):
-        os.mkdir(path, 0o700)
-    try:
-        info = os.lstat(path)
-    except OSError:
-        return False
-    return stat.S_ISDIR(info.st_mode) and info.st_uid == os.getuid()
+    return own_branch.users_directory(path)
 
 
 def _within(path: str, root: str) -> bool:
