@@ -155,6 +155,7 @@ def _sandbox_alone(root: Path, runs: int) -> Alone:
             started = time.perf_counter()
             subprocess.run(command, check=True)
             into.append((time.perf_counter() - started) * 1000)
+    plan.cleanup()  # the last copy too (it may live in /dev/shm, not below `root`)
     mounts = sum(1 for word in argv if word.endswith("bind-try"))
     added = statistics.median(confined) - statistics.median(direct)
     return Alone(probe_ms, statistics.median(snapshots), added, mounts)
