@@ -966,6 +966,13 @@ def ray_unavailable() -> str:
     return f"{', '.join(missing)} not found" if missing else ""
 
 
+def measure_path(runner: Runner, where: Where, runs: int, outcome: Outcome) -> None:
+    for warm in (True, False):
+        for sandbox in SANDBOXES:
+            for harness in HARNESSES:
+                outcome.results.append(measure_row(runner, where, warm, sandbox, harness, runs, outcome.notes))
+
+
 def measure(base: Path, runs: int, rounds: int, paths: tuple[str, ...], progress: Callable[[str], None]) -> Outcome:
     outcome = Outcome()
     runner = Runner()
@@ -982,35 +989,31 @@ def measure(base: Path, runs: int, rounds: int, paths: tuple[str, ...], progress
         floors["the same shell without rc files"] = bare
         floors["one stage mark with tracing on (µs)"] = mark_cost_us(base)
         progress("floors: " + "; ".join(f"{name} {value:.1f}" for name, value in floors.items()))
-        wheres: dict[str, Where] = {}
         if set(paths) & {"local", "ssh", "exec"}:
-            wheres.update(local_and_remote(bench, runs, stack))
+            wheres = local_and_remote(bench, runs, stack)
+            stack.callback(stop_courier, wheres["local"].caller_env(True, False))  # one courier for the three
             floors["ssh m1 true"] = statistics.median(wheres["ssh"].floor_ms)
             floors["the exec argv running true"] = statistics.median(wheres["exec"].floor_ms)
-        if "ray" in paths:
-            reason = ray_unavailable()
-            if reason:
-                outcome.notes.append(f"Ray rows skipped: {reason}")
-            else:
-                wheres["ray"] = ray_where(bench, runs, stack)
-        for where in wheres.values():  # every courier this benchmark started is stopped at the end
-            stack.callback(stop_courier, where.caller_env(True, False))
-        for path in paths:
-            where = wheres.get(path)
-            if where is None:
-                continue
-            for warm in (True, False):
-                for sandbox in SANDBOXES:
-                    for harness in HARNESSES:
-                        row = measure_row(runner, where, warm, sandbox, harness, runs, outcome.notes)
-                        outcome.results.append(row)
-        for path in ("local", "ssh", "exec"):
-            if path in wheres and path in paths:
+            for path in (path for path in paths if path in wheres):
+                measure_path(runner, wheres[path], runs, outcome)
+            for path in (path for path in paths if path in wheres):
                 for _ in range(rounds):
                     round_ = burst(runner, wheres[path])
                     outcome.bursts.append(round_)
                     progress(f"20 at once, {path}: spread {round_.spread_ms:.0f} ms, all started "
                              f"{round_.all_started_ms:.0f} ms after the first dispatch")  # fmt: skip
+            stop_courier(wheres["local"].caller_env(True, False))  # and its serve processes, before the Ray rows
+        if "ray" in paths:
+            reason = ray_unavailable()
+            if reason:
+                outcome.notes.append(f"Ray rows skipped: {reason}")
+            else:
+                # The cluster only while its own rows run: its idle daemons (about 20 processes) would
+                # otherwise take a share of this 2-core machine from every other row.
+                with contextlib.ExitStack() as cluster:
+                    where = ray_where(bench, runs, cluster)
+                    cluster.callback(stop_courier, where.caller_env(True, False))
+                    measure_path(runner, where, runs, outcome)
     return outcome
 
 
