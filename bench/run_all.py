@@ -1,4 +1,4 @@
-"""Run every benchmark of issue 7 and issue 5 (docs/benchmarks.md#targets) and print one table; exits 0.
+"""Run every benchmark of issues 5, 7, 19 and 35 (docs/benchmarks.md#targets) and print one table; exits 0.
 
     python3 bench/run_all.py [--quick] [--json PATH]
 
@@ -23,6 +23,7 @@ from bench import (
     await_latency,
     common,
     diff_remote,
+    dispatch_latency,
     fleet_list,
     mcp_startup,
     memory,
@@ -54,6 +55,9 @@ def main() -> int:
             ("remote diff", lambda: diff_remote.run(report, base, 11 // reps)),
             ("warm path", lambda: warm.run(report, base, 15 // reps)),
             ("mcp start-up", lambda: mcp_startup.run(report, 9 // reps)),
+            # Issue 35: dispatch to the worker's first instruction, every channel, warm and cold, with and
+            # without the sandbox; the longest step (docs/benchmarks.md#dispatch-latency).
+            ("dispatch latency", lambda: dispatch_latency.run(report, base, dispatch_latency.RUNS // reps)),
         ]
         for name, step in steps:
             print(f"{name}…", flush=True)

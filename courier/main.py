@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sys
 
+from courier.stage_trace import mark
 from protocol import limits
 from protocol.entry import OWNER_ARGUMENT, REMOTE_ARGUMENT, SERVE_ARGUMENT
 
@@ -41,22 +42,26 @@ def main() -> None:
         sys.exit(limits.EXIT_USAGE)
     argv1 = sys.argv[1] if len(sys.argv) > 1 else ""
     if argv1 == REMOTE_ARGUMENT:
+        mark("main.receiver")  # each process's first mark: its interpreter has started (docs/benchmarks.md)
         # The hot path of every remote call: protocol, the store and one operation, nothing else.
         from courier.receiver.serve import serve
 
         exit_now(serve(sys.argv[2:]))
     if argv1 == SERVE_ARGUMENT:
+        mark("main.serve")
         # The remote session mode (docs/courier.md): as light as the one-call receiver.
         from courier.receiver.session import serve_session
 
         sys.exit(serve_session(sys.argv[2:]))
     if argv1 == OWNER_ARGUMENT:
+        mark("main.owner")
         from courier import no_plugins
 
         no_plugins.install()  # every run's owner validates models: no scan of installed distributions
         from courier.runs.owner import owner_main
 
         sys.exit(owner_main(sys.argv[2:]))
+    mark("main.cli")
     if sys.argv[1:] == ["mcp"]:
         # The MCP server without the CLI's argument layer: `initialize` waits on nothing but the SDK,
         # and on none of the SDK's client and HTTP parts its package inits would import.

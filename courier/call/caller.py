@@ -20,6 +20,7 @@ from courier.channels.exits import stderr_excerpt
 from courier.channels.registry import channel_for, direct_channel
 from courier.config import AnyTarget, Config
 from courier.errors import CallTimedOut, ReplyUntrusted, UsageError, WbError
+from courier.stage_trace import mark
 from protocol import limits
 from protocol.durations import format_duration_ms
 from protocol.entry import REMOTE_ARGUMENT
@@ -89,7 +90,9 @@ async def ask_over(
     try:
         try:
             async with asyncio.timeout(bound_s):
+                mark("call.send")  # the channel's part starts (docs/benchmarks.md#dispatch-latency)
                 outcome = await way.run(tail, payload)
+                mark("call.reply")
         except TimeoutError:
             about = f" about agent run {machine}:{request.agent_id}" if request.agent_id else ""
             raise CallTimedOut(

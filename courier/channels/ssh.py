@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from courier.channels.channel import DEFAULT_BOUNDS, Bounds, Channel, Outcome, WarmState
 from courier.config import Target
+from courier.stage_trace import mark
 
 if TYPE_CHECKING:
     from courier.channels import ssh_client as ssh
@@ -64,7 +65,9 @@ class SshChannel(Channel):
             return await shared.pool().call(self.endpoint, command, stdin, bounds=bounds)
         from courier.channels import ssh_client as ssh
 
+        mark("ssh.connect")  # asyncssh imported (docs/benchmarks.md#dispatch-latency)
         async with await ssh.connect(self.endpoint) as opened:
+            mark("ssh.connected")
             return await opened.run(command, stdin, stdout_max=bounds.stdout_max, stderr_max=bounds.stderr_max)
 
     async def run_warm(

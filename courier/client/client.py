@@ -20,6 +20,7 @@ from courier.client.asking import ask, await_result, upgrade_message
 from courier.client.peers import Peer
 from courier.config import Config
 from courier.errors import UsageError, WbError
+from courier.stage_trace import mark
 from protocol.models import DiffResult, RemoteRequest, RemoteResponse, Result, StopResult
 from protocol.refs import format_reference
 
@@ -127,6 +128,7 @@ class Client:
 
     def start(self, machine: str, starting: RemoteRequest, run_id: str) -> Result:
         """Send a request that starts a run (dispatch, continue); a failure after sending names the run."""
+        mark("client.start")  # the CLI has parsed and built the request (docs/benchmarks.md#dispatch-latency)
         budgeted = bool(machine and (starting.max_tokens or starting.max_cost_usd))
         if budgeted:
             # A budget goes only to a peer that honours it (an older one would ignore the fields).

@@ -19,6 +19,7 @@ from courier.executor import EXECUTORS, Executor
 from courier.executor.local import LocalExecutor
 from courier.ops import REGISTRY
 from courier.runs.context import Context, never_gone
+from courier.stage_trace import mark
 from protocol import limits
 from protocol.models import RemoteRequest, RemoteResponse
 from protocol.operations import operation
@@ -87,6 +88,7 @@ def perform(
     and only dispatch then reads wb.yaml. `in_process`: the asker is this process (see `Context`).
     `executor`: answer with this one, not the one wb.yaml names (a Ray node answers from its own store).
     """
+    mark("perform.start")  # docs/benchmarks.md#dispatch-latency
     response = RemoteResponse(schema_version=limits.SCHEMA_VERSION, operation=request.operation)
     try:
         context = Context(client_gone, config, in_process)

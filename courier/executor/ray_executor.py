@@ -52,6 +52,7 @@ from courier.executor.ray_placement import check_feasible, clone_holders, ray_op
 from courier.ops import REGISTRY
 from courier.ops.op import Op
 from courier.runs.context import Context
+from courier.stage_trace import mark
 from protocol import limits
 from protocol.models import RemoteRequest, RemoteResponse, Result, collector_paused, is_terminal
 from protocol.refs import check_run_id, new_run_id
@@ -264,6 +265,7 @@ class RayExecutor(Executor):
     def _place(self, op: Op, request: RemoteRequest, response: RemoteResponse) -> None:
         """A new run: on a node Ray chooses (dispatch), or on the node of the run it continues (continue).
         The reply is the run queued; a request repeated with the same new run's ID gets that run now."""
+        mark("ray.place")  # docs/benchmarks.md#dispatch-latency
         if op.wire.needs_agent_id:
             new_id = check_run_id(request.new_agent_id) if request.new_agent_id else new_run_id()
             planned = self._continuation(request, new_id)
@@ -276,7 +278,9 @@ class RayExecutor(Executor):
             response.set_result(self.status(new_id))
             return
         placement, options = planned
+        mark("ray.checked")  # the profile checked, the nodes with the clone found
         self._submit(request, placement, options)
+        mark("ray.submitted")
         response.set_result(placement.queued_result())
 
     def _new_run(self, request: RemoteRequest, agent_id: str) -> tuple[Placement, dict[str, Any]]:

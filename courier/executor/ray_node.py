@@ -39,6 +39,7 @@ from courier.runs import process
 from courier.runs.context import configured_home, configured_settings
 from courier.runs.store import Store, write_private
 from courier.runs.worktrees import clone_path
+from courier.stage_trace import mark
 from protocol import limits
 from protocol.models import RemoteRequest, RemoteResponse
 from protocol.refs import check_repository
@@ -211,8 +212,10 @@ def hold_run(owner: Any, agent_id: str, request: RemoteRequest) -> None:
     run to run, where an actor costs a new worker process (an interpreter importing Ray and
     wb) per run (docs/ray.md#cost). Never retried: a run is admitted once.
     """
+    mark("ray.holder")  # the holder task started on its node (docs/benchmarks.md#dispatch-latency)
     if not _claimed(owner, agent_id):
         return
+    mark("ray.claimed")
     reply = RemoteResponse.model_validate_json(answer_here(request))
     if reply.failure:
         # Not admitted here (a worktree in use, a missing credential…): the head reports it.

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from courier import __version__, no_plugins
+from courier.stage_trace import mark
 from protocol import limits
 
 if TYPE_CHECKING:
@@ -163,9 +164,11 @@ def serve(argv: list[str]) -> int:
     """Answer one request from stdin on stdout; always exactly one document and exit 0."""
     del argv  # the receiver takes no options: everything travels in the request
     _import_models()
+    mark("receiver.imported")  # docs/benchmarks.md#dispatch-latency
     try:
         data, oversize = read_request(0)
         read_error = ""
+        mark("receiver.read")
     except OSError as exc:
         data, oversize = b"", False
         read_error = f"cannot read the request: {exc.strerror or exc}"
@@ -180,6 +183,7 @@ def serve(argv: list[str]) -> int:
         from courier.runs.store import write_all  # already loaded by _import_models
 
         write_all(reply_fd, body)
+        mark("receiver.replied")
     except OSError:
         pass  # the caller is gone; nobody is left to tell
     finally:

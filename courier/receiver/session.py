@@ -27,6 +27,7 @@ from courier.receiver.serve import (
     client_watch,
     internal_failure,
 )
+from courier.stage_trace import mark
 from courier.stamp import program_stamp
 from protocol import limits
 
@@ -48,6 +49,7 @@ class _Session:
         return self.ending.is_set() or self.watch()
 
     def handle(self, line: bytes) -> None:
+        mark("session.request")  # docs/benchmarks.md#dispatch-latency
         request_id = _request_id(line)
         try:
             # Without a request_id the reply could not be matched to it, so the work must not happen.

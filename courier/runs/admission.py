@@ -20,6 +20,7 @@ from courier.runs.changes import count_dirty
 from courier.runs.environment import resolve_credential
 from courier.runs.harness import UnknownHarness, spec_for
 from courier.runs.store import Record, RecordNotCreated, Store, render, rfc3339, utc_now, within_admission_grace
+from courier.stage_trace import mark
 from protocol.entry import OWNER_ARGUMENT
 from protocol.models import PlacementFacts, RemoteRequest, Resolved, Result, Routing
 from protocol.refs import format_reference, new_run_id
@@ -192,6 +193,8 @@ def slot_held(store: Store, max_running: int) -> Iterator[None]:
 
 
 def dispatch(config: Config, request: RemoteRequest) -> Result:
+    # The marks of docs/benchmarks.md#dispatch-latency: checks, the lock, the worktree, the record, the owner's start.
+    mark("admission.start")
     store = Store(config.home).ensure()
     agent_id = request.agent_id or new_run_id()
     if store.exists(agent_id):
@@ -220,6 +223,7 @@ def dispatch(config: Config, request: RemoteRequest) -> Result:
         worktrees.check_branch_name(clone, branch)
 
     with deferred_signals(), clone_lock(store, repository), slot_held(store, request.max_running):
+        mark("admission.locked")
         if store.exists(agent_id):
             return render(store.load(agent_id), store)
         holder = busy_run(store, repository, request.worktree)
@@ -235,7 +239,9 @@ def dispatch(config: Config, request: RemoteRequest) -> Result:
                 if base_sha is None:
                     raise NotStartable(f"{clone} has no commit to branch from; commit something or pass --base")
             assert branch is not None
+            mark("worktree.start")
             worktrees.add_worktree(clone, path, branch, base_sha)
+            mark("worktree.added")
         else:
             head = worktrees.head_sha(path)
             base_sha = worktrees.merge_base(path, base_sha) if base_sha and head else head
@@ -277,7 +283,9 @@ def dispatch(config: Config, request: RemoteRequest) -> Result:
             if request.mode == "new" and branch:  # nothing partial stays: the worktree just made goes too
                 worktrees.remove_worktree(clone, path, branch)
             raise
+        mark("record.created")
         start_owner(run_dir)
+        mark("owner.spawned")
     return render(record, store)
 
 

@@ -42,6 +42,7 @@ from courier.runs.harness.lines import NETWORK_REFUSED
 from courier.runs.harness.message import bounded_message
 from courier.runs.metering import RunMeter, relay_needed
 from courier.runs.store import Record, Store, rfc3339, utc_now, within_admission_grace
+from courier.stage_trace import mark
 from protocol import limits
 from protocol.durations import format_duration_ms
 from protocol.models import Usage
@@ -59,6 +60,7 @@ REDACTED = b"[redacted]"
 
 
 def owner_main(argv: list[str]) -> int:
+    mark("owner.main")  # its imports done (docs/benchmarks.md#dispatch-latency)
     if len(argv) != 2 or argv[0] != "--run-dir":
         return 2
     run_dir = Path(argv[1])
@@ -193,11 +195,13 @@ class Owner:
         events_path = self.run_dir / store_mod.EVENTS
         tracker = descendants.track_worker_tree()
         if self.confinement is not None:
+            mark("sandbox.argv")  # bubblewrap's command line: the binds (docs/benchmarks.md#confinement)
             if shutil.which(argv[0], path=env.get("PATH")) is None:  # inside, bwrap would only say "execvp"
                 finish(self.store, record, "failed", f"could not start the harness: {self.missing(argv[0])}")
                 return False, None
             self.confinement.snapshot_branch()  # each worker sees the branches as they are when it starts
             argv = self.confinement.command_line(argv)
+        mark("owner.exec")  # what follows is the harness's start (inside bubblewrap when confined)
         try:
             worker = subprocess.Popen(
                 argv,
@@ -310,15 +314,19 @@ class Owner:
                 }
             )
             credential = resolve_credential(record.resolved.provider, provider)
+        mark("sandbox.probe")
         record.sandbox = sandbox.decide(
             record, None if record.sandbox_mode == "off" else bwrap_probe.usable(os.environ.get("PATH"))
         )
+        mark("sandbox.decided")  # then the metering relay's start, when there is one
         self.meter.needed = relay_needed(record)  # a confined run with a provider is always relayed
         if provider is not None:
             assert credential is not None
             provider = self.meter.wrap(provider, routing.wire_api, credential)
+        mark("sandbox.plan")
         if record.sandbox.kind == "bwrap":
             self.confinement = self.plan()
+        mark("sandbox.planned")
         self.launch = Launch(
             worktree=record.worktree_dir or "",
             run_dir=self.run_dir,

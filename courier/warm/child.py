@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import NoReturn
 
+from courier import stage_trace
 from protocol import limits
 
 _PR_SET_PDEATHSIG = 1
@@ -88,6 +89,8 @@ def run_child(
         _install_stdio(command.stdio, passed)
         os.environ.clear()
         os.environ.update(command.env)
+        stage_trace.from_environment()  # the caller's WB_STAGE_TRACE, not the courier's (docs/benchmarks.md)
+        stage_trace.mark("courier.child")
         os.umask(command.umask)
         try:
             os.chdir(command.cwd)
