@@ -41,6 +41,7 @@ class Settings:
     projects_root: Path
     courier_idle_ms: int = limits.COURIER_IDLE_DEFAULT_MS
     courier_max_sessions: int = limits.COURIER_MAX_SESSIONS_DEFAULT
+    courier_dispatch_over_serve: bool = False
     executor: str | None = None  # agents.executor.<NAME>: where runs live (None: this machine; courier/executor/)
     ray_address: str | None = None  # agents.executor.ray.address (docs/ray.md)
     providers: dict[str, Any] = field(default_factory=dict)
@@ -57,7 +58,7 @@ class Settings:
 KNOWN_KEYS: dict[str, tuple[str, ...]] = {
     "agents": ("home", "projects_root", "providers", "profiles", "executor"),
     "session_move": ("targets",),
-    "courier": ("idle", "max_sessions_per_machine"),
+    "courier": ("idle", "max_sessions_per_machine", "dispatch_over_serve"),
     "sandbox": ("default", "writable"),
 }
 
@@ -117,6 +118,7 @@ def settings_of(document: dict[str, Any], path: Path, problems: list[UsageError]
     settings.courier_idle_ms, settings.courier_max_sessions = kept(
         lambda: _courier_settings(courier, path), (settings.courier_idle_ms, settings.courier_max_sessions)
     )
+    settings.courier_dispatch_over_serve = kept(lambda: _flag(courier, "dispatch_over_serve", path, "courier."), False)
     executor = kept(lambda: _section(agents, "executor", path, "agents."), _empty())
     settings.ray_address = kept(lambda: _executor(executor, path), None)
     settings.executor = "ray" if settings.ray_address is not None else None
@@ -255,6 +257,14 @@ def _courier_settings(section: dict[str, Any], path: Path) -> tuple[int, int]:
             f"{path}: courier.max_sessions_per_machine: must be from 1 to {limits.COURIER_MAX_SESSIONS_MAX}"
         )
     return idle_ms, sessions
+
+
+def _flag(section: dict[str, Any], key: str, path: Path, prefix: str) -> bool:
+    """A true/false setting (absent: false)."""
+    value = section.get(key, False)
+    if not isinstance(value, bool):
+        raise UsageError(f"{path}: {prefix}{key}: must be true or false")
+    return value
 
 
 def _section(parent: dict[str, Any], key: str, path: Path, prefix: str = "") -> dict[str, Any]:

@@ -33,9 +33,13 @@ def load_program() -> Callable[[list[str]], int]:
     import courier.client.fleet
     import courier.client.transport
     import courier.executor.perform
+    import courier.runs.owner  # a run's owner is a copy of the command that dispatched it (docs/runs.md#the-owner)
     import courier.runs.service
     import courier.runs.worktrees
+    from courier.runs.harness import REGISTRY, harness_for
 
+    for harness in REGISTRY:
+        harness_for(harness)  # each harness's module, as its owner loads it
     courier.cli.prepare()  # every click command and option coercion, built once here
     _build_deferred_models()
     # Objects that exist now live as long as the courier: out of the collector's reach, a

@@ -49,6 +49,13 @@ class NotStartable(Finding):
     pass
 
 
+class NeedsNewLogin(Finding):
+    """A serve session's environment lacks what a run needs (its harness on PATH): a one-call session, which
+    starts with the environment a new login gets now, may have it (docs/courier.md, "Environment")."""
+
+    failure_kind = "new_login"
+
+
 class RecordUnreadable(Finding):
     """A record that exists but cannot be trusted (corrupt, symlinked, unreadable)."""
 

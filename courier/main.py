@@ -7,7 +7,7 @@ import sys
 
 from courier.stage_trace import mark
 from protocol import limits
-from protocol.entry import OWNER_ARGUMENT, REMOTE_ARGUMENT, SERVE_ARGUMENT
+from protocol.entry import LAUNCHER_ARGUMENT, OWNER_ARGUMENT, REMOTE_ARGUMENT, SERVE_ARGUMENT
 
 TYPE_CHECKING = False  # typing's own import loads `re`, which the warm path never does
 if TYPE_CHECKING:
@@ -62,6 +62,10 @@ def main() -> None:
 
         sys.exit(owner_main(sys.argv[2:]))
     mark("main.cli")
+    if argv1 == LAUNCHER_ARGUMENT:
+        from courier.runs.launcher import serve_launches
+
+        exit_now(serve_launches(sys.argv[2:]))
     if sys.argv[1:] == ["mcp"]:
         # The MCP server without the CLI's argument layer: `initialize` waits on nothing but the SDK,
         # and on none of the SDK's client and HTTP parts its package inits would import.

@@ -7,3 +7,4 @@ Caller and receiver, dispatch and owner all name them from here; importing this 
 REMOTE_ARGUMENT = "--wb-internal-agent-remote"  # one request on stdin, one reply on stdout
 OWNER_ARGUMENT = "--wb-internal-agent-run"  # the detached owner of one run
 SERVE_ARGUMENT = "--wb-internal-agent-serve"  # many requests as JSON lines, for the courier (docs/courier.md)
+LAUNCHER_ARGUMENT = "--wb-internal-owner-launcher"  # starts owners as copies of itself (docs/runs.md#the-owner)

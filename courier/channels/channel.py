@@ -76,11 +76,20 @@ class Channel(ABC):
         return f"session_move.targets.{self.machine}.{self.target.channel}.{key}"
 
     async def run_warm(
-        self, state: WarmState, tail: list[str], stdin: bytes, bounds: Bounds, *, operation: str, max_sessions: int
+        self,
+        state: WarmState,
+        tail: list[str],
+        stdin: bytes,
+        bounds: Bounds,
+        *,
+        operation: str,
+        max_sessions: int,
+        serve_dispatch: bool = False,
     ) -> Outcome:
         """The same run inside the courier, which keeps `state` between calls (pools, serve processes).
 
-        A channel with nothing to keep runs as it would cold.
+        A channel with nothing to keep runs as it would cold. `serve_dispatch`: dispatch and continue may
+        take a serve session (`courier.dispatch_over_serve`, docs/courier.md).
         """
         return await self.run(tail, stdin, bounds)
 

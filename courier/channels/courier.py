@@ -34,12 +34,13 @@ COURIER_EXIT_WAIT_S = 2.0
 
 
 class CourierChannel(Channel):
-    def __init__(self, inner: Channel, socket_path: str, max_sessions: int) -> None:
+    def __init__(self, inner: Channel, socket_path: str, max_sessions: int, serve_dispatch: bool = False) -> None:
         super().__init__(inner.machine, inner.target)
         self.inner = inner
         self.kind = inner.kind
         self.socket_path = socket_path
         self.max_sessions = max_sessions
+        self.serve_dispatch = serve_dispatch  # courier.dispatch_over_serve (docs/courier.md)
         self.courier_pid = os.getppid()  # built in the command's process, a child of the courier
 
     @property
@@ -60,6 +61,7 @@ class CourierChannel(Channel):
             "spec": self.inner.spec(),
             "tail": tail,
             "max_sessions": self.max_sessions,
+            "serve_dispatch": self.serve_dispatch,
             "stdout_max": bounds.stdout_max,
             "stderr_max": bounds.stderr_max,
         }
@@ -95,7 +97,9 @@ def _end_quietly_if_the_courier_died(courier_pid: int) -> None:
 
 def through_courier(socket_path: str) -> Callable[[Config, Channel], Channel]:
     """The wrapper `courier.channels.channel.carry_through` installs in a command the courier runs."""
-    return lambda config, inner: CourierChannel(inner, socket_path, config.courier_max_sessions)
+    return lambda config, inner: CourierChannel(
+        inner, socket_path, config.courier_max_sessions, config.courier_dispatch_over_serve
+    )
 
 
 def outcome_of(fields: list[bytes]) -> Outcome:

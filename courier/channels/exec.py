@@ -131,7 +131,15 @@ class ExecChannel(Channel):
             await end_process(process)
 
     async def run_warm(
-        self, state: WarmState, tail: list[str], stdin: bytes, bounds: Bounds, *, operation: str, max_sessions: int
+        self,
+        state: WarmState,
+        tail: list[str],
+        stdin: bytes,
+        bounds: Bounds,
+        *,
+        operation: str,
+        max_sessions: int,
+        serve_dispatch: bool = False,
     ) -> Outcome:
         pool = state.part(self.kind, ExecPool)
         assert isinstance(pool, ExecPool)
@@ -143,7 +151,7 @@ class ExecChannel(Channel):
             peer = None
         if peer is None:
             peer = pool.peers[key] = ExecPeer(self, tail, max_sessions)
-        return await peer.call(stdin, operation, bounds)
+        return await peer.call(stdin, operation, bounds, serve_dispatch)
 
 
 async def _exchange(process: asyncio.subprocess.Process, stdin: bytes, bounds: Bounds) -> Outcome:
@@ -287,9 +295,9 @@ class ExecPeer(WarmPeer[None]):
         self.tail = tail
         self._process: asyncio.subprocess.Process | None = None
 
-    async def call(self, payload: bytes, operation: str, bounds: Bounds) -> Outcome:
+    async def call(self, payload: bytes, operation: str, bounds: Bounds, serve_dispatch: bool = False) -> Outcome:
         """Over the serve process when there is one (a process that ended is replaced once), else one process."""
-        return await self.carry(payload, operation, bounds, _no_link)
+        return await self.carry(payload, operation, bounds, _no_link, serve_dispatch=serve_dispatch)
 
     async def _session(self, link: None, payload: bytes, bounds: Bounds, *, or_serve: bool = False) -> Outcome:
         if not await self._take_slot(or_serve=or_serve):

@@ -122,15 +122,17 @@ class ServeChannel:
                 self._stream.close()
 
 
-def needs_fresh_session(operation: str, capabilities: list[str] | None) -> bool:
+def needs_fresh_session(operation: str, capabilities: list[str] | None, serve_dispatch: bool = False) -> bool:
     """Whether `operation` must run as one call in a new session on a peer with these capabilities.
 
     An operation that depends on the environment a new login gets now (its `fresh_environment`,
     courier/ops/: PATH above all, which a long-lived serve process keeps from when it started)
-    never travels over a serve session: dispatch and continue start an owner that runs the harness
-    found on PATH, version lists the harnesses found there (docs/courier.md). A peer listing
-    `dispatch-in-serve` (a Ray head: its dispatch and continue start no CLI on it, a node's holder
-    does) takes dispatch and continue on its serve session too (docs/ray.md#cost).
+    never travels over a serve session: version lists the harnesses found on PATH now (docs/courier.md).
+    dispatch and continue start an owner that runs the harness found there: they take the serve
+    session on a peer listing `dispatch-in-serve` (a Ray head, whose runs start on its nodes:
+    docs/ray.md#cost), and with `serve_dispatch` (`courier.dispatch_over_serve` in wb.yaml: the owner
+    then has the environment the session started with; a harness not on its PATH is asked again in a
+    session of its own); else a session of their own.
     """
     from courier.capabilities import DISPATCH_IN_SERVE
     from courier.ops import REGISTRY
@@ -138,7 +140,21 @@ def needs_fresh_session(operation: str, capabilities: list[str] | None) -> bool:
     op = REGISTRY.get(operation)
     if op is None or not op.fresh_environment:
         return False
-    return op.cluster != "place" or DISPATCH_IN_SERVE not in (capabilities or [])
+    if op.cluster != "place":
+        return True
+    return not (serve_dispatch or DISPATCH_IN_SERVE in (capabilities or []))
+
+
+def needs_new_login(outcome: Outcome) -> bool:
+    """Whether a serve session refused a run as needing the environment of a new login (`new_login`)."""
+    if b'"new_login"' not in outcome.stdout:
+        return False
+    from protocol.reply import BadReply, find_reply
+
+    try:
+        return find_reply(outcome.stdout).get("failure_kind") == "new_login"
+    except BadReply:
+        return False
 
 
 def version_payload() -> bytes:

@@ -71,14 +71,28 @@ class SshChannel(Channel):
             return await opened.run(command, stdin, stdout_max=bounds.stdout_max, stderr_max=bounds.stderr_max)
 
     async def run_warm(
-        self, state: WarmState, tail: list[str], stdin: bytes, bounds: Bounds, *, operation: str, max_sessions: int
+        self,
+        state: WarmState,
+        tail: list[str],
+        stdin: bytes,
+        bounds: Bounds,
+        *,
+        operation: str,
+        max_sessions: int,
+        serve_dispatch: bool = False,
     ) -> Outcome:
         from courier.channels.ssh_pool import Pool
 
         pool = state.part(self.kind, lambda: Pool(persistent=True))
         assert isinstance(pool, Pool)
         return await pool.call(
-            self.endpoint, command_of(tail), stdin, operation=operation, max_sessions=max_sessions, bounds=bounds
+            self.endpoint,
+            command_of(tail),
+            stdin,
+            operation=operation,
+            max_sessions=max_sessions,
+            bounds=bounds,
+            serve_dispatch=serve_dispatch,
         )
 
 

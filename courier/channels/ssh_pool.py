@@ -63,14 +63,21 @@ class Peer(WarmPeer[ssh.Connection]):
         self._releases: set[asyncio.Future[None]] = set()
 
     async def call(
-        self, command: str, payload: bytes, operation: str, bounds: Bounds, settings: ssh.Settings
+        self,
+        command: str,
+        payload: bytes,
+        operation: str,
+        bounds: Bounds,
+        settings: ssh.Settings,
+        serve_dispatch: bool = False,
     ) -> Outcome:
         """One call; for the courier, a connection (or serve session) lost under it is re-established once.
 
         `settings`: the ssh config as it applies to the caller's machine now (Pool.call resolved it).
         """
         if self.persistent:
-            return await self.carry(payload, operation, bounds, lambda: self._connection(settings))
+            link = lambda: self._connection(settings)  # noqa: E731 - the carry's one way to its connection
+            return await self.carry(payload, operation, bounds, link, serve_dispatch=serve_dispatch)
         self.calls += 1
         connection = await self._shared_connection()
         return await self._session(connection, payload, bounds, command=command)
@@ -226,6 +233,7 @@ class Pool(WarmPeers[Peer]):
         operation: str = "",
         max_sessions: int = limits.SSH_CHANNELS_PER_CONNECTION_MAX,
         bounds: Bounds = DEFAULT_BOUNDS,
+        serve_dispatch: bool = False,
     ) -> Outcome:
         """Run one command over the shared connection for `endpoint`; errors name `endpoint.machine`."""
         # Resolved once per call (the ssh config parsed once): the pool's key and, for the
@@ -240,7 +248,7 @@ class Pool(WarmPeers[Peer]):
             handshake = self._handshakes.setdefault(address, asyncio.Lock())
             peer = self.peers[key] = Peer(endpoint, command, max_sessions, handshake, persistent=self.persistent)
         try:
-            return await peer.call(command, payload, operation, bounds, settings)
+            return await peer.call(command, payload, operation, bounds, settings, serve_dispatch)
         except TransportError as exc:
             raise renamed(exc, peer.endpoint.machine, endpoint.machine) from None
 

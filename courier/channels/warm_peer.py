@@ -12,7 +12,13 @@ from typing import Any, ClassVar, Generic, TypeVar
 
 from courier.capabilities import SERVE
 from courier.channels.channel import DEFAULT_BOUNDS, Bounds, Outcome
-from courier.channels.serve_lines import ServeChannel, capabilities_of, needs_fresh_session, version_payload
+from courier.channels.serve_lines import (
+    ServeChannel,
+    capabilities_of,
+    needs_fresh_session,
+    needs_new_login,
+    version_payload,
+)
 from courier.errors import ConnectionLost, TransportError
 from protocol.timestamps import rfc3339, utc_now
 
@@ -120,7 +126,13 @@ class WarmPeer(ABC, Generic[Link]):
         return "session"
 
     async def carry(
-        self, payload: bytes, operation: str, bounds: Bounds, link: Callable[[], Awaitable[Link]]
+        self,
+        payload: bytes,
+        operation: str,
+        bounds: Bounds,
+        link: Callable[[], Awaitable[Link]],
+        *,
+        serve_dispatch: bool = False,
     ) -> Outcome:
         """One call over the serve session, or as a session of its own; made again once when it was lost.
 
@@ -131,13 +143,21 @@ class WarmPeer(ABC, Generic[Link]):
         side = self._side_task
         if self.prepare_wait_s and side is not None and not side.done():
             await asyncio.wait({side}, timeout=self.prepare_wait_s)
-        fresh = needs_fresh_session(operation, self.capabilities)
+        fresh = needs_fresh_session(operation, self.capabilities, serve_dispatch)
         for attempt in (1, 2):
             current = await link()
             try:
                 serve = self.serve
                 if serve is not None and not serve.closed and not fresh:
-                    return await self._ask(serve, payload)
+                    outcome = await self._ask(serve, payload)
+                    if not needs_new_login(outcome):
+                        return outcome
+                    # The serve session's environment lacks the run's harness: a session of its own has
+                    # the environment a new login gets now (docs/courier.md, "Environment").
+                    current = await link()
+                    outcome = await self._session(current, payload, bounds, or_serve=False)
+                    self._after_call(current)
+                    return outcome
                 outcome = await self._session(current, payload, bounds, or_serve=not fresh)
                 self._after_call(current)
                 return outcome

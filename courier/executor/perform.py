@@ -81,17 +81,19 @@ def perform(
     config: Config | None = None,
     in_process: bool = False,
     executor: Executor | None = None,
+    fresh_login: bool = True,
 ) -> RemoteResponse:
     """Run one validated request on this machine; every refusal is in-band, never raised.
 
     `config` is the caller's already-loaded configuration (the CLI); the receiver passes none
     and only dispatch then reads wb.yaml. `in_process`: the asker is this process (see `Context`).
     `executor`: answer with this one, not the one wb.yaml names (a Ray node answers from its own store).
+    `fresh_login`: false in a serve session (see `Context`).
     """
     mark("perform.start")  # docs/benchmarks.md#dispatch-latency
     response = RemoteResponse(schema_version=limits.SCHEMA_VERSION, operation=request.operation)
     try:
-        context = Context(client_gone, config, in_process)
+        context = Context(client_gone, config, in_process, fresh_login=fresh_login)
         op = REGISTRY[operation(request.operation).name]
         executor = executor or executor_for(context, operation=op.name)
         if op.wire.needs_agent_id and is_run_prefix(request.agent_id):

@@ -81,8 +81,11 @@ def _operation_of(data: bytes) -> str:
     return ""
 
 
-def answer(data: bytes, oversize: bool, client_gone: Callable[[], bool]) -> RemoteResponse:
-    """The one reply to one request's bytes; every refusal is in-band."""
+def answer(
+    data: bytes, oversize: bool, client_gone: Callable[[], bool], *, fresh_login: bool = True
+) -> RemoteResponse:
+    """The one reply to one request's bytes; every refusal is in-band. `fresh_login`: false in a serve
+    session, whose environment is its login's (see `Context`)."""
     if oversize:
         return _refusal(f"request exceeds {limits.REQUEST_MAX_BYTES} bytes")
     from courier.executor.perform import perform  # its registry installs the wire table decode_request reads
@@ -92,7 +95,7 @@ def answer(data: bytes, oversize: bool, client_gone: Callable[[], bool]) -> Remo
         request = decode_request(data)
     except RequestRefused as exc:
         return _refusal(str(exc), _operation_of(data))
-    return perform(request, client_gone=client_gone)
+    return perform(request, client_gone=client_gone, fresh_login=fresh_login)
 
 
 def _home_id() -> str | None:

@@ -11,6 +11,7 @@ answered before it exits. As light as the one-call receiver: no asyncssh, typer 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -53,7 +54,10 @@ class _Session:
         request_id = _request_id(line)
         try:
             # Without a request_id the reply could not be matched to it, so the work must not happen.
-            response = answer(line, False, self.gone) if request_id else _refusal(_NO_REQUEST_ID, _operation_of(line))
+            if request_id:
+                response = answer(line, False, self.gone, fresh_login=False)
+            else:
+                response = _refusal(_NO_REQUEST_ID, _operation_of(line))
             response.home_id = _home_id()
             body = response.encode()
         except Exception as exc:  # one line, never a traceback
@@ -95,6 +99,15 @@ def _request_id(line: bytes) -> str:
     return value if isinstance(value, str) and _REQUEST_ID.fullmatch(value) else ""
 
 
+def _start_launcher() -> None:
+    """The owner launcher, started before the first dispatch needs it: this process answers on threads, so a
+    run's owner is a copy of the launcher, not of it (courier/runs/launcher.py)."""
+    from courier.runs.launcher import process_launcher
+
+    with contextlib.suppress(OSError):
+        process_launcher().start()  # without one, an owner starts as a new interpreter
+
+
 def serve_session(argv: list[str]) -> int:
     """Answer request lines until stdin closes or wb is upgraded; exit 0."""
     del argv
@@ -103,6 +116,7 @@ def serve_session(argv: list[str]) -> int:
     request_fd = os.dup(0)
     os.set_inheritable(request_fd, False)
     session = _Session(_detach_stdio())
+    _start_launcher()
     buffer = bytearray()
     skipping = False  # inside an oversize line: drop bytes up to its newline
     try:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import shutil
 import signal
 import sys
 from collections.abc import Iterator
@@ -13,7 +14,7 @@ from pathlib import Path
 from types import FrameType
 
 from courier.config import Config, Provider
-from courier.errors import NotStartable, UsageError
+from courier.errors import NeedsNewLogin, NotStartable, UsageError
 from courier.runs import process, sandbox, worktrees
 from courier.runs.budget import budget_in_force, check_budget, price_of, usage_limit_policy
 from courier.runs.changes import count_dirty
@@ -192,7 +193,20 @@ def slot_held(store: Store, max_running: int) -> Iterator[None]:
         yield
 
 
-def dispatch(config: Config, request: RemoteRequest) -> Result:
+def require_on_path(harness: str, fresh_login: bool) -> None:
+    """In a serve session (`fresh_login` false), a harness whose CLI is not on the session's PATH is refused
+    before anything is made, as needing a new login: the courier asks again in a session of its own, whose
+    environment has what was installed since (docs/courier.md, "Environment")."""
+    if fresh_login:
+        return
+    from courier.runs.harness import spec_for
+
+    executable = spec_for(harness).executable
+    if executable and shutil.which(executable) is None:
+        raise NeedsNewLogin(f"{executable} is not on this session's PATH; a new login may have it")
+
+
+def dispatch(config: Config, request: RemoteRequest, *, fresh_login: bool = True) -> Result:
     # The marks of docs/benchmarks.md#dispatch-latency: checks, the lock, the worktree, the record, the owner's start.
     mark("admission.start")
     store = Store(config.home).ensure()
@@ -200,6 +214,7 @@ def dispatch(config: Config, request: RemoteRequest) -> Result:
     if store.exists(agent_id):
         return render(store.load(agent_id), store)
     resolved, network = resolve_profile(config, request.profile)
+    require_on_path(resolved.harness, fresh_login)
     profile = config.profile(request.profile)
     budget = budget_in_force(profile, request)
     price = price_of(profile)
@@ -284,14 +299,32 @@ def dispatch(config: Config, request: RemoteRequest) -> Result:
                 worktrees.remove_worktree(clone, path, branch)
             raise
         mark("record.created")
-        start_owner(run_dir)
+        start_owner(run_dir, request.task)
         mark("owner.spawned")
     return render(record, store)
 
 
-def start_owner(run_dir: Path) -> None:
-    argv = [sys.executable, "-m", "courier.main", OWNER_ARGUMENT, "--run-dir", str(run_dir)]
+def start_owner(run_dir: Path, task: str) -> None:
+    """Start the run's detached owner (docs/runs.md#the-owner) as a copy of a process whose imports are done
+    (a new interpreter and wb's imports cost more than all of admission, docs/benchmarks.md#dispatch-latency):
+    of this one when it runs one thread and its command line does not carry the task (a copy keeps it, and
+    the owner lives as long as the run); else of this process's owner launcher when it runs other threads
+    (a serve session, a Ray worker); else a new interpreter."""
+    from courier.runs.launcher import LauncherGone, owner_here, process_launcher
+
+    owner_args = ["--run-dir", str(run_dir)]
     try:
+        alone = process.alone_in_process()
+        if alone and not process.command_line_holds(task):
+            process.fork_detached(lambda: owner_here(owner_args))
+            return
+        if not alone:
+            try:
+                process_launcher().launch(run_dir)
+                return
+            except LauncherGone:
+                pass
+        argv = [sys.executable, "-m", "courier.main", OWNER_ARGUMENT, *owner_args]
         process.spawn_detached(argv, dict(os.environ))
     except OSError as exc:
         raise NotStartable(f"could not start the run owner: {exc}") from None

@@ -49,12 +49,16 @@ class Context:
     `in_process` is true when the asker is this very process (the local transport): nothing
     crosses a wire, so the bounds that exist for the wire (diff's 2 MiB patch) do not apply.
     `runs` is set by an executor whose runs live elsewhere (a Ray head); None: this machine's store.
+    `fresh_login`: the process has the environment a new login gets now (not a serve session's).
     """
 
     client_gone: Callable[[], bool] = never_gone
     config: Config | None = None
     in_process: bool = False
     runs: Runs | None = None
+    # False in a long-lived serve session, whose environment is the one its login had: a run whose harness
+    # is not on that PATH is refused as needing a new login (docs/courier.md, "Environment").
+    fresh_login: bool = True
 
 
 Handler = Callable[["RemoteRequest", "RemoteResponse", Context], None]
@@ -95,6 +99,26 @@ def configured_settings() -> Settings | None:
         _settings.clear()
         _settings[key] = read_settings(path)
     return _settings[key]
+
+
+# The configuration built from the settings last read (configured_settings keeps them per file version).
+_configs: dict[int, tuple[Settings, Config]] = {}
+
+
+def configured_config() -> Config:
+    """`load_config()`, built once per version of wb.yaml in this process: a serve session's dispatches
+    read the file again only when it changed (docs/benchmarks.md#dispatch-latency)."""
+    from courier.config import config_of, load_config
+    from courier.paths import config_path
+
+    settings = configured_settings()
+    if settings is None:
+        return load_config()  # no file: the built-ins, or WB_CONFIG's refusal
+    kept = _configs.get(id(settings))
+    if kept is None or kept[0] is not settings:
+        _configs.clear()
+        kept = _configs[id(settings)] = (settings, config_of(settings, config_path()))
+    return kept[1]
 
 
 def configured_home() -> Path:

@@ -62,10 +62,11 @@ def follow_op(request: RemoteRequest, response: RemoteResponse, context: Context
 
 
 def continue_op(request: RemoteRequest, response: RemoteResponse, context: Context) -> None:
-    from courier.config import load_config
+    from courier.runs.context import configured_config
     from courier.runs.resume import continue_run
 
-    response.result = continue_run(context.config or load_config(), request).to_wire()
+    config = context.config or configured_config()
+    response.result = continue_run(config, request, fresh_login=context.fresh_login).to_wire()
 
 
 def prune_op(request: RemoteRequest, response: RemoteResponse, context: Context) -> None:
@@ -73,9 +74,9 @@ def prune_op(request: RemoteRequest, response: RemoteResponse, context: Context)
 
     projects_root = None
     if request.worktrees:  # only then is wb.yaml needed (agents.projects_root)
-        from courier.config import load_config
+        from courier.runs.context import configured_config
 
-        projects_root = (context.config or load_config()).projects_root
+        projects_root = (context.config or configured_config()).projects_root
     done = prune(store_for(context), request.older_than_ms, dry_run=request.dry_run, projects_root=projects_root)
     response.result = {
         "dry_run": request.dry_run,

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 import signal
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 _IS_LINUX = sys.platform.startswith("linux")
+_MAX_FD = 65536  # the end of the descriptor range closed in a detached child
 _boot_id_cache: str | None = None
 
 
@@ -157,6 +160,73 @@ def terminate_group(pgid: int, grace: float) -> int:
     return found
 
 
+def alone_in_process() -> bool:
+    """Whether this process runs one thread only, counting threads Python does not know (Ray's, a C library's):
+    forking it is then safe, no lock of another thread is held in the copy (Linux; elsewhere: never assumed)."""
+    if not _IS_LINUX:
+        return False
+    try:
+        return len(os.listdir("/proc/self/task")) == 1
+    except OSError:
+        return False
+
+
+def command_line_holds(text: str) -> bool:
+    """Whether this process's command line carries `text` (a task given as `--task TEXT`): a copy of the
+    process would show it for as long as the copy lives. Unknown counts as carrying it."""
+    needle = text.encode("utf-8", "surrogateescape")
+    try:
+        with open("/proc/self/cmdline", "rb") as handle:
+            return bool(needle) and needle in handle.read()
+    except OSError:
+        return True
+
+
+def fork_detached(run: Callable[[], int]) -> None:
+    """Run `run()` in a copy of this process, in its own session, stdio on /dev/null, reparented away from us
+    (double fork), its code already loaded: what `spawn_detached` does without a new interpreter's start.
+
+    Only for a process that runs one thread (`alone_in_process`). The copy keeps none of this process's
+    descriptors: what was garbage is collected first (so no object closes a descriptor number the copy
+    reuses later), every descriptor from 3 up is closed, and the objects left are frozen out of the
+    collector's reach. Signals are back to their defaults and unblocked; the copy ends with os._exit, so
+    no atexit handler of this process runs in it.
+    """
+    child = os.fork()
+    if child == 0:  # pragma: no cover - runs in the forked child
+        code = 127
+        try:
+            os.setsid()
+            if os.fork() != 0:
+                os._exit(0)
+            null = os.open(os.devnull, os.O_RDWR)
+            for fd in (0, 1, 2):
+                os.dup2(null, fd)
+            gc.collect()
+            os.closerange(3, _MAX_FD)
+            gc.freeze()
+            _fresh_signals()
+            code = run()
+        finally:
+            os._exit(code)
+    os.waitpid(child, 0)
+
+
+def _fresh_signals() -> None:
+    """The dispositions a new interpreter starts with: SIGPIPE and SIGXFSZ ignored (a write to a pipe whose
+    reader left is an error, not the end of the process), SIGINT Python's, every other signal the default,
+    none blocked."""
+    for number in range(1, signal.NSIG):
+        with contextlib.suppress(OSError, ValueError, RuntimeError):
+            signal.signal(number, signal.SIG_DFL)
+    for name in ("SIGPIPE", "SIGXFSZ"):
+        if hasattr(signal, name):
+            signal.signal(getattr(signal, name), signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.set_wakeup_fd(-1)
+    signal.pthread_sigmask(signal.SIG_SETMASK, set())
+
+
 def spawn_detached(argv: list[str], env: dict[str, str]) -> None:
     """Start argv in its own session with stdio on /dev/null, reparented away from us (double fork)."""
     read_end, write_end = os.pipe()
@@ -172,7 +242,7 @@ def spawn_detached(argv: list[str], env: dict[str, str]) -> None:
                 os.dup2(null, fd)
             os.closerange(3, write_end)
             os.set_inheritable(write_end, False)
-            os.closerange(write_end + 1, 65536)
+            os.closerange(write_end + 1, _MAX_FD)
             os.execve(argv[0], argv, env)
         except BaseException:
             os.write(write_end, b"x")

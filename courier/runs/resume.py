@@ -19,6 +19,7 @@ from courier.runs.admission import (
     clone_lock,
     deferred_signals,
     provider_options,
+    require_on_path,
     resolve_profile,
     start_owner,
 )
@@ -61,7 +62,7 @@ def check_continuable(store: Store, parent: Record) -> None:
         raise Finding(f"the worktree of agent run {ref}, {parent.worktree_dir}, is gone; it cannot be continued")
 
 
-def continue_run(config: Config, request: RemoteRequest) -> Result:
+def continue_run(config: Config, request: RemoteRequest, *, fresh_login: bool = True) -> Result:
     store = Store(config.home).ensure()
     agent_id = request.new_agent_id or new_run_id()
     if store.exists(agent_id):
@@ -70,6 +71,7 @@ def continue_run(config: Config, request: RemoteRequest) -> Result:
     check_continuable(store, parent)
     profile_name = request.profile or parent.profile
     resolved, network = resolve_profile(config, profile_name)
+    require_on_path(resolved.harness, fresh_login)
     if resolved.harness != parent.resolved.harness:
         raise UsageError(
             f"profile {profile_name} runs the {resolved.harness} harness, but {request.agent_id} holds a "
@@ -135,5 +137,5 @@ def continue_run(config: Config, request: RemoteRequest) -> Result:
             reason = f"could not copy the harness home of {parent.agent_id}: {exc}"
             finish(store, record, "failed", reason)
             raise NotStartable(f"agent run {agent_id} {reason}") from None
-        start_owner(run_dir)
+        start_owner(run_dir, request.task)
     return render(record, store)

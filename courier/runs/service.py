@@ -16,10 +16,10 @@ NO_TRANSCRIPT = "(no worker transcript was captured)"
 
 
 def dispatch_op(request: RemoteRequest, response: RemoteResponse, context: Context) -> None:
-    from courier.config import load_config
     from courier.runs.admission import dispatch
+    from courier.runs.context import configured_config
 
-    response.set_result(dispatch(context.config or load_config(), request))
+    response.set_result(dispatch(context.config or configured_config(), request, fresh_login=context.fresh_login))
 
 
 def status_op(request: RemoteRequest, response: RemoteResponse, context: Context) -> None:

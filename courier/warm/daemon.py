@@ -276,6 +276,7 @@ class Courier:
             bounds,
             operation=_operation_of(payload),
             max_sessions=int(header.get("max_sessions") or 8),
+            serve_dispatch=header.get("serve_dispatch") is True,
         )
         call = asyncio.ensure_future(run)
         gone = asyncio.ensure_future(_wait_closed(conn))

@@ -43,16 +43,23 @@ def _request(operation: str) -> bytes:
 
 
 class LineStream:
-    """A serve process that answers every request line with `{"via": "serve"}`; `broken`: its input is gone."""
+    """A serve process that answers every request line with `{"via": "serve"}`; `broken`: its input is gone;
+    `new_login`: it refuses dispatch and continue as needing a new login's environment."""
 
-    def __init__(self) -> None:
+    def __init__(self, new_login: bool = False) -> None:
         self.replies: asyncio.Queue[bytes] = asyncio.Queue()
         self.broken = False
+        self.new_login = new_login
 
     async def write(self, data: bytes) -> None:
         if self.broken:
             raise ConnectionLost("box: the serve process is gone")
-        request_id = json.loads(data)["request_id"]
+        document = json.loads(data)
+        request_id = document["request_id"]
+        if self.new_login and document["operation"] in ("dispatch", "continue"):
+            refused = b'"schema_version":1,"operation":"dispatch","failure":"no codex","failure_kind":"new_login"'
+            await self.replies.put(b'{"request_id":"%s",%s}\n' % (request_id.encode(), refused))
+            return
         await self.replies.put(b'{"request_id":"%s","via":"serve"}\n' % request_id.encode())
 
     async def read(self, size: int) -> bytes:
@@ -70,8 +77,12 @@ class DoublePeer(WarmPeer[str]):
 
     kind = "double"
 
-    def __init__(self, capabilities: list[str], *, sessions_lost: int = 0) -> None:
+    def __init__(
+        self, capabilities: list[str], *, sessions_lost: int = 0, serve_dispatch: bool = False, new_login: bool = False
+    ) -> None:
         super().__init__("box", max_sessions=4)
+        self.serve_dispatch = serve_dispatch
+        self.new_login = new_login
         self.offered = capabilities
         self.sessions_lost = sessions_lost  # this many one-call sessions raise ConnectionLost first
         self.sessions: list[str] = []  # the operation of each one-call session, in order
@@ -95,7 +106,7 @@ class DoublePeer(WarmPeer[str]):
             await self._release_slot()
 
     async def _start_serve(self, link: str) -> ServeChannel | None:
-        self.streams.append(stream := LineStream())
+        self.streams.append(stream := LineStream(self.new_login))
         return ServeChannel(stream, self.machine)
 
     async def _lost(self, link: str) -> None:
@@ -113,7 +124,8 @@ class DoublePeer(WarmPeer[str]):
 
     async def ask(self, operation: str) -> str:
         """The call's answer: "serve" or "session"."""
-        outcome = await self.carry(_request(operation), operation, DEFAULT_BOUNDS, self._link)
+        request = _request(operation)
+        outcome = await self.carry(request, operation, DEFAULT_BOUNDS, self._link, serve_dispatch=self.serve_dispatch)
         return str(json.loads(outcome.stdout)["via"])
 
     async def _link(self) -> str:
@@ -228,6 +240,32 @@ def test_the_status_row_has_its_thirteen_fields_in_order() -> None:
         assert list(row) == STATUS_ROW
         assert row["channel"] == "double" and row["mode"] == "serve" and row["calls"] == 1
         assert row["max_sessions"] == row["session_limit"] == 4 and row["peak_channels"] == 1
+        await peer.close()
+
+    _run(scenario)
+
+
+def test_with_dispatch_over_serve_dispatch_and_continue_take_the_serve_session() -> None:
+    """`courier.dispatch_over_serve` (docs/courier.md, "Environment"): only `version` needs a new login then."""
+
+    async def scenario() -> None:
+        peer = DoublePeer([SERVE], serve_dispatch=True)
+        await peer.ask("list")
+        await peer.prepared()
+        for operation in ("dispatch", "continue", "version", "status"):
+            assert await peer.ask(operation) == ("session" if operation == "version" else "serve"), operation
+        await peer.close()
+
+    _run(scenario)
+
+
+def test_a_run_the_serve_session_refuses_as_needing_a_new_login_is_asked_again_on_a_session_of_its_own() -> None:
+    async def scenario() -> None:
+        peer = DoublePeer([SERVE], serve_dispatch=True, new_login=True)
+        await peer.ask("list")
+        await peer.prepared()
+        assert await peer.ask("dispatch") == "session"
+        assert peer.sessions[-1] == "dispatch" and await peer.ask("status") == "serve"
         await peer.close()
 
     _run(scenario)
