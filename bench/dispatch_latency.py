@@ -85,6 +85,9 @@ TARGET_MS = {
     ("ray", "warm"): 500.0,
     ("ray", "cold"): 500.0,
 }
+QUIET_WAIT_S = 120.0  # before each path's rows, at most this long for the machine to calm down
+QUIET_SAMPLE_S = 2.0
+QUIET_BUSY = 0.25  # a quarter of the CPUs busy: other agents' idle work, not a cluster starting
 ABOVE_FLOOR_MS = 150.0  # ssh and exec cold: at most their floor (`ssh m1 true`, the exec argv's `true`) + this
 CONCURRENT_TARGET_MS = 1000.0  # 20 concurrent warm dispatches all started within 1 s
 PATHS = ("local", "ssh", "exec", "ray")
@@ -377,6 +380,9 @@ STAGES: dict[tuple[str, str], tuple[str, str]] = {
     ("perform.start", "ray.place"): ("head: executor chosen, wb.yaml loaded", "receiver"),
     ("ray.place", "ray.checked"): ("Ray head: profile checked, nodes with the clone found", "ray"),
     ("ray.checked", "ray.submitted"): ("Ray head: placement recorded, holder task submitted", "ray"),
+    # The holder may start on its node before the head's submission call has returned (ray.submitted is later).
+    ("ray.checked", "ray.holder"): ("Ray: placement recorded, holder submitted and started (submit not yet returned)",
+                                    "ray"),
     ("ray.submitted", "ray.holder"): ("Ray: holder task scheduled and started on a node", "ray"),
     ("ray.holder", "ray.claimed"): ("Ray: holder claimed the run from the head's service", "ray"),
     ("ray.claimed", "perform.start"): ("Ray node: request handed to perform", "ray"),
@@ -966,7 +972,27 @@ def ray_unavailable() -> str:
     return f"{', '.join(missing)} not found" if missing else ""
 
 
-def measure_path(runner: Runner, where: Where, runs: int, outcome: Outcome) -> None:
+def quiet(progress: Callable[[str], None]) -> None:
+    """Wait (at most QUIET_WAIT_S) until this machine's CPUs are mostly idle: a Ray cluster's start, or the
+    previous rows' last runs, must not land on the next row (every figure is a wall time on 2 shared cores)."""
+    deadline = time.monotonic() + QUIET_WAIT_S
+    while True:
+        before = busy_cpu_s()
+        time.sleep(QUIET_SAMPLE_S)
+        busy = (busy_cpu_s() - before) / QUIET_SAMPLE_S / (os.cpu_count() or 1)
+        if busy <= QUIET_BUSY or time.monotonic() > deadline:
+            progress(f"CPUs {busy:.0%} busy before the next rows; load {os.getloadavg()[0]:.2f}")
+            return
+
+
+def busy_cpu_s() -> float:
+    """CPU seconds spent outside idle and iowait since boot, all cores (/proc/stat; bench/ray.py's)."""
+    fields = [int(value) for value in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    return (sum(fields[:8]) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
+
+
+def measure_path(runner: Runner, where: Where, runs: int, outcome: Outcome, progress: Callable[[str], None]) -> None:
+    quiet(progress)
     for warm in (True, False):
         for sandbox in SANDBOXES:
             for harness in HARNESSES:
@@ -995,7 +1021,7 @@ def measure(base: Path, runs: int, rounds: int, paths: tuple[str, ...], progress
             floors["ssh m1 true"] = statistics.median(wheres["ssh"].floor_ms)
             floors["the exec argv running true"] = statistics.median(wheres["exec"].floor_ms)
             for path in (path for path in paths if path in wheres):
-                measure_path(runner, wheres[path], runs, outcome)
+                measure_path(runner, wheres[path], runs, outcome, progress)
             for path in (path for path in paths if path in wheres):
                 for _ in range(rounds):
                     round_ = burst(runner, wheres[path])
@@ -1013,7 +1039,7 @@ def measure(base: Path, runs: int, rounds: int, paths: tuple[str, ...], progress
                 with contextlib.ExitStack() as cluster:
                     where = ray_where(bench, runs, cluster)
                     cluster.callback(stop_courier, where.caller_env(True, False))
-                    measure_path(runner, where, runs, outcome)
+                    measure_path(runner, where, runs, outcome, progress)
     return outcome
 
 
