@@ -172,14 +172,16 @@ def alone_in_process() -> bool:
 
 
 def command_line_holds(text: str) -> bool:
-    """Whether this process's command line carries `text` (a task given as `--task TEXT`): a copy of the
-    process would show it for as long as the copy lives. Unknown counts as carrying it."""
+    """Whether this process's command line carries `text` as an argument of its own (a task given as
+    `--task TEXT` or `--task=TEXT`): a copy of the process would show it for as long as the copy lives.
+    Unknown counts as carrying it."""
     needle = text.encode("utf-8", "surrogateescape")
     try:
         with open("/proc/self/cmdline", "rb") as handle:
-            return bool(needle) and needle in handle.read()
+            arguments = handle.read().split(b"\0")
     except OSError:
         return True
+    return any(argument == needle or argument.endswith(b"=" + needle) for argument in arguments)
 
 
 def fork_detached(run: Callable[[], int]) -> None:

@@ -1,0 +1,41 @@
+"""When a run's owner may be a copy of the dispatching process (docs/runs.md#the-owner)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from courier.runs.process import alone_in_process
+
+PROBE = "from courier.runs.process import command_line_holds as holds; print(holds('fix the bug'), holds('bug'))"
+
+
+def test_a_task_given_on_the_command_line_is_found_there_and_a_word_of_a_path_is_not() -> None:
+    """The copy would show the command line as long as the run lives: a task given as an argument keeps the owner
+    a new interpreter; a short task that is only part of another argument (a socket's path) does not."""
+    for given in (["--task", "fix the bug"], ["--task=fix the bug"]):
+        done = subprocess.run(
+            [sys.executable, "-c", PROBE, "/tmp/bug-socket/x.sock", *given], capture_output=True, text=True, check=True
+        )
+        assert done.stdout.split() == ["True", "False"], given
+    done = subprocess.run([sys.executable, "-c", PROBE, "--task-file", "-"], capture_output=True, text=True, check=True)
+    assert done.stdout.split() == ["False", "False"]
+
+
+def test_a_process_with_a_second_thread_is_not_copied() -> None:
+    import threading
+
+    started, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        started.set()
+        release.wait(10)
+
+    thread = threading.Thread(target=hold)
+    thread.start()
+    try:
+        started.wait(10)
+        assert not alone_in_process()
+    finally:
+        release.set()
+        thread.join()
