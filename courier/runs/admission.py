@@ -307,24 +307,23 @@ def dispatch(config: Config, request: RemoteRequest, *, fresh_login: bool = True
 def start_owner(run_dir: Path, task: str) -> None:
     """Start the run's detached owner (docs/runs.md#the-owner) as a copy of a process whose imports are done
     (a new interpreter and wb's imports cost more than all of admission, docs/benchmarks.md#dispatch-latency):
-    of this one when it runs one thread and its command line does not carry the task (a copy keeps it, and
-    the owner lives as long as the run); else of this process's owner launcher when it runs other threads
-    (a serve session, a Ray worker); else a new interpreter."""
+    of this one when it runs one thread (the copy's command line is written over: the dispatcher's may
+    carry the task, and the owner lives as long as the run); else of this process's owner launcher (a serve
+    session, a Ray worker: other threads); else a new interpreter."""
     from courier.runs.launcher import LauncherGone, owner_here, process_launcher
 
     owner_args = ["--run-dir", str(run_dir)]
+    argv = [sys.executable, "-m", "courier.main", OWNER_ARGUMENT, *owner_args]
     try:
-        alone = process.alone_in_process()
-        if alone and not process.command_line_holds(task):
-            process.fork_detached(lambda: owner_here(owner_args))
+        if process.alone_in_process():
+            title = f"wb owner --run-dir {run_dir}"  # not the dispatcher's command line, which may hold the task
+            process.fork_detached(lambda: owner_here(owner_args), title=title, hidden=task, otherwise=argv)
             return
-        if not alone:
-            try:
-                process_launcher().launch(run_dir)
-                return
-            except LauncherGone:
-                pass
-        argv = [sys.executable, "-m", "courier.main", OWNER_ARGUMENT, *owner_args]
+        try:
+            process_launcher().launch(run_dir)
+            return
+        except LauncherGone:
+            pass
         process.spawn_detached(argv, dict(os.environ))
     except OSError as exc:
         raise NotStartable(f"could not start the run owner: {exc}") from None

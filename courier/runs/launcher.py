@@ -100,7 +100,8 @@ def serve_launches(argv: list[str]) -> int:
             path, _, pending = pending.partition(_END)
             owner_args = ["--run-dir", os.fsdecode(path)]
             try:
-                process.fork_detached(lambda: owner_here(owner_args))  # noqa: B023 - called before the next line
+                title = f"wb owner --run-dir {owner_args[1]}"
+                process.fork_detached(lambda: owner_here(owner_args), title=title)  # noqa: B023 - called at once
                 answer = _OK
             except OSError as exc:
                 answer = str(exc).encode("utf-8", "replace") or b"fork failed"

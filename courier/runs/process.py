@@ -184,9 +184,29 @@ def command_line_holds(text: str) -> bool:
     return any(argument == needle or argument.endswith(b"=" + needle) for argument in arguments)
 
 
-def fork_detached(run: Callable[[], int]) -> None:
+def retitle(title: str) -> None:
+    """Write `title` over this process's command line as `ps` and /proc/PID/cmdline show it (the memory the
+    kernel reads them from, which Python never uses again after start), cut to fit; OSError when it cannot."""
+    import ctypes
+
+    with open("/proc/self/stat", "rb") as handle:
+        fields = handle.read().rsplit(b")", 1)[1].split()
+    # Fields 48 and 49 of proc(5), arg_start and arg_end; `fields` starts at field 3 (after the name).
+    start, end = int(fields[45]), int(fields[46])
+    if end <= start:
+        raise OSError("this kernel does not say where the command line is")
+    text = title.encode("utf-8", "replace")[: end - start - 1]
+    ctypes.memmove(start, text + b"\0" * (end - start - len(text)), end - start)
+
+
+def fork_detached(
+    run: Callable[[], int], *, title: str = "", hidden: str = "", otherwise: list[str] | None = None
+) -> None:
     """Run `run()` in a copy of this process, in its own session, stdio on /dev/null, reparented away from us
     (double fork), its code already loaded: what `spawn_detached` does without a new interpreter's start.
+
+    The copy's command line becomes `title`; when `hidden` (a task) would still show there, the copy starts
+    `otherwise` instead (a new interpreter, from the same detached place).
 
     Only for a process that runs one thread (`alone_in_process`). The copy keeps none of this process's
     descriptors: what was garbage is collected first (so no object closes a descriptor number the copy
@@ -208,6 +228,12 @@ def fork_detached(run: Callable[[], int]) -> None:
             os.closerange(3, _MAX_FD)
             gc.freeze()
             _fresh_signals()
+            if title:
+                with contextlib.suppress(OSError, ValueError, IndexError):
+                    retitle(title)
+            if hidden and command_line_holds(hidden):
+                assert otherwise is not None
+                os.execv(otherwise[0], otherwise)
             code = run()
         finally:
             os._exit(code)
