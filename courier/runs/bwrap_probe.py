@@ -10,6 +10,7 @@ namespaces a confined worker gets, and keeps bubblewrap's own first line of refu
 from __future__ import annotations
 
 import functools
+import os
 import shutil
 import subprocess
 from dataclasses import dataclass
@@ -46,11 +47,24 @@ def usable(path_env: str | None = None) -> BwrapProbe:
     return _probe(path_env, False)
 
 
-@functools.cache
 def _probe(path_env: str | None, with_version: bool) -> BwrapProbe:
     found = shutil.which("bwrap", path=path_env)
     if found is None:
         return BwrapProbe(reason="bubblewrap not found")
+    try:
+        info = os.stat(found)
+        identity = (info.st_dev, info.st_ino, info.st_mtime_ns)
+    except OSError:
+        identity = (0, 0, 0)
+    return _trial(found, identity, with_version)
+
+
+@functools.cache
+def _trial(found: str, identity: tuple[int, int, int], with_version: bool) -> BwrapProbe:
+    """The probe of one bubblewrap binary as it is (`identity`: a reinstalled one is probed again), kept for the
+    process's life: the courier probes each caller's PATH once, and its commands and their runs' owners, copies
+    of it, start with the answer (docs/benchmarks.md#dispatch-latency)."""
+    del identity  # part of the cache's key only
     try:
         version = (
             subprocess.run([found, "--version"], capture_output=True, text=True, timeout=_PROBE_TIMEOUT_S, check=False)

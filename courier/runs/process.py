@@ -209,9 +209,8 @@ def fork_detached(
     `otherwise` instead (a new interpreter, from the same detached place).
 
     Only for a process that runs one thread (`alone_in_process`). The copy keeps none of this process's
-    descriptors: what was garbage is collected first (so no object closes a descriptor number the copy
-    reuses later), every descriptor from 3 up is closed, and the objects left are frozen out of the
-    collector's reach. Signals are back to their defaults and unblocked; the copy ends with os._exit, so
+    descriptors: its objects are frozen out of the collector's reach first (none is ever finalized, so
+    none closes a descriptor number the copy reuses later), then every descriptor from 3 up is closed. Signals are back to their defaults and unblocked; the copy ends with os._exit, so
     no atexit handler of this process runs in it.
     """
     child = os.fork()
@@ -224,9 +223,8 @@ def fork_detached(
             null = os.open(os.devnull, os.O_RDWR)
             for fd in (0, 1, 2):
                 os.dup2(null, fd)
-            gc.collect()
+            gc.freeze()  # before the descriptors go: no finalizer of an object of ours closes a number reused later
             os.closerange(3, _MAX_FD)
-            gc.freeze()
             _fresh_signals()
             if title:
                 with contextlib.suppress(OSError, ValueError, IndexError):

@@ -208,6 +208,7 @@ class Courier:
             credentials = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _UCRED.size)
             command.client_pid = _UCRED.unpack(credentials)[0]
         closing = [*self.connections, *([self.listener] if self.listener else [])]
+        _probe_sandbox(command.env.get("PATH"))
         pid = os.fork()
         if pid == 0:  # pragma: no cover - the child never returns
             child.run_child(command, passed, closing, self.path, self.runner)
@@ -414,3 +415,12 @@ async def _main(path: str, ready_fd: int, lock_fd: int, runner: Runner) -> int:
 def serve_forever(path: str, ready_fd: int, lock_fd: int, runner: Runner) -> int:
     """Serve until stopped; `runner` runs one command line in a forked child (the entry module passes it in)."""
     return asyncio.run(_main(path, ready_fd, lock_fd, runner))
+
+
+def _probe_sandbox(path_env: str | None) -> None:
+    """Whether bubblewrap can confine a run, asked once per caller's PATH here, before the command's child is
+    forked: the child, and a run's owner copied from it, start with the answer (docs/runs.md#the-owner)."""
+    from courier.runs import bwrap_probe
+
+    with contextlib.suppress(Exception):
+        bwrap_probe.usable(path_env)

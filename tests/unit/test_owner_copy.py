@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 from courier.runs.process import alone_in_process
 
@@ -39,3 +41,22 @@ def test_a_process_with_a_second_thread_is_not_copied() -> None:
     finally:
         release.set()
         thread.join()
+
+
+def test_the_sandbox_probe_is_kept_for_a_bubblewrap_as_it_is_and_asked_again_when_it_changes(tmp_path: Path) -> None:
+    """The courier probes each caller's PATH once and its children inherit the answer (docs/runs.md#the-owner);
+    a bubblewrap replaced since (another binary at the same path) is probed again."""
+    from courier.runs import bwrap_probe
+
+    fake = tmp_path / "bwrap"
+    calls = tmp_path / "calls"
+    fake.write_text(f"#!/bin/sh\necho run >> {calls}\nexit 0\n")
+    fake.chmod(0o755)
+    path_env = str(tmp_path)
+    assert bwrap_probe.usable(path_env).usable and bwrap_probe.usable(path_env).usable
+    assert calls.read_text().count("run") == 1
+    fake.write_text(f"#!/bin/sh\necho run >> {calls}\necho 'bwrap: no namespaces here' >&2\nexit 1\n")
+    os.utime(fake, ns=(1, 1))
+    refused = bwrap_probe.usable(path_env)
+    assert refused.reason == "bubblewrap cannot create namespaces here: bwrap: no namespaces here"
+    assert calls.read_text().count("run") == 2
