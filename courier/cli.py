@@ -16,26 +16,33 @@ from typer import models as typer_models
 from typer._click import exceptions as click_exceptions
 
 from courier import __version__, cli_io, hot
-from courier.client.asking import command_started_at
 from courier.client.client import Client
-from courier.commands import check_list_scope, duration_ms, machine_timeout_s, wait_bound_ms
+from courier.commands import (
+    AWAIT_DEFAULT,
+    EXEC_TIMEOUT_DEFAULT,
+    MACHINE_TIMEOUT_DEFAULT,
+    PLACEMENT_TIMEOUT_DEFAULT,
+    TIMEOUT_DEFAULT,
+    check_list_scope,
+    duration_ms,
+    machine_timeout_s,
+)
 from courier.commands import naming as _naming
 from courier.commands import target as _target
 from courier.config import Config, load_config
 from courier.errors import Finding, Interrupted, UsageError, WbError
-from courier.ops.await_ import await_remedy, await_target, await_text, still_running
+from courier.ops.await_ import await_target
 from courier.ops.continue_ import build_continue
-from courier.ops.dispatch import build_dispatch, dispatch_line
 from courier.ops.logs import check_tail, logs_request, logs_text, with_whole_id
 from courier.ops.stop import stop_remedy, stop_request
 from courier.render import to_json
+from courier.run_commands import awaited, dispatch_command, started, then_wait_bound
 from courier.text import escape_controls, sanitize
 from protocol import limits
-from protocol.durations import default_duration as _default
 from protocol.refs import format_reference
 
 if TYPE_CHECKING:
-    from protocol.models import Result
+    pass
 
 # Plain help (rich_markup_mode=None): typer's rich help shows every flag as taking a value
 # (`--json <bool>`, `--help <bool>`); click's plain help shows a flag as a flag.
@@ -74,11 +81,6 @@ WaitTimeoutOpt = Annotated[
 JsonOpt = Annotated[bool, typer.Option("--json", help="Same as --format json.")]
 
 
-TIMEOUT_DEFAULT = _default(limits.TIMEOUT_DEFAULT_MS)
-AWAIT_DEFAULT = _default(limits.AWAIT_DEFAULT_MS)
-MACHINE_TIMEOUT_DEFAULT = _default(limits.MACHINE_TIMEOUT_DEFAULT_MS)
-PLACEMENT_TIMEOUT_DEFAULT = _default(limits.PLACEMENT_TIMEOUT_DEFAULT_MS)
-EXEC_TIMEOUT_DEFAULT = _default(limits.WATCH_EXEC_TIMEOUT_DEFAULT_MS)
 RefArg = Annotated[
     str, typer.Argument(metavar="REF", help="agt-… or MACHINE:agt-… (a unique prefix of 6+ digits will do)")
 ]
@@ -173,10 +175,7 @@ def dispatch(
     json_flag: JsonOpt = False,
 ) -> None:
     """Start one task in a worktree (--to auto[:LABEL]: where a slot is free); prints its reference."""
-    as_json = _wants_json(fmt, json_flag)
-    bound_ms = _then_wait_bound(wait, follow, wait_timeout, as_json)
-    slot_wait_ms = _slot_wait_ms(wait_for_slot, to)
-    machine, request = build_dispatch(
+    dispatch_command(
         new_worktree=new_worktree,
         use_worktree=use_worktree,
         profile=profile,
@@ -189,10 +188,13 @@ def dispatch(
         timeout=timeout,
         max_tokens=max_tokens,
         max_cost_usd=max_cost_usd,
+        machine_timeout=machine_timeout,
+        wait_for_slot=wait_for_slot,
+        wait=wait,
+        follow=follow,
+        wait_timeout=wait_timeout,
+        as_json=_wants_json(fmt, json_flag),
     )
-    bound_s = machine_timeout_s(machine_timeout)
-    result = _client().dispatch(to, machine, request, bound_s, slot_wait_ms)
-    _started(result, bound_ms, follow, as_json)
 
 
 @agent_app.command()
@@ -219,63 +221,7 @@ def await_(
 ) -> None:
     """Wait until the run is terminal (or the bound passes) and print the result."""
     machine, run_id, bound_ms = await_target(reference, to, wait_timeout)
-    _awaited(machine, run_id, bound_ms, _wants_json(fmt, json_flag))
-
-
-def _awaited(machine: str, run_id: str, bound_ms: int, as_json: bool, follow: bool = False) -> None:
-    """Wait for the run (following its actions with `follow`), print its facts, exit as `await` does."""
-    ref = format_reference(machine, run_id)
-    client = _client()
-    try:
-        with _naming(await_remedy(ref), always=True):
-            if follow:
-                result = client.follow(machine, run_id, _out, _warn, bound_ms=bound_ms)
-            elif not as_json and sys.stderr.isatty():
-                from courier.live_line import await_with_line
-
-                result = await_with_line(client, machine, run_id, bound_ms, sys.stderr, _warn)
-            else:
-                result = client.await_(machine, run_id, bound_ms, started_at=command_started_at())
-    except KeyboardInterrupt:
-        raise Interrupted(f"interrupted; the run continues; resume with wb agent await {ref}") from None
-    _out(to_json(result.to_wire()) if as_json else await_text(result))
-    if not result.terminal:
-        raise still_running(format_reference(machine, result.agent_id))  # the whole ID, not a prefix given
-
-
-def _then_wait_bound(wait: bool, follow: bool, wait_timeout: str | None, as_json: bool) -> int | None:
-    """The wait `--wait` or `--follow` asks of dispatch or continue (ms, 0: none), checked before anything
-    starts; None without them."""
-    if wait and follow:
-        raise UsageError("--wait and --follow: give one (--follow waits too)")
-    if follow and as_json:
-        raise UsageError("--follow prints worker actions as text; with --json use --wait")
-    if not (wait or follow):
-        if wait_timeout is not None:
-            raise UsageError("--wait-timeout bounds --wait or --follow; give one of them")
-        return None
-    return wait_bound_ms(wait_timeout or AWAIT_DEFAULT)
-
-
-def _slot_wait_ms(wait_for_slot: str | None, to: str | None) -> int:
-    if wait_for_slot is None:
-        return 0
-    from courier.commands import is_auto
-
-    if not is_auto(to):
-        raise UsageError("--wait-for-slot waits for a free slot of --to auto[:LABEL]; give --to auto")
-    wait_ms = duration_ms(wait_for_slot, "--wait-for-slot")
-    if wait_ms <= 0:
-        raise UsageError("--wait-for-slot must be more than 0 (e.g. --wait-for-slot 30m)")
-    return wait_ms
-
-
-def _started(result: Result, bound_ms: int | None, follow: bool, as_json: bool) -> None:
-    """A started run's reference (JSON: its document), then, with --wait or --follow, what `await` prints."""
-    if bound_ms is None or not as_json:
-        _out(to_json(result.to_wire()) if as_json else dispatch_line(result))
-    if bound_ms is not None:
-        _awaited(result.machine or "", result.agent_id, bound_ms, as_json, follow)
+    awaited(machine, run_id, bound_ms, _wants_json(fmt, json_flag))
 
 
 @agent_app.command(name="list")
@@ -431,7 +377,7 @@ def continue_(
 ) -> None:
     """Start a new run in the same worktree that resumes REF's harness session with a follow-up task."""
     as_json = _wants_json(fmt, json_flag)
-    bound_ms = _then_wait_bound(wait, follow, wait_timeout, as_json)
+    bound_ms = then_wait_bound(wait, follow, wait_timeout, as_json)
     machine, request, new_id = build_continue(
         reference=reference,
         task=task,
@@ -442,8 +388,8 @@ def continue_(
         max_tokens=max_tokens,
         max_cost_usd=max_cost_usd,
     )
-    result = _client().start(machine, request, new_id)
-    _started(result, bound_ms, follow, as_json)
+    result = Client(load_config()).start(machine, request, new_id)
+    started(result, bound_ms, follow, as_json)
 
 
 @agent_app.command()

@@ -23,6 +23,8 @@ from protocol.rules import cost_bound_ok, token_bound_ok
 TIMEOUT_DEFAULT = default_duration(limits.TIMEOUT_DEFAULT_MS)
 AWAIT_DEFAULT = default_duration(limits.AWAIT_DEFAULT_MS)
 MACHINE_TIMEOUT_DEFAULT = default_duration(limits.MACHINE_TIMEOUT_DEFAULT_MS)
+PLACEMENT_TIMEOUT_DEFAULT = default_duration(limits.PLACEMENT_TIMEOUT_DEFAULT_MS)
+EXEC_TIMEOUT_DEFAULT = default_duration(limits.WATCH_EXEC_TIMEOUT_DEFAULT_MS)
 
 
 def duration_ms(text: str, flag: str) -> int:

@@ -1,9 +1,10 @@
-"""The hot read commands without typer: `wb agent list` and `wb agent status`, parsed by hand.
+"""The hot commands without typer: `wb agent list`, `status` and `dispatch`, parsed by hand.
 
 A cold `wb agent list` spent more time importing typer and building its click command than
-reading the store (docs/benchmarks.md). This module parses exactly the documented options of
-these two commands (docs/cli.md) and runs the same command bodies the typer commands run
-(courier/cli.py calls `list_command` and `status_command` below). Anything it does not
+reading the store, and a cold dispatch about 50 ms (docs/benchmarks.md). This module parses
+exactly the documented options of these commands (docs/cli.md) and runs the same command bodies
+the typer commands run (courier/cli.py calls `list_command`, `status_command` and
+courier/run_commands.py's `dispatch_command`). Anything it does not
 recognise exactly — `--help`, an unknown or repeated option, a missing value, `--`, a second
 argument — it hands back (`parse` returns None) to the typer path, so every usage message,
 help text and exit code stays typer's. Imports no typer, and no asyncio for this machine.
@@ -17,10 +18,20 @@ from dataclasses import dataclass
 from courier import cli_io
 from courier.errors import Finding, Interrupted, WbError
 
-_FLAGS = {"list": ("--all", "--stalled", "--json"), "status": ("--json",)}
-_VALUED = {"list": ("--to", "--machine-timeout", "--format"), "status": ("--to", "--machine-timeout", "--format")}
-_POSITIONALS = {"list": 0, "status": 1}
+_FLAGS = {"list": ("--all", "--stalled", "--json"), "status": ("--json",), "dispatch": ("--wait", "--follow", "--json")}
+_VALUED = {
+    "list": ("--to", "--machine-timeout", "--format"),
+    "status": ("--to", "--machine-timeout", "--format"),
+    "dispatch": (
+        "--new-worktree", "--use-worktree", "--profile", "--task", "--task-file", "--repo", "--branch", "--base",
+        "--to", "--timeout", "--max-tokens", "--max-cost-usd", "--machine-timeout", "--wait-for-slot",
+        "--wait-timeout", "--format",
+    ),
+}  # fmt: skip
+_POSITIONALS = {"list": 0, "status": 1, "dispatch": 0}
 _FORMATS = ("text", "json")
+# Options whose value typer converts: one it would refuse (with its own message) goes to typer.
+_CONVERTED = {"--max-tokens": int, "--max-cost-usd": float}
 
 
 @dataclass(frozen=True)
@@ -58,8 +69,13 @@ def parse(argv: list[str]) -> HotCall | None:
                 i += 1
             else:
                 return None  # a missing value: typer's message
-            if not value or value.startswith("-"):
-                return None
+            if not value or (value.startswith("-") and not (name == "--task-file" and value == "-")):
+                return None  # typer's rules and messages (`--task-file -` is stdin, documented)
+            if name in _CONVERTED:
+                try:
+                    _CONVERTED[name](value)
+                except ValueError:
+                    return None
             if name == "--format" and value not in _FORMATS:
                 return None
             options[name] = value
@@ -75,16 +91,19 @@ def run(argv: list[str]) -> int | None:
     call = parse(argv)
     if call is None:
         return None
-    from courier.commands import MACHINE_TIMEOUT_DEFAULT
+    from courier.commands import MACHINE_TIMEOUT_DEFAULT, PLACEMENT_TIMEOUT_DEFAULT
 
     opts = call.options
     to = opts.get("--to")
-    machine_timeout = opts.get("--machine-timeout", MACHINE_TIMEOUT_DEFAULT)
+    default_bound = PLACEMENT_TIMEOUT_DEFAULT if call.command == "dispatch" else MACHINE_TIMEOUT_DEFAULT
+    machine_timeout = opts.get("--machine-timeout", default_bound)
     as_json = bool(opts.get("--json")) or opts.get("--format") == "json"
     assert isinstance(machine_timeout, str) and (to is None or isinstance(to, str))
     try:
         if call.command == "list":
             list_command(to, bool(opts.get("--all")), machine_timeout, bool(opts.get("--stalled")), as_json)
+        elif call.command == "dispatch":
+            _dispatch(opts, to, as_json)
         else:
             assert call.reference is not None
             status_command(call.reference, to, machine_timeout, as_json)
@@ -102,6 +121,38 @@ def run(argv: list[str]) -> int | None:
 
 
 # -- the command bodies (the typer commands in courier/cli.py call these too) ---------------
+
+
+def _dispatch(opts: dict[str, str | bool], to: str | None, as_json: bool) -> None:
+    """`wb agent dispatch` with the options parsed here (courier/run_commands.py, as typer's command runs it)."""
+    from courier.commands import PLACEMENT_TIMEOUT_DEFAULT, TIMEOUT_DEFAULT
+    from courier.run_commands import dispatch_command
+
+    def text(name: str) -> str | None:
+        value = opts.get(name)
+        return value if isinstance(value, str) else None
+
+    tokens, dollars = text("--max-tokens"), text("--max-cost-usd")
+    dispatch_command(
+        new_worktree=text("--new-worktree"),
+        use_worktree=text("--use-worktree"),
+        profile=text("--profile"),
+        task=text("--task"),
+        task_file=text("--task-file"),
+        repo=text("--repo"),
+        branch=text("--branch"),
+        base=text("--base"),
+        to=to,
+        timeout=text("--timeout") or TIMEOUT_DEFAULT,
+        max_tokens=int(tokens) if tokens is not None else None,
+        max_cost_usd=float(dollars) if dollars is not None else None,
+        machine_timeout=text("--machine-timeout") or PLACEMENT_TIMEOUT_DEFAULT,
+        wait_for_slot=text("--wait-for-slot"),
+        wait=bool(opts.get("--wait")),
+        follow=bool(opts.get("--follow")),
+        wait_timeout=text("--wait-timeout"),
+        as_json=as_json,
+    )
 
 
 def list_command(to: str | None, all_machines: bool, machine_timeout: str, stalled: bool, as_json: bool) -> None:

@@ -210,7 +210,8 @@ def fork_detached(
 
     Only for a process that runs one thread (`alone_in_process`). The copy keeps none of this process's
     descriptors: its objects are frozen out of the collector's reach first (none is ever finalized, so
-    none closes a descriptor number the copy reuses later), then every descriptor from 3 up is closed. Signals are back to their defaults and unblocked; the copy ends with os._exit, so
+    none closes a descriptor number the copy reuses later), then every descriptor from 3 up is closed.
+    Signals are back to a new interpreter's dispositions and unblocked; the copy ends with os._exit, so
     no atexit handler of this process runs in it.
     """
     child = os.fork()

@@ -1,4 +1,4 @@
-"""The typer-free path of `wb agent list` and `status` (courier/hot.py) says exactly what typer's says.
+"""The typer-free path of `wb agent list`, `status` and `dispatch` (courier/hot.py) says exactly what typer's says.
 
 Each argv runs through `cli.run` (the hot path first, as `wb` runs it) and through
 `cli.run_typer` (typer alone); stdout, stderr and the exit code must be the same. Good input
@@ -82,6 +82,16 @@ TAKEN = [
     ["agent", "list", "--to", "nosuch"],
     ["agent", "list", "--to", "m1", "--all"],
     ["agent", "list", "--to", "Bad/Name"],
+    # dispatch, refused before anything starts (a run would start twice: once per path)
+    ["agent", "dispatch"],
+    ["agent", "dispatch", "--new-worktree", "w", "--use-worktree", "v", "--profile", "p", "--task", "t"],
+    ["agent", "dispatch", "--new-worktree", "w", "--profile", "nosuch", "--task", "t", "--repo", "acme/widget"],
+    ["agent", "dispatch", "--new-worktree", "w", "--profile", "p", "--task", "t", "--max-tokens", "0"],
+    ["agent", "dispatch", "--new-worktree", "w", "--profile", "p", "--task", "t", "--wait", "--follow"],
+    ["agent", "dispatch", "--new-worktree", "w", "--profile", "p", "--task", "t", "--follow", "--json"],
+    ["agent", "dispatch", "--new-worktree", "w", "--profile", "p", "--task", "t", "--wait-for-slot", "1m"],
+    ["agent", "dispatch", "--new-worktree", "w", "--profile", "p", "--task", "t", "--timeout", "0s"],
+    ["agent", "dispatch", "--new-worktree", "w", "--profile", "p", "--task", "t", "--to", "nosuch"],
 ]
 
 HANDED_TO_TYPER = [
@@ -106,6 +116,14 @@ HANDED_TO_TYPER = [
     ["agent", "status", "-"],
     ["agent", "status", DONE, "--all"],  # list's flag on status
     ["agent", "status", DONE, "--stalled"],
+    ["agent", "dispatch", "--help"],
+    ["agent", "dispatch", "extra"],
+    ["agent", "dispatch", "--max-tokens", "lots"],
+    ["agent", "dispatch", "--max-cost-usd", "cheap"],
+    ["agent", "dispatch", "--wait=yes"],
+    ["agent", "dispatch", "--task", "-x"],
+    ["agent", "dispatch", "--new-worktree", "w", "--profile", "p", "--task", "t", "--max-cost-usd=-1"],
+    ["agent", "dispatch", "--profile", "p", "--profile", "p"],
     ["agent", "lis"],
     ["agent"],
     ["--version"],
