@@ -82,6 +82,8 @@ TARGET_MS = {
     ("local", "cold"): 250.0,
     ("ssh", "warm"): 150.0,
     ("exec", "warm"): 150.0,
+    ("ssh-serve", "warm"): 150.0,
+    ("exec-serve", "warm"): 150.0,
     ("ray", "warm"): 500.0,
     ("ray", "cold"): 500.0,
 }
@@ -90,7 +92,8 @@ QUIET_SAMPLE_S = 2.0
 QUIET_BUSY = 0.25  # a quarter of the CPUs busy: other agents' idle work, not a cluster starting
 ABOVE_FLOOR_MS = 150.0  # ssh and exec cold: at most their floor (`ssh m1 true`, the exec argv's `true`) + this
 CONCURRENT_TARGET_MS = 1000.0  # 20 concurrent warm dispatches all started within 1 s
-PATHS = ("local", "ssh", "exec", "ray")
+# `-serve`: the same machine with courier.dispatch_over_serve (docs/courier.md, "Environment"): warm rows only.
+PATHS = ("local", "ssh", "exec", "ssh-serve", "exec-serve", "ray")
 SANDBOXES = {"plain": "off", "confined": "auto"}
 HARNESSES = ("command", "model")
 
@@ -815,6 +818,10 @@ def local_and_remote(bench: Bench, runs: int, stack: contextlib.ExitStack) -> di
         (local / sub).mkdir(mode=0o700, parents=True)
     make_clone(local / "projects")
     config = write_yaml(local / "wb.yaml", {"session_move": {"targets": targets}, "agents": bench.agents()})
+    over_serve = write_yaml(
+        local / "wb-serve.yaml",
+        {"session_move": {"targets": targets}, "agents": bench.agents(), "courier": {"dispatch_over_serve": True}},
+    )
     env = common.base_env(
         HOME=str(local / "home"),
         WB_HOME=str(local / "wbhome"),
@@ -826,13 +833,19 @@ def local_and_remote(bench: Bench, runs: int, stack: contextlib.ExitStack) -> di
     ssh_true = [common.SSH, "-F", str(factory.client_config), "-o", "ControlMaster=no", "-o", "ControlPath=none",
                 "-o", "BatchMode=yes", "-T", "-p", str(server.port), f"root@{server.host}", "true"]  # fmt: skip
     exec_true = [*exec_argv, "true"]
+    serve_env = {**env, "WB_CONFIG": str(over_serve)}
+    ssh_floor, exec_floor = command_floor(ssh_true, runs), command_floor(exec_true, runs)
     return {
         "local": Where("local", "", "", env, bench.trace, [local / "projects"], bench.model, "the program directly",
                        bench.program_floor_ms, bench.model_floor_ms),
         "ssh": Where("ssh", "m1", "m1t", env, bench.trace, [server.projects_root], bench.model, "ssh m1 true",
-                     command_floor(ssh_true, runs), bench.model_floor_ms),
+                     ssh_floor, bench.model_floor_ms),
         "exec": Where("exec", "e1", "e1t", env, bench.trace, [server.projects_root], bench.model, "exec argv true",
-                      command_floor(exec_true, runs), bench.model_floor_ms),
+                      exec_floor, bench.model_floor_ms),
+        "ssh-serve": Where("ssh-serve", "m1", "m1t", serve_env, bench.trace, [server.projects_root], bench.model,
+                           "ssh m1 true", ssh_floor, bench.model_floor_ms),
+        "exec-serve": Where("exec-serve", "e1", "e1t", serve_env, bench.trace, [server.projects_root], bench.model,
+                            "exec argv true", exec_floor, bench.model_floor_ms),
     }  # fmt: skip
 
 
@@ -993,7 +1006,7 @@ def busy_cpu_s() -> float:
 
 def measure_path(runner: Runner, where: Where, runs: int, outcome: Outcome, progress: Callable[[str], None]) -> None:
     quiet(progress)
-    for warm in (True, False):
+    for warm in (True,) if where.path.endswith("-serve") else (True, False):
         for sandbox in SANDBOXES:
             for harness in HARNESSES:
                 outcome.results.append(measure_row(runner, where, warm, sandbox, harness, runs, outcome.notes))
@@ -1015,7 +1028,7 @@ def measure(base: Path, runs: int, rounds: int, paths: tuple[str, ...], progress
         floors["the same shell without rc files"] = bare
         floors["one stage mark with tracing on (µs)"] = mark_cost_us(base)
         progress("floors: " + "; ".join(f"{name} {value:.1f}" for name, value in floors.items()))
-        if set(paths) & {"local", "ssh", "exec"}:
+        if set(paths) - {"ray"}:
             wheres = local_and_remote(bench, runs, stack)
             stack.callback(stop_courier, wheres["local"].caller_env(True, False))  # one courier for the three
             floors["ssh m1 true"] = statistics.median(wheres["ssh"].floor_ms)
@@ -1084,7 +1097,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help=f"{QUICK_RUNS} runs a row, one round of 20 at once")
     parser.add_argument("--runs", type=int, help=f"untraced (and as many traced) runs a row; default {RUNS}")
-    parser.add_argument("--paths", default=",".join(PATHS), help="which of local,ssh,exec,ray")
+    parser.add_argument("--paths", default=",".join(PATHS), help=f"which of {','.join(PATHS)}")
     parser.add_argument("--json", type=Path, help="also write every figure and the breakdowns here")
     parser.add_argument("--serve-model", nargs=2, metavar=("TIMES", "PORT_FILE"), help=argparse.SUPPRESS)
     args = parser.parse_args()

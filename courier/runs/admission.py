@@ -237,68 +237,70 @@ def dispatch(config: Config, request: RemoteRequest, *, fresh_login: bool = True
     if branch and request.mode == "new":
         worktrees.check_branch_name(clone, branch)
 
-    with deferred_signals(), clone_lock(store, repository), slot_held(store, request.max_running):
-        mark("admission.locked")
-        if store.exists(agent_id):
-            return render(store.load(agent_id), store)
-        holder = busy_run(store, repository, request.worktree)
-        if holder:
-            raise NotStartable(
-                f"worktree {request.worktree} of {repository} is in use by run {format_reference('', holder)}; "
-                f"await or stop it first"
-            )
-        preexisting = None
-        if request.mode == "new":
-            if base_sha is None:
-                base_sha = worktrees.head_sha(clone)
+    with deferred_signals():  # from the record to its owner: a Ctrl-C waits, nothing is left half-made
+        with clone_lock(store, repository), slot_held(store, request.max_running):
+            mark("admission.locked")
+            if store.exists(agent_id):
+                return render(store.load(agent_id), store)
+            holder = busy_run(store, repository, request.worktree)
+            if holder:
+                raise NotStartable(
+                    f"worktree {request.worktree} of {repository} is in use by run {format_reference('', holder)}; "
+                    f"await or stop it first"
+                )
+            preexisting = None
+            if request.mode == "new":
                 if base_sha is None:
-                    raise NotStartable(f"{clone} has no commit to branch from; commit something or pass --base")
-            assert branch is not None
-            mark("worktree.start")
-            worktrees.add_worktree(clone, path, branch, base_sha)
-            mark("worktree.added")
-        else:
-            head = worktrees.head_sha(path)
-            base_sha = worktrees.merge_base(path, base_sha) if base_sha and head else head
-            preexisting = count_dirty(str(path))
-        record = Record(
-            agent_id=agent_id,
-            state="running",
-            profile=request.profile,
-            resolved=resolved,
-            repository=repository,
-            worktree_mode="new" if request.mode == "new" else "existing",
-            worktree=request.worktree,
-            worktree_dir=str(path),
-            branch=branch if request.mode == "new" else None,
-            base=request.base or None,
-            base_sha=base_sha,
-            preexisting_changes=preexisting,
-            timeout_ms=request.timeout_ms,
-            network=network,
-            sandbox_mode=confinement.mode,
-            sandbox_source=confinement.source,
-            sandbox_writable=list(confinement.writable) or None,
-            provider_options=(provider_options(provider) or None) if provider else None,
-            permissions=profile.permissions,
-            command=profile.command,
-            started_at=rfc3339(utc_now()),
-            stall_after_ms=config.profile(request.profile).stall_after_ms,
-            stop_when_stalled_ms=config.profile(request.profile).stop_when_stalled_ms,
-            budget=budget,
-            price=price,
-            usage_limit=usage_limit,
-            max_waits=usage_limit.max_waits if usage_limit else None,
-        )
-        try:
-            run_dir = store.create(record, request.task)
-        except FileExistsError:
-            return render(store.load(agent_id), store)
-        except RecordNotCreated:
-            if request.mode == "new" and branch:  # nothing partial stays: the worktree just made goes too
-                worktrees.remove_worktree(clone, path, branch)
-            raise
-        mark("record.created")
+                    base_sha = worktrees.head_sha(clone)
+                    if base_sha is None:
+                        raise NotStartable(f"{clone} has no commit to branch from; commit something or pass --base")
+                assert branch is not None
+                mark("worktree.start")
+                worktrees.add_worktree(clone, path, branch, base_sha)
+                mark("worktree.added")
+            else:
+                head = worktrees.head_sha(path)
+                base_sha = worktrees.merge_base(path, base_sha) if base_sha and head else head
+                preexisting = count_dirty(str(path))
+            record = Record(
+                agent_id=agent_id,
+                state="running",
+                profile=request.profile,
+                resolved=resolved,
+                repository=repository,
+                worktree_mode="new" if request.mode == "new" else "existing",
+                worktree=request.worktree,
+                worktree_dir=str(path),
+                branch=branch if request.mode == "new" else None,
+                base=request.base or None,
+                base_sha=base_sha,
+                preexisting_changes=preexisting,
+                timeout_ms=request.timeout_ms,
+                network=network,
+                sandbox_mode=confinement.mode,
+                sandbox_source=confinement.source,
+                sandbox_writable=list(confinement.writable) or None,
+                provider_options=(provider_options(provider) or None) if provider else None,
+                permissions=profile.permissions,
+                command=profile.command,
+                started_at=rfc3339(utc_now()),
+                stall_after_ms=config.profile(request.profile).stall_after_ms,
+                stop_when_stalled_ms=config.profile(request.profile).stop_when_stalled_ms,
+                budget=budget,
+                price=price,
+                usage_limit=usage_limit,
+                max_waits=usage_limit.max_waits if usage_limit else None,
+            )
+            try:
+                run_dir = store.create(record, request.task)
+            except FileExistsError:
+                return render(store.load(agent_id), store)
+            except RecordNotCreated:
+                if request.mode == "new" and branch:  # nothing partial stays: the worktree just made goes too
+                    worktrees.remove_worktree(clone, path, branch)
+                raise
+            mark("record.created")
+        # Out of the clone's lock: the record holds the worktree from here (other dispatches see it).
         start_owner(run_dir, request.task)
         mark("owner.spawned")
     return render(record, store)

@@ -87,55 +87,58 @@ def continue_run(config: Config, request: RemoteRequest, *, fresh_login: bool = 
     confinement = sandbox.setting_for(config, profile_name)
     sandbox.refuse_unless_startable(confinement)
     assert parent.worktree_dir is not None
-    with deferred_signals(), clone_lock(store, parent.repository):
-        if store.exists(agent_id):
-            return render(store.load(agent_id), store)
-        check_continuable(store, store.load(parent.agent_id))
-        holder = busy_run(store, parent.repository, parent.worktree)
-        if holder:
-            raise NotStartable(
-                f"worktree {parent.worktree} of {parent.repository} is in use by run {holder}; await or stop it first"
+    with deferred_signals():  # from the record to its owner: a Ctrl-C waits, nothing is left half-made
+        with clone_lock(store, parent.repository):
+            if store.exists(agent_id):
+                return render(store.load(agent_id), store)
+            check_continuable(store, store.load(parent.agent_id))
+            holder = busy_run(store, parent.repository, parent.worktree)
+            if holder:
+                raise NotStartable(
+                    f"worktree {parent.worktree} of {parent.repository} is in use by run {holder}; "
+                    "await or stop it first"
+                )
+            record = Record(
+                agent_id=agent_id,
+                state="running",
+                profile=profile_name,
+                resolved=resolved,
+                repository=parent.repository,
+                worktree_mode="existing",
+                worktree=parent.worktree,
+                worktree_dir=parent.worktree_dir,
+                branch=parent.branch,
+                base=parent.base,
+                base_sha=parent.base_sha,
+                preexisting_changes=count_dirty(parent.worktree_dir),
+                timeout_ms=request.timeout_ms,
+                network=network,
+                sandbox_mode=confinement.mode,
+                sandbox_source=confinement.source,
+                sandbox_writable=list(confinement.writable) or None,
+                provider_options=provider_options(provider) or None,
+                started_at=rfc3339(utc_now()),
+                parent_id=parent.agent_id,
+                resume_session_id=parent.session_id,
+                stall_after_ms=config.profile(profile_name).stall_after_ms,
+                stop_when_stalled_ms=config.profile(profile_name).stop_when_stalled_ms,
+                budget=budget,
+                price=price,
+                usage_limit=usage_limit,
+                max_waits=usage_limit.max_waits if usage_limit else None,
             )
-        record = Record(
-            agent_id=agent_id,
-            state="running",
-            profile=profile_name,
-            resolved=resolved,
-            repository=parent.repository,
-            worktree_mode="existing",
-            worktree=parent.worktree,
-            worktree_dir=parent.worktree_dir,
-            branch=parent.branch,
-            base=parent.base,
-            base_sha=parent.base_sha,
-            preexisting_changes=count_dirty(parent.worktree_dir),
-            timeout_ms=request.timeout_ms,
-            network=network,
-            sandbox_mode=confinement.mode,
-            sandbox_source=confinement.source,
-            sandbox_writable=list(confinement.writable) or None,
-            provider_options=provider_options(provider) or None,
-            started_at=rfc3339(utc_now()),
-            parent_id=parent.agent_id,
-            resume_session_id=parent.session_id,
-            stall_after_ms=config.profile(profile_name).stall_after_ms,
-            stop_when_stalled_ms=config.profile(profile_name).stop_when_stalled_ms,
-            budget=budget,
-            price=price,
-            usage_limit=usage_limit,
-            max_waits=usage_limit.max_waits if usage_limit else None,
-        )
-        try:
-            run_dir = store.create(record, request.task)
-        except FileExistsError:
-            return render(store.load(agent_id), store)
-        try:
-            copy_private_tree(store.run_dir(parent.agent_id) / HARNESS_HOME, run_dir / HARNESS_HOME)
-        except (OSError, shutil.Error) as exc:
-            from courier.runs.owner import finish
+            try:
+                run_dir = store.create(record, request.task)
+            except FileExistsError:
+                return render(store.load(agent_id), store)
+            try:
+                copy_private_tree(store.run_dir(parent.agent_id) / HARNESS_HOME, run_dir / HARNESS_HOME)
+            except (OSError, shutil.Error) as exc:
+                from courier.runs.owner import finish
 
-            reason = f"could not copy the harness home of {parent.agent_id}: {exc}"
-            finish(store, record, "failed", reason)
-            raise NotStartable(f"agent run {agent_id} {reason}") from None
+                reason = f"could not copy the harness home of {parent.agent_id}: {exc}"
+                finish(store, record, "failed", reason)
+                raise NotStartable(f"agent run {agent_id} {reason}") from None
+        # Out of the clone's lock: the record holds the worktree from here (other dispatches see it).
         start_owner(run_dir, request.task)
     return render(record, store)
