@@ -26,6 +26,12 @@ from protocol.timestamps import rfc3339, utc_now
 # while its serve command starts releases a slot or closes the new child's pipes in callbacks,
 # and a loop that ended first would leave them open.
 CLOSE_WAIT_S = 2.0
+# A peer's serve session is prepared (its `version` probe, the session's start: two receivers started there,
+# CPU on the courier's side too) once no call of this courier is in flight, or after this long: during a
+# fleet's first fan-out it would compete with the fan-out's own calls (docs/benchmarks.md, fleet).
+PREPARE_AFTER_CALLS_S = 10.0
+_PREPARE_LOOK_S = 0.05
+_calls_in_flight = [0]  # every peer's calls in this process (the courier's one event loop)
 
 Link = TypeVar("Link")  # what a call runs over: SSH's connection; nothing for exec
 
@@ -144,6 +150,15 @@ class WarmPeer(ABC, Generic[Link]):
         if self.prepare_wait_s and side is not None and not side.done():
             await asyncio.wait({side}, timeout=self.prepare_wait_s)
         fresh = needs_fresh_session(operation, self.capabilities, serve_dispatch)
+        _calls_in_flight[0] += 1
+        try:
+            return await self._carry(payload, operation, bounds, link, fresh)
+        finally:
+            _calls_in_flight[0] -= 1
+
+    async def _carry(
+        self, payload: bytes, operation: str, bounds: Bounds, link: Callable[[], Awaitable[Link]], fresh: bool
+    ) -> Outcome:
         for attempt in (1, 2):
             current = await link()
             try:
@@ -212,6 +227,7 @@ class WarmPeer(ABC, Generic[Link]):
             self._side_task = asyncio.ensure_future(self._prepare_serve(link))
 
     async def _prepare_serve(self, link: Link) -> None:
+        await _after_the_calls_in_flight()
         with contextlib.suppress(TransportError, OSError):
             if self.capabilities is None:
                 self.capabilities = capabilities_of(await self._session(link, version_payload(), DEFAULT_BOUNDS))
@@ -272,3 +288,10 @@ class WarmPeers(Generic[PeerT]):
             with contextlib.suppress(Exception):
                 await peer.close()
         self.peers.clear()
+
+
+async def _after_the_calls_in_flight() -> None:
+    """Return once no call of this process is in flight, or after PREPARE_AFTER_CALLS_S."""
+    deadline = asyncio.get_running_loop().time() + PREPARE_AFTER_CALLS_S
+    while _calls_in_flight[0] > 0 and asyncio.get_running_loop().time() < deadline:
+        await asyncio.sleep(_PREPARE_LOOK_S)
