@@ -452,6 +452,10 @@ def render(record: Record, store: Store | None = None) -> Result:
     """Project a record for output: a running run whose owner is gone is `abandoned`."""
     owner_alive = process.same_process(record.owner_pid, record.owner_token)
     worker_alive = process.same_process(record.worker_pid, record.worker_token)
+    if record.state == "running" and not owner_alive and store is not None:
+        # The owner writes its last state before it exits: read after seeing it gone, so a run that
+        # ended between the first read and the liveness check is not shown abandoned.
+        record = _read_again(store, record)
     state = record.state
     failure = record.failure
     if state == "running" and not owner_alive and not within_admission_grace(record):
@@ -467,6 +471,13 @@ def render(record: Record, store: Store | None = None) -> Result:
     if state == "running":
         fields.update(stall_facts(record, store))
     return Result.model_construct(**fields)
+
+
+def _read_again(store: Store, record: Record) -> Record:
+    try:
+        return store.load(record.agent_id)
+    except (WbError, OSError):
+        return record
 
 
 def stall_after_ms(record: Record) -> int:

@@ -108,3 +108,17 @@ def test_a_lost_terminal_save_is_retried_five_times_over_15_s_then_reported(
     assert len(tries) == 5 and pauses == [1.0, 2.0, 4.0, 8.0]
     error = (store.run_dir(agent_id) / store_mod.OWNER_ERROR).read_text()
     assert error == "the owner could not save the terminal state completed: [Errno 28] No space left on device"
+
+
+def test_a_run_that_ended_between_its_read_and_the_owner_check_renders_its_end_not_abandoned(tmp_path: Path) -> None:
+    """A reader holding the record from before the owner's last save, checking the owner after it exited."""
+    from courier.runs.store import render
+
+    store, _, agent_id = _owner(tmp_path)
+    read_while_running = store.load(agent_id)
+    read_while_running.owner_pid, read_while_running.owner_token = 999_999_999, "linux:gone:1"
+    ended = read_while_running.model_copy(update={"state": "failed", "failure": "usage limit"})
+    store.save(ended)
+    result = render(read_while_running, store)
+    assert (result.state, result.failure) == ("failed", "usage limit")
+    assert render(read_while_running).state == "abandoned"  # without the store nothing can be read again
