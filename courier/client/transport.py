@@ -66,10 +66,11 @@ class LocalTransport(Transport):
         return perform(validated(request), config=self.config, in_process=True)
 
     async def ask_async(self, request: RemoteRequest, *, timeout_s: float | None = None) -> RemoteResponse:
-        import asyncio
+        from courier.daemon_thread import in_thread
 
-        # A fan-out asks this machine beside the others; its own work must not block them.
-        return await asyncio.to_thread(self.ask, request)
+        # A fan-out asks this machine beside the others; its own work must not block them. A thread
+        # of its own, not asyncio's pool, whose idle threads outlive the call (a closed run page's).
+        return await in_thread(lambda: self.ask(request), name="wb local call")
 
 
 class RemoteTransport(Transport):

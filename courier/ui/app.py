@@ -17,12 +17,13 @@ from starlette.routing import Route
 
 from courier.client.client import Client
 from courier.config import Config
+from courier.daemon_thread import in_thread
 from courier.errors import UsageError, WbError
 from courier.ui import actions, pages
 from courier.ui import asks as operations
 from courier.ui.asks import Scope
 from courier.ui.auth import TokenGate
-from courier.ui.live import Changes, follow_lines, in_thread
+from courier.ui.live import Changes, follow_lines
 from protocol.refs import format_reference, is_run_prefix
 
 _STATIC = {"ui.js": "text/javascript; charset=utf-8", "ui.css": "text/css; charset=utf-8"}

@@ -16,8 +16,8 @@ import contextlib
 import json
 import queue
 import threading
-from collections.abc import AsyncGenerator, AsyncIterator, Callable
-from typing import TYPE_CHECKING, TypeVar
+from collections.abc import AsyncGenerator, AsyncIterator
+from typing import TYPE_CHECKING
 
 from courier.config import Config
 from courier.errors import UsageError, WbError
@@ -27,33 +27,7 @@ from protocol.documents import MachineErrorEvent
 if TYPE_CHECKING:
     from courier.client.client import Client
 
-T = TypeVar("T")
 KEEPALIVE_S = 15.0
-
-
-async def in_thread(work: Callable[[], T]) -> T:
-    """`work()` on a daemon thread (asyncio.to_thread's pool would hold up shutdown on a silent machine)."""
-    loop = asyncio.get_running_loop()
-    done: asyncio.Future[T] = loop.create_future()
-
-    def settle(value: T | None, error: BaseException | None) -> None:
-        if done.done():
-            return
-        if error is not None:
-            done.set_exception(error)
-        else:
-            done.set_result(value)  # type: ignore[arg-type]
-
-    def run() -> None:
-        try:
-            value, error = work(), None
-        except BaseException as exc:  # handed to the awaiting request, which shows it
-            value, error = None, exc
-        with contextlib.suppress(RuntimeError):  # the loop closed: nobody is waiting any more
-            loop.call_soon_threadsafe(settle, value, error)
-
-    threading.Thread(target=run, daemon=True, name="wb ui call").start()
-    return await done
 
 
 def sse(data: str, event: str = "") -> str:
