@@ -189,18 +189,22 @@ class Owner:
         self.decide_and_save(exit_code=exit_code)
         stopping.join(limits.TERMINAL_SAVE_FIRST_PAUSE_S)
 
-    def attempt(self, argv: list[str], env: dict[str, str], stdin: bytes) -> tuple[bool, int | None]:
+    def attempt(
+        self, argv: list[str], env: dict[str, str], stdin: bytes, *, set_up_again: bool = True
+    ) -> tuple[bool, int | None]:
         """Run the worker once, to its end: (started, its exit code); not started, the run was finished here."""
         record = self.record
         events_path = self.run_dir / store_mod.EVENTS
         tracker = descendants.track_worker_tree()
+        harness_argv, status_read, status_write = argv, -1, -1
         if self.confinement is not None:
             mark("sandbox.argv")  # bubblewrap's command line: the binds (docs/benchmarks.md#confinement)
             if shutil.which(argv[0], path=env.get("PATH")) is None:  # inside, bwrap would only say "execvp"
                 finish(self.store, record, "failed", f"could not start the harness: {self.missing(argv[0])}")
                 return False, None
             self.confinement.snapshot_branch()  # each worker sees the branches as they are when it starts
-            argv = self.confinement.command_line(argv)
+            status_read, status_write = os.pipe()
+            argv = self.confinement.command_line(argv, status_fd=status_write)
         mark("owner.exec")  # what follows is the harness's start (inside bubblewrap when confined)
         try:
             worker = subprocess.Popen(
@@ -212,13 +216,18 @@ class Owner:
                 env=env,
                 start_new_session=True,
                 close_fds=True,
+                pass_fds=(status_write,) if status_write >= 0 else (),
             )
-        except FileNotFoundError:
-            finish(self.store, record, "failed", f"could not start the harness: {self.missing(argv[0])}")
-            return False, None
         except OSError as exc:
-            finish(self.store, record, "failed", f"could not start the harness {argv[0]}: {exc.strerror or exc}")
+            if status_read >= 0:
+                os.close(status_read)
+            missing = isinstance(exc, FileNotFoundError)
+            why = f": {self.missing(argv[0])}" if missing else f" {argv[0]}: {exc.strerror or exc}"
+            finish(self.store, record, "failed", f"could not start the harness{why}")
             return False, None
+        finally:
+            if status_write >= 0:
+                os.close(status_write)
         record.worker_pid = worker.pid
         record.worker_token = process.start_token(worker.pid)
         record.log_path = str(events_path)
@@ -242,7 +251,26 @@ class Owner:
         self.carry_branch(limits.BRANCH_LOCK_PATIENCE_S)
         # Also those that left the group (setsid): found by ancestry, the owner being their subreaper.
         self.diagnostics += descendants.describe(*tracker.end(limits.TIMEOUT_KILL_GRACE_S))
+        if status_read >= 0 and self.set_up_again(worker.returncode, status_read, set_up_again):
+            return self.attempt(harness_argv, env, stdin, set_up_again=False)
         return True, _exit_code(worker.returncode)
+
+    def set_up_again(self, returncode: int | None, status_read: int, allowed: bool) -> bool:
+        """Whether to start the confined worker once more: bubblewrap could not set the sandbox up because a
+        directory it covers (a socket's, in /tmp) went away between the command line and the mounts."""
+        os.set_blocking(status_read, False)  # bubblewrap has written all it will: it has exited
+        try:
+            ran = sandbox.worker_ran(os.read(status_read, limits.RELAY_READ_CHUNK_BYTES))
+        except BlockingIOError:
+            ran = False
+        finally:
+            os.close(status_read)
+        assert self.confinement is not None
+        gone = self.confinement.hidden_gone()
+        if ran or returncode != 1 or not gone or not allowed or self.store.stop_requested_at(self.record.agent_id):
+            return False
+        self.diagnostics.append(f"the sandbox was set up again: {', '.join(gone)} went away as it was set up")
+        return True
 
     def carry_branch(self, patience_s: float = 0.0, *, when_changed: bool = False) -> None:
         """The confined worker's own branch, carried back from its copy (courier/runs/own_branch.py); what kept

@@ -153,6 +153,13 @@ class Plan:
     # The run's own branch as the worker's copy (`snapshot_branch`, before each worker; courier/runs/own_branch.py).
     branch: own_branch.OwnBranch | None = None
 
+    # The directories the last command line covered: one may go away before bubblewrap mounts over it.
+    hidden: list[str] = field(default_factory=list)
+
+    def hidden_gone(self) -> list[str]:
+        """The covered directories no longer there: bubblewrap cannot mount over them (it says "Can't mkdir")."""
+        return [path for path in self.hidden if not os.path.isdir(path)]
+
     @property
     def socket_dir(self) -> Path:
         return self.run_dir / SOCKETS_DIR
@@ -199,9 +206,13 @@ class Plan:
             return []
         return branch.sync(patience_s)
 
-    def command_line(self, argv: list[str]) -> list[str]:
+    def command_line(self, argv: list[str], status_fd: int | None = None) -> list[str]:
+        """bubblewrap's argv around `argv`; with `status_fd`, bubblewrap reports there whether the worker ran."""
         hidden = _hidden_roots(self.wb_home)
+        self.hidden = hidden
         out = [self.bwrap, "--die-with-parent", "--unshare-pid", "--unshare-ipc"]
+        if status_fd is not None:
+            out += ["--json-status-fd", str(status_fd)]
         lock = _root_lock()
         if lock == _DROP_ALL:
             out += _DROP_ALL
@@ -245,6 +256,12 @@ class Plan:
 
 
 _DROP_ALL = ["--cap-drop", "ALL"]
+
+
+def worker_ran(status: bytes) -> bool:
+    """Whether bubblewrap's --json-status-fd report says the worker ran: it reports the worker's exit code,
+    never one for a sandbox it could not set up."""
+    return b'"exit-code"' in status
 
 
 def _root_lock() -> list[str]:

@@ -86,7 +86,8 @@ def test_initialize_is_answered_with_the_sdk_alone(env: dict[str, str], tmp_path
     assert "mcp.types" in imported and "mcp.server.lowlevel" in imported
     found = sorted(name for name in imported if name.startswith(("courier.", "protocol")) or name in NOT_FOR_LISTING)
     # The entry point's own: its exit codes (protocol.limits) and the stage marks (off unless WB_STAGE_TRACE).
-    wb_modules = ["courier.bare_packages", "courier.errors", "courier.main", "courier.mcp_server", "courier.stage_trace"]
+    wb_modules = ["courier.bare_packages", "courier.errors", "courier.main", "courier.mcp_server"]
+    wb_modules.append("courier.stage_trace")
     assert found == [*wb_modules, "protocol", "protocol.entry", "protocol.limits"], found
     assert sorted(imported & set(NOT_FOR_A_STDIO_SERVER)) == []
 
