@@ -138,7 +138,7 @@ def _sandbox_alone(root: Path, runs: int) -> Alone:
         git=own_branch.git_dirs(str(worktree), clone_git=str(clone / ".git"), branch="wb/alone"),
     )
     plan.prepare()
-    bwrap_probe._probe.cache_clear()  # once per owner: each pass measures a first one
+    bwrap_probe._trial.cache_clear()  # once per owner: each pass measures a first one
     started = time.perf_counter()
     bwrap_probe.usable(os.environ.get("PATH"))
     probe_ms = (time.perf_counter() - started) * 1000
