@@ -200,7 +200,8 @@ class RayExecutor(Executor):
 
     def _fan_out(self, op: Op, request: RemoteRequest, response: RemoteResponse) -> None:
         nodes = live_nodes()
-        answers = self._ask_nodes(nodes, request)
+        with collector_paused():  # every node's reply decoded at once: acyclic, freed by reference counting
+            answers = self._ask_nodes(nodes, request)
         kind = op.wire.reply
         if kind == "results":
             self._merge_runs(nodes, answers, response)
