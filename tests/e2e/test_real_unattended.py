@@ -76,7 +76,10 @@ def test_a_usage_limit_is_waited_out_and_the_same_session_resumes(
     # result (no fresh start at step 0), then the script finished. (Gemini CLI's resumed history
     # holds one more tool result than Codex's and Claude Code's, so the script skips a step there.)
     steps = [served.step for served in server.served if getattr(served, "step", None) is not None]
-    assert steps[0] == 0 and len(steps) >= 2 and 0 not in steps[1:], steps
+    # A CLI may send its first request again before the limit (Claude Code does on a loaded machine):
+    # what counts is that nothing after the first later step starts over at step 0.
+    later = next((i for i, step in enumerate(steps) if step != 0), len(steps))
+    assert steps[0] == 0 and later < len(steps) and 0 not in steps[later:], steps
 
 
 def _environ(pid: int) -> dict[str, str]:
