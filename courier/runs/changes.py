@@ -26,7 +26,7 @@ import shutil
 import tempfile
 
 from courier.errors import GitFailed
-from courier.runs.git import SUMMARY_TIMEOUT_S, run_git, stderr_line
+from courier.runs.git import SUMMARY_TIMEOUT_S, copy_index, run_git, stderr_line
 from protocol import limits
 from protocol.models import ChangeSummary
 
@@ -101,7 +101,7 @@ def _shortstat(worktree_dir: str, base: str, new_files: list[bytes]) -> tuple[in
         temp_index = os.path.join(scratch, "index")
         os.mkdir(os.path.join(scratch, "objects"))  # git refuses an object directory that does not exist
         if os.path.isfile(index):
-            shutil.copyfile(index, temp_index)
+            copy_index(index, temp_index)
         env = {
             "GIT_INDEX_FILE": temp_index,
             "GIT_OBJECT_DIRECTORY": os.path.join(scratch, "objects"),

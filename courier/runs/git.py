@@ -10,6 +10,7 @@ contends with a worker's git), and speaks the C locale (so `--shortstat` parses)
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 from collections.abc import Mapping, Sequence
@@ -108,3 +109,13 @@ def stderr_line(done: subprocess.CompletedProcess[bytes], limit: int = 512) -> s
     lines = [line.strip() for line in done.stderr.decode("utf-8", "replace").splitlines() if line.strip()]
     text = lines[-1] if lines else f"git exited with status {done.returncode}"
     return clip_bytes(sanitize(text), limit)
+
+
+def copy_index(index_path: str, copy_path: str) -> None:
+    """A scratch copy of a worktree's index that git reads exactly as it reads the original.
+
+    The copy keeps the index's mtime: git re-reads a file whose stat matches its entry only
+    when the index is no newer than the file (its "racy" check), so a fresh mtime on the copy
+    would hide a same-size edit made in the second the index was written.
+    """
+    shutil.copy2(index_path, copy_path)

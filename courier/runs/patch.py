@@ -19,7 +19,7 @@ import tempfile
 from dataclasses import dataclass, field
 
 from courier.errors import Finding
-from courier.runs.git import PATCH_TIMEOUT_S, run_git, stderr_line
+from courier.runs.git import PATCH_TIMEOUT_S, copy_index, run_git, stderr_line
 
 _SHA = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
 # The patch's shape must not depend on the repository's own diff settings.
@@ -131,7 +131,7 @@ def compute_diff(worktree_dir: str, base_sha: str | None, *, with_patch: bool = 
     try:
         temp_index = os.path.join(scratch, "index")
         with contextlib.suppress(FileNotFoundError):  # no index yet: git starts an empty one
-            shutil.copyfile(index_path, temp_index)
+            copy_index(index_path, temp_index)
         env = {"GIT_INDEX_FILE": temp_index}
         add = ["add", "--all", "--intent-to-add", "--", "."]
         added = run_git(add, cwd=worktree_dir, env=env, timeout=PATCH_TIMEOUT_S)
