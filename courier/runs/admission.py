@@ -12,6 +12,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
 from courier.config import Config, Provider
 from courier.errors import NeedsNewLogin, NotStartable, UsageError
@@ -206,6 +207,42 @@ def require_on_path(harness: str, fresh_login: bool) -> None:
         raise NeedsNewLogin(f"{executable} is not on this session's PATH; a new login may have it")
 
 
+def settle_terms(
+    config: Config, profile_name: str, request: RemoteRequest, fresh_login: bool
+) -> tuple[Resolved, dict[str, Any]]:
+    """What a new run and a continued one both check before anything is made (exit 2 or 3 when refused), and
+    the record fields those checks settle: the profile's harness, network, confinement, budget, price and
+    usage-limit policy, and when the run started. One home, so a continued run keeps every term a new one has."""
+    resolved, network = resolve_profile(config, profile_name)
+    require_on_path(resolved.harness, fresh_login)
+    profile = config.profile(profile_name)
+    budget = budget_in_force(profile, request)  # counts this run's own usage only (docs/cli.md#budgets)
+    price = price_of(profile)
+    check_budget(budget, resolved.harness, profile_name, price)
+    usage_limit = usage_limit_policy(profile, resolved.harness, profile_name)
+    provider = config.provider(resolved.provider) if resolved.provider else None
+    if provider is not None:
+        resolve_credential(resolved.provider, provider)  # refuse now; the owner reads it again
+    confinement = sandbox.setting_for(config, profile_name)
+    sandbox.refuse_unless_startable(confinement)  # on the machine that runs it, before anything is made
+    return resolved, {
+        "network": network,
+        "sandbox_mode": confinement.mode,
+        "sandbox_source": confinement.source,
+        "sandbox_writable": list(confinement.writable) or None,
+        "provider_options": (provider_options(provider) or None) if provider else None,
+        "permissions": profile.permissions,
+        "command": profile.command,
+        "started_at": rfc3339(utc_now()),
+        "stall_after_ms": profile.stall_after_ms,
+        "stop_when_stalled_ms": profile.stop_when_stalled_ms,
+        "budget": budget,
+        "price": price,
+        "usage_limit": usage_limit,
+        "max_waits": usage_limit.max_waits if usage_limit else None,
+    }
+
+
 def dispatch(config: Config, request: RemoteRequest, *, fresh_login: bool = True) -> Result:
     # The marks of docs/benchmarks.md#dispatch-latency: checks, the lock, the worktree, the record, the owner's start.
     mark("admission.start")
@@ -213,18 +250,7 @@ def dispatch(config: Config, request: RemoteRequest, *, fresh_login: bool = True
     agent_id = request.agent_id or new_run_id()
     if store.exists(agent_id):
         return render(store.load(agent_id), store)
-    resolved, network = resolve_profile(config, request.profile)
-    require_on_path(resolved.harness, fresh_login)
-    profile = config.profile(request.profile)
-    budget = budget_in_force(profile, request)
-    price = price_of(profile)
-    check_budget(budget, resolved.harness, request.profile, price)
-    usage_limit = usage_limit_policy(profile, resolved.harness, request.profile)
-    provider = config.provider(resolved.provider) if resolved.provider else None
-    if provider is not None:
-        resolve_credential(resolved.provider, provider)  # refuse now; the owner reads it again
-    confinement = sandbox.setting_for(config, request.profile)
-    sandbox.refuse_unless_startable(confinement)  # on the machine that runs it, before anything is made
+    resolved, terms = settle_terms(config, request.profile, request, fresh_login)
     projects_root = config.projects_root
     if request.mode == "new":
         repository = request.repository
@@ -276,20 +302,7 @@ def dispatch(config: Config, request: RemoteRequest, *, fresh_login: bool = True
                 base_sha=base_sha,
                 preexisting_changes=preexisting,
                 timeout_ms=request.timeout_ms,
-                network=network,
-                sandbox_mode=confinement.mode,
-                sandbox_source=confinement.source,
-                sandbox_writable=list(confinement.writable) or None,
-                provider_options=(provider_options(provider) or None) if provider else None,
-                permissions=profile.permissions,
-                command=profile.command,
-                started_at=rfc3339(utc_now()),
-                stall_after_ms=config.profile(request.profile).stall_after_ms,
-                stop_when_stalled_ms=config.profile(request.profile).stop_when_stalled_ms,
-                budget=budget,
-                price=price,
-                usage_limit=usage_limit,
-                max_waits=usage_limit.max_waits if usage_limit else None,
+                **terms,
             )
             try:
                 run_dir = store.create(record, request.task)

@@ -13,21 +13,18 @@ import shutil
 
 from courier.config import Config
 from courier.errors import Finding, NotStartable, UsageError
-from courier.runs import process, sandbox
+from courier.runs import process
 from courier.runs.admission import (
     busy_run,
     clone_lock,
     deferred_signals,
-    provider_options,
-    require_on_path,
     resolve_profile,
+    settle_terms,
     start_owner,
 )
-from courier.runs.budget import budget_in_force, check_budget, price_of, usage_limit_policy
 from courier.runs.changes import count_dirty
-from courier.runs.environment import resolve_credential
 from courier.runs.private_tree import copy_private_tree
-from courier.runs.store import HARNESS_HOME, Record, Store, render, rfc3339, utc_now
+from courier.runs.store import HARNESS_HOME, Record, Store, render
 from protocol.models import RemoteRequest, Result
 from protocol.refs import format_reference, new_run_id
 
@@ -70,22 +67,13 @@ def continue_run(config: Config, request: RemoteRequest, *, fresh_login: bool = 
     parent = store.load(request.agent_id)
     check_continuable(store, parent)
     profile_name = request.profile or parent.profile
-    resolved, network = resolve_profile(config, profile_name)
-    require_on_path(resolved.harness, fresh_login)
-    if resolved.harness != parent.resolved.harness:
+    harness = resolve_profile(config, profile_name)[0].harness
+    if harness != parent.resolved.harness:
         raise UsageError(
-            f"profile {profile_name} runs the {resolved.harness} harness, but {request.agent_id} holds a "
+            f"profile {profile_name} runs the {harness} harness, but {request.agent_id} holds a "
             f"{parent.resolved.harness} session; pick a {parent.resolved.harness} profile"
         )
-    profile = config.profile(profile_name)
-    budget = budget_in_force(profile, request)  # counts this run's own usage only (docs/cli.md#budgets)
-    price = price_of(profile)
-    check_budget(budget, resolved.harness, profile_name, price)
-    usage_limit = usage_limit_policy(profile, resolved.harness, profile_name)
-    provider = config.provider(resolved.provider)
-    resolve_credential(resolved.provider, provider)
-    confinement = sandbox.setting_for(config, profile_name)
-    sandbox.refuse_unless_startable(confinement)
+    resolved, terms = settle_terms(config, profile_name, request, fresh_login)
     assert parent.worktree_dir is not None
     with deferred_signals():  # from the record to its owner: a Ctrl-C waits, nothing is left half-made
         with clone_lock(store, parent.repository):
@@ -112,20 +100,9 @@ def continue_run(config: Config, request: RemoteRequest, *, fresh_login: bool = 
                 base_sha=parent.base_sha,
                 preexisting_changes=count_dirty(parent.worktree_dir),
                 timeout_ms=request.timeout_ms,
-                network=network,
-                sandbox_mode=confinement.mode,
-                sandbox_source=confinement.source,
-                sandbox_writable=list(confinement.writable) or None,
-                provider_options=provider_options(provider) or None,
-                started_at=rfc3339(utc_now()),
                 parent_id=parent.agent_id,
                 resume_session_id=parent.session_id,
-                stall_after_ms=config.profile(profile_name).stall_after_ms,
-                stop_when_stalled_ms=config.profile(profile_name).stop_when_stalled_ms,
-                budget=budget,
-                price=price,
-                usage_limit=usage_limit,
-                max_waits=usage_limit.max_waits if usage_limit else None,
+                **terms,
             )
             try:
                 run_dir = store.create(record, request.task)

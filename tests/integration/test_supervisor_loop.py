@@ -436,6 +436,15 @@ def test_continue_a_claude_run_resumes_its_session_and_a_command_run_is_refused(
     assert second["state"] == "completed" and second["parent_id"] == parent, second
     argv = json.loads((machine.home / "agents" / child / "harness-home" / "argv.json").read_text())
     assert argv[-1] == f"--resume={first['session_id']}"
+    # A continued run keeps every term of its profile, `permissions` among them (as a new run does).
+    bypassed = machine.wb("agent", "continue", child, "--profile", "bypass", "--task", "scenario:complete")
+    assert bypassed.returncode == 0, bypassed.stderr
+    third = _await(machine, bypassed.stdout.split()[0])
+    if os.geteuid() == 0:  # Claude Code refuses bypassPermissions as root: wb says so before starting it
+        assert third["state"] == "failed" and "permissions: bypass cannot run as root" in third["failure"], third
+    else:
+        argv = json.loads((machine.home / "agents" / third["agent_id"] / "harness-home" / "argv.json").read_text())
+        assert argv[-3:-1] == ["--permission-mode", "bypassPermissions"], argv
 
     scripted = machine.dispatch("--profile", "script", task="do it", worktree="w2")
     _await(machine, scripted)
