@@ -18,6 +18,9 @@ PLACEMENT = "placement"
 # A Ray head (docs/ray.md#cost): its dispatch and continue start no CLI on it (a node's holder
 # does), so they may travel over its warm serve session, which keeps its Ray connection.
 DISPATCH_IN_SERVE = "dispatch-in-serve"
+# Its serve session hands a dispatch or continue to a new login once the machine's login files changed
+# (courier/stamp.py), so a caller may send them over it (`courier.dispatch_over_serve`, docs/courier.md).
+LOGIN_WATCH = "login-watch"
 
 
 def capabilities() -> list[str]:
@@ -29,7 +32,7 @@ def capabilities() -> list[str]:
     found += [entry.capability for entry in TABLE.values() if entry.capability]
     found.append("follow")  # logs --follow (docs/cli.md, wb agent logs): a mode of `logs`, not an operation
     found.append(PRUNE_WORKTREES)
-    found += [BUDGET, USAGE_WAIT, PLACEMENT]
+    found += [BUDGET, USAGE_WAIT, PLACEMENT, LOGIN_WATCH]
     found += [f"harness:{name}" for name in runnable_harnesses()]
     return found
 

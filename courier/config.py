@@ -587,7 +587,7 @@ class Config:
     targets: dict[str, AnyTarget | Problem] = field(default_factory=dict)
     courier_idle_ms: int = limits.COURIER_IDLE_DEFAULT_MS
     courier_max_sessions: int = limits.COURIER_MAX_SESSIONS_DEFAULT
-    courier_dispatch_over_serve: bool = False  # courier.dispatch_over_serve (docs/courier.md, "Environment")
+    courier_dispatch_over_serve: bool = True  # courier.dispatch_over_serve (docs/courier.md, "Environment")
     executor: str | None = None  # agents.executor.<NAME> (courier/executor/); None: runs live on this machine
     ray_address: str | None = None  # agents.executor.ray.address: runs go to that Ray cluster (docs/ray.md)
     sandbox_default: str = "auto"  # the top-level `sandbox:` section (docs/config.md#sandbox)

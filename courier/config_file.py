@@ -41,7 +41,7 @@ class Settings:
     projects_root: Path
     courier_idle_ms: int = limits.COURIER_IDLE_DEFAULT_MS
     courier_max_sessions: int = limits.COURIER_MAX_SESSIONS_DEFAULT
-    courier_dispatch_over_serve: bool = False
+    courier_dispatch_over_serve: bool = True
     executor: str | None = None  # agents.executor.<NAME>: where runs live (None: this machine; courier/executor/)
     ray_address: str | None = None  # agents.executor.ray.address (docs/ray.md)
     providers: dict[str, Any] = field(default_factory=dict)
@@ -118,7 +118,8 @@ def settings_of(document: dict[str, Any], path: Path, problems: list[UsageError]
     settings.courier_idle_ms, settings.courier_max_sessions = kept(
         lambda: _courier_settings(courier, path), (settings.courier_idle_ms, settings.courier_max_sessions)
     )
-    settings.courier_dispatch_over_serve = kept(lambda: _flag(courier, "dispatch_over_serve", path, "courier."), False)
+    over_serve = kept(lambda: _flag(courier, "dispatch_over_serve", path, "courier.", True), True)
+    settings.courier_dispatch_over_serve = over_serve
     executor = kept(lambda: _section(agents, "executor", path, "agents."), _empty())
     settings.ray_address = kept(lambda: _executor(executor, path), None)
     settings.executor = "ray" if settings.ray_address is not None else None
@@ -259,9 +260,9 @@ def _courier_settings(section: dict[str, Any], path: Path) -> tuple[int, int]:
     return idle_ms, sessions
 
 
-def _flag(section: dict[str, Any], key: str, path: Path, prefix: str) -> bool:
-    """A true/false setting (absent: false)."""
-    value = section.get(key, False)
+def _flag(section: dict[str, Any], key: str, path: Path, prefix: str, default: bool) -> bool:
+    """A true/false setting (absent: `default`)."""
+    value = section.get(key, default)
     if not isinstance(value, bool):
         raise UsageError(f"{path}: {prefix}{key}: must be true or false")
     return value

@@ -84,7 +84,7 @@ class Channel(ABC):
         *,
         operation: str,
         max_sessions: int,
-        serve_dispatch: bool = False,
+        serve_dispatch: bool = True,
     ) -> Outcome:
         """The same run inside the courier, which keeps `state` between calls (pools, serve processes).
 

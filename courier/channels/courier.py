@@ -34,7 +34,7 @@ COURIER_EXIT_WAIT_S = 2.0
 
 
 class CourierChannel(Channel):
-    def __init__(self, inner: Channel, socket_path: str, max_sessions: int, serve_dispatch: bool = False) -> None:
+    def __init__(self, inner: Channel, socket_path: str, max_sessions: int, serve_dispatch: bool = True) -> None:
         super().__init__(inner.machine, inner.target)
         self.inner = inner
         self.kind = inner.kind

@@ -139,7 +139,7 @@ class ExecChannel(Channel):
         *,
         operation: str,
         max_sessions: int,
-        serve_dispatch: bool = False,
+        serve_dispatch: bool = True,
     ) -> Outcome:
         pool = state.part(self.kind, ExecPool)
         assert isinstance(pool, ExecPool)
@@ -295,7 +295,7 @@ class ExecPeer(WarmPeer[None]):
         self.tail = tail
         self._process: asyncio.subprocess.Process | None = None
 
-    async def call(self, payload: bytes, operation: str, bounds: Bounds, serve_dispatch: bool = False) -> Outcome:
+    async def call(self, payload: bytes, operation: str, bounds: Bounds, serve_dispatch: bool = True) -> Outcome:
         """Over the serve process when there is one (a process that ended is replaced once), else one process."""
         return await self.carry(payload, operation, bounds, _no_link, serve_dispatch=serve_dispatch)
 

@@ -122,7 +122,7 @@ class ServeChannel:
                 self._stream.close()
 
 
-def needs_fresh_session(operation: str, capabilities: list[str] | None, serve_dispatch: bool = False) -> bool:
+def needs_fresh_session(operation: str, capabilities: list[str] | None, serve_dispatch: bool = True) -> bool:
     """Whether `operation` must run as one call in a new session on a peer with these capabilities.
 
     An operation that depends on the environment a new login gets now (its `fresh_environment`,
@@ -130,11 +130,11 @@ def needs_fresh_session(operation: str, capabilities: list[str] | None, serve_di
     never travels over a serve session: version lists the harnesses found on PATH now (docs/courier.md).
     dispatch and continue start an owner that runs the harness found there: they take the serve
     session on a peer listing `dispatch-in-serve` (a Ray head, whose runs start on its nodes:
-    docs/ray.md#cost), and with `serve_dispatch` (`courier.dispatch_over_serve` in wb.yaml: the owner
-    then has the environment the session started with; a harness not on its PATH is asked again in a
-    session of its own); else a session of their own.
+    docs/ray.md#cost), and with `serve_dispatch` (`courier.dispatch_over_serve`, on by default) on a
+    peer listing `login-watch`, whose session hands a run to a new login once the machine's login files
+    changed or when its PATH lacks the harness; else a session of their own.
     """
-    from courier.capabilities import DISPATCH_IN_SERVE
+    from courier.capabilities import DISPATCH_IN_SERVE, LOGIN_WATCH
     from courier.ops import REGISTRY
 
     op = REGISTRY.get(operation)
@@ -142,7 +142,10 @@ def needs_fresh_session(operation: str, capabilities: list[str] | None, serve_di
         return False
     if op.cluster != "place":
         return True
-    return not (serve_dispatch or DISPATCH_IN_SERVE in (capabilities or []))
+    offered = capabilities or []
+    if DISPATCH_IN_SERVE in offered:
+        return False
+    return not (serve_dispatch and LOGIN_WATCH in offered)
 
 
 def needs_new_login(outcome: Outcome) -> bool:

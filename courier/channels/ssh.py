@@ -79,7 +79,7 @@ class SshChannel(Channel):
         *,
         operation: str,
         max_sessions: int,
-        serve_dispatch: bool = False,
+        serve_dispatch: bool = True,
     ) -> Outcome:
         from courier.channels.ssh_pool import Pool
 

@@ -69,7 +69,7 @@ class Peer(WarmPeer[ssh.Connection]):
         operation: str,
         bounds: Bounds,
         settings: ssh.Settings,
-        serve_dispatch: bool = False,
+        serve_dispatch: bool = True,
     ) -> Outcome:
         """One call; for the courier, a connection (or serve session) lost under it is re-established once.
 
@@ -233,7 +233,7 @@ class Pool(WarmPeers[Peer]):
         operation: str = "",
         max_sessions: int = limits.SSH_CHANNELS_PER_CONNECTION_MAX,
         bounds: Bounds = DEFAULT_BOUNDS,
-        serve_dispatch: bool = False,
+        serve_dispatch: bool = True,
     ) -> Outcome:
         """Run one command over the shared connection for `endpoint`; errors name `endpoint.machine`."""
         # Resolved once per call (the ssh config parsed once): the pool's key and, for the

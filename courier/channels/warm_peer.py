@@ -138,7 +138,7 @@ class WarmPeer(ABC, Generic[Link]):
         bounds: Bounds,
         link: Callable[[], Awaitable[Link]],
         *,
-        serve_dispatch: bool = False,
+        serve_dispatch: bool = True,
     ) -> Outcome:
         """One call over the serve session, or as a session of its own; made again once when it was lost.
 

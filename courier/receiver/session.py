@@ -3,8 +3,10 @@
 Each stdin line is one request document (docs/protocol.md#the-request) carrying a `request_id`; each is
 answered on its own thread, so a long await never holds up the others, and its reply
 (docs/protocol.md#the-response) is written as one stdout line that starts with the same `request_id`.
-The process ends when stdin closes, and when the wb it runs was upgraded on disk
-(checked between requests and every few seconds): in-flight requests then stop early
+The process ends when stdin closes, when the wb it runs was upgraded on disk, and when the
+machine's login files changed (courier/stamp.py: its dispatches would no longer run with the
+environment a new login gets; checked between requests and every few seconds, and by each
+dispatch, which a changed login hands to a new login, docs/courier.md): in-flight requests then stop early
 (an await returns its last observation, which the caller simply asks again) and are
 answered before it exits. As light as the one-call receiver: no asyncssh, typer or yaml.
 """
@@ -29,7 +31,7 @@ from courier.receiver.serve import (
     internal_failure,
 )
 from courier.stage_trace import mark
-from courier.stamp import program_stamp
+from courier.stamp import login_changed, program_stamp, watch_login
 from protocol import limits
 
 _READ_CHUNK = 1 * limits.MIB
@@ -112,6 +114,7 @@ def serve_session(argv: list[str]) -> int:
     """Answer request lines until stdin closes or wb is upgraded; exit 0."""
     del argv
     stamp = program_stamp()
+    watch_login()  # a dispatch here runs with this environment only while the login files stay as they are
     _import_models()
     request_fd = os.dup(0)
     os.set_inheritable(request_fd, False)
@@ -122,8 +125,8 @@ def serve_session(argv: list[str]) -> int:
     try:
         while True:
             ready, _, _ = select.select([request_fd], [], [], _UPGRADE_CHECK_S)
-            if program_stamp() != stamp:
-                break
+            if program_stamp() != stamp or login_changed():
+                break  # the courier starts a new session, with the program and the environment as they are now
             if not ready:
                 continue
             chunk = os.read(request_fd, _READ_CHUNK)

@@ -23,6 +23,7 @@ from courier.runs.environment import resolve_credential
 from courier.runs.harness import UnknownHarness, spec_for
 from courier.runs.store import Record, RecordNotCreated, Store, render, rfc3339, utc_now, within_admission_grace
 from courier.stage_trace import mark
+from courier.stamp import login_changed
 from protocol.entry import OWNER_ARGUMENT
 from protocol.models import PlacementFacts, RemoteRequest, Resolved, Result, Routing
 from protocol.refs import format_reference, new_run_id
@@ -194,14 +195,15 @@ def slot_held(store: Store, max_running: int) -> Iterator[None]:
         yield
 
 
-def require_on_path(harness: str, fresh_login: bool) -> None:
-    """In a serve session (`fresh_login` false), a harness whose CLI is not on the session's PATH is refused
-    before anything is made, as needing a new login: the courier asks again in a session of its own, whose
-    environment has what was installed since (docs/courier.md, "Environment")."""
+def require_session_environment(harness: str, fresh_login: bool) -> None:
+    """In a serve session (`fresh_login` false), a run is refused before anything is made, as needing a new
+    login, when the machine's login files changed since the session started or the harness's CLI is not on
+    the session's PATH: the courier asks again in a session of its own, whose environment has what was
+    installed since (docs/courier.md, "Environment")."""
     if fresh_login:
         return
-    from courier.runs.harness import spec_for
-
+    if login_changed():
+        raise NeedsNewLogin("the machine's login files changed since this session started; a new login reads them")
     executable = spec_for(harness).executable
     if executable and shutil.which(executable) is None:
         raise NeedsNewLogin(f"{executable} is not on this session's PATH; a new login may have it")
@@ -214,7 +216,7 @@ def settle_terms(
     the record fields those checks settle: the profile's harness, network, confinement, budget, price and
     usage-limit policy, and when the run started. One home, so a continued run keeps every term a new one has."""
     resolved, network = resolve_profile(config, profile_name)
-    require_on_path(resolved.harness, fresh_login)
+    require_session_environment(resolved.harness, fresh_login)
     profile = config.profile(profile_name)
     budget = budget_in_force(profile, request)  # counts this run's own usage only (docs/cli.md#budgets)
     price = price_of(profile)

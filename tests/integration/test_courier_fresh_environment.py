@@ -1,11 +1,12 @@
 """A CLI installed on a machine after the courier's serve session started is found by the next dispatch.
 
-The serve process keeps the environment it started with; a dispatch (and continue, and
-version) travels as a one-call session instead, which starts with the environment the
-machine gives a new login now (docs/courier.md, "Environment"). The machine here changes
-its PATH the way a shell profile does (BASH_ENV, read by every new `bash -c`), after the
-serve session started. With `courier.dispatch_over_serve: true` a dispatch takes the serve
-session, and its run has the environment that session started with.
+The serve process keeps the environment it started with. A dispatch (and continue) takes it
+while the files a new login reads are unchanged, and is handed to a one-call session, which
+starts with the environment the machine gives a new login now, once they changed (or when the
+session's PATH lacks the harness); `version`, and every dispatch with
+`courier.dispatch_over_serve: false`, always take a one-call session (docs/courier.md,
+"Environment"). The machine here changes its PATH the way a shell profile does (BASH_ENV, read
+by every new `bash -c`), after the serve session started.
 """
 
 from __future__ import annotations
@@ -45,6 +46,10 @@ class Box:
         assert self.wb("agent", "list", "--to", "box").returncode == 0
         assert wait_for(lambda: self.mode() == "serve", 30)
 
+    def serves_again(self) -> bool:
+        """The courier has a serve session to the box (again: one that ended is replaced after a call)."""
+        return wait_for(lambda: self.mode() == "serve", 30)
+
     def run(self, *args: str) -> dict[str, object]:
         dispatched = self.wb("agent", "dispatch", "--to", "box", "--repo", "acme/widget", "--json", *args)
         assert dispatched.returncode == 0, dispatched.stderr
@@ -52,6 +57,13 @@ class Box:
         waited = self.wb("agent", "await", ref, "--wait-timeout", "60s", "--json")
         result: dict[str, object] = json.loads(waited.stdout)
         return result
+
+
+OFF = {"dispatch_over_serve": False}
+
+
+def _lines(marker: Path) -> list[str]:
+    return marker.read_text().splitlines()
 
 
 def _box(sshd: SshdFactory, tmp_path: Path, host: str, courier: dict[str, object]) -> Iterator[Box]:
@@ -93,10 +105,11 @@ def _box(sshd: SshdFactory, tmp_path: Path, host: str, courier: dict[str, object
         wb("courier", "stop")
 
 
+@pytest.mark.parametrize("over_serve", [True, False])
 def test_a_cli_installed_after_the_serve_session_started_is_found_by_the_next_dispatch(
-    sshd: SshdFactory, tmp_path: Path
+    sshd: SshdFactory, tmp_path: Path, over_serve: bool
 ) -> None:
-    for box in _box(sshd, tmp_path, "127.0.0.3", {}):
+    for box in _box(sshd, tmp_path, "127.0.0.3" if over_serve else "127.0.0.6", {} if over_serve else OFF):
         (box.server.bin_dir / "codex").unlink()  # not installed yet
         box.serving()
         # Installed now, in a directory that only new logins have on their PATH.
@@ -106,29 +119,38 @@ def test_a_cli_installed_after_the_serve_session_started_is_found_by_the_next_di
         box.profile.write_text(f"export PATH={later}:$PATH\n")
         result = box.run("--new-worktree", "f1", "--profile", "fake", "--task", "scenario:complete")
         assert result["state"] == "completed", (result.get("failure"), result.get("harness_diagnostics"))
-        assert box.mode() == "serve"  # the serve session goes on serving everything else
+        # The serve session goes on serving everything else (over serve: a new one, started after the change).
+        assert box.serves_again()
 
 
-@pytest.mark.parametrize("over_serve", [False, True])
-def test_dispatch_over_serve_runs_with_the_sessions_environment(
+@pytest.mark.parametrize("over_serve", [True, False])
+def test_a_run_has_its_serve_sessions_environment_until_the_login_files_change(
     sshd: SshdFactory, tmp_path: Path, over_serve: bool
 ) -> None:
-    """By default a run has the environment a new login gets now; with `courier.dispatch_over_serve` the one
-    its serve session started with (docs/courier.md, "Environment")."""
-    courier = {"dispatch_over_serve": True} if over_serve else {}
-    for box in _box(sshd, tmp_path, "127.0.0.4" if over_serve else "127.0.0.5", courier):
+    """Over the serve session (the default) a run has the environment that session started with, as long as
+    the files a new login reads stay as they are; with `courier.dispatch_over_serve: false`, always a new
+    login's (docs/courier.md, "Environment")."""
+    for box in _box(sshd, tmp_path, "127.0.0.4" if over_serve else "127.0.0.5", {} if over_serve else OFF):
         program = box.server.root / "marker.sh"
         marker = box.server.root / "marker.txt"
-        program.write_text(f'#!/bin/sh\nprintf "%s" "$PATH" > {marker}\n')  # PATH reaches the worker
+        program.write_text(f'#!/bin/sh\nprintf "%s\\n" "$PATH" >> {marker}\n')  # PATH reaches the worker
         program.chmod(0o755)
         remote = box.server.root / "remote-wb.yaml"
         document = yaml.safe_load(remote.read_text())
         document["agents"]["profiles"]["marker"] = {"harness": "command", "command": [str(program)], "sandbox": "off"}
         remote.write_text(yaml.safe_dump(document))
+        # Every login puts a directory named by its own start time first on PATH: two runs with the same
+        # one ran with one login's environment.
+        box.profile.write_text("export PATH=/login-$(date +%s%N):$PATH\n")
         box.serving()
+        for name in ("m1", "m2"):
+            result = box.run("--new-worktree", name, "--profile", "marker", "--task", "t")
+            assert result["state"] == "completed", result
+        logins = [[entry for entry in line.split(":") if entry.startswith("/login-")] for line in _lines(marker)]
+        assert all(len(found) == 1 for found in logins) and (logins[0] == logins[1]) is over_serve, logins
         later = box.server.root / "later-bin"
         box.profile.write_text(f"export PATH={later}:$PATH\n")  # what only a new login has
-        result = box.run("--new-worktree", "m1", "--profile", "marker", "--task", "t")
+        result = box.run("--new-worktree", "m3", "--profile", "marker", "--task", "t")
         assert result["state"] == "completed", result
-        assert (str(later) in marker.read_text()) is not over_serve, marker.read_text()
-        assert box.mode() == "serve"
+        assert str(later) in _lines(marker)[-1].split(":"), _lines(marker)
+        assert box.serves_again()

@@ -164,7 +164,7 @@ def test_an_optional_operation_lists_itself(monkeypatch: pytest.MonkeyPatch) -> 
     listed = capabilities()
     harnesses = [f"harness:{name}" for name in runnable_harnesses()]
     assert listed == ["serve", "diff", "continue", "prune", "watch", "example", "follow", "prune-worktrees", "budget",
-    "usage-wait", "placement", *harnesses]
+    "usage-wait", "placement", "login-watch", *harnesses]
 
 
 def test_capabilities_and_cost_on_the_wire() -> None:

@@ -1,15 +1,19 @@
-"""`courier.dispatch_over_serve` (docs/courier.md, "Environment"): the setting, and a serve session's refusal of
-a run whose harness its environment lacks."""
+"""`courier.dispatch_over_serve` (docs/courier.md, "Environment"): the setting, the login files a serve session
+watches, and its refusal of a run whose environment a new login would set otherwise."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
+from courier import stamp
+from courier.capabilities import DISPATCH_IN_SERVE, LOGIN_WATCH, SERVE
+from courier.channels.serve_lines import needs_fresh_session
 from courier.config_file import Settings, read_settings
 from courier.errors import NeedsNewLogin, UsageError
-from courier.runs.admission import require_on_path
+from courier.runs.admission import require_session_environment
 
 
 def _settings(tmp_path: Path, text: str) -> Settings:
@@ -19,19 +23,86 @@ def _settings(tmp_path: Path, text: str) -> Settings:
     return read_settings(path)
 
 
-def test_the_setting_is_off_unless_said_and_must_be_true_or_false(tmp_path: Path) -> None:
-    assert _settings(tmp_path, "courier: {idle: 1m}\n").courier_dispatch_over_serve is False
-    assert _settings(tmp_path, "courier: {dispatch_over_serve: true}\n").courier_dispatch_over_serve is True
+def test_the_setting_is_on_unless_said_and_must_be_true_or_false(tmp_path: Path) -> None:
+    assert _settings(tmp_path, "courier: {idle: 1m}\n").courier_dispatch_over_serve is True
+    assert _settings(tmp_path, "courier: {dispatch_over_serve: false}\n").courier_dispatch_over_serve is False
     with pytest.raises(UsageError, match=r"courier\.dispatch_over_serve: must be true or false"):
         _settings(tmp_path, "courier: {dispatch_over_serve: yes please}\n")
 
 
+def test_dispatch_takes_the_serve_session_only_of_a_peer_that_watches_its_login_files() -> None:
+    watching = [SERVE, LOGIN_WATCH]
+    for operation in ("dispatch", "continue"):
+        assert not needs_fresh_session(operation, watching)
+        assert needs_fresh_session(operation, watching, serve_dispatch=False)
+        assert needs_fresh_session(operation, [SERVE])  # an older peer: its session would keep a stale PATH
+        assert not needs_fresh_session(operation, [SERVE, DISPATCH_IN_SERVE], serve_dispatch=False)
+    assert needs_fresh_session("version", watching)  # it reports what a new login finds
+    assert not needs_fresh_session("status", [SERVE])
+
+
+@pytest.fixture
+def login_home(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("ENV", raising=False)
+    monkeypatch.setenv("BASH_ENV", str(tmp_path / "bash_env"))
+    monkeypatch.setattr(stamp, "_watched_login", [])  # this process was not a serve session
+    return home
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        "create ~/.profile",
+        "edit ~/.bashrc",
+        "remove ~/.bashrc",
+        "edit $BASH_ENV",
+        "add to ~/.config/environment.d",
+        "make ~/.local/bin",
+    ],
+)
+def test_a_change_a_new_login_would_read_changes_the_login_stamp(login_home: Path, change: str) -> None:
+    bashrc = login_home / ".bashrc"
+    bashrc.write_text("export A=1\n")
+    environment_d = login_home / ".config" / "environment.d"
+    environment_d.mkdir(parents=True)
+    before = stamp.login_stamp()
+    assert stamp.login_stamp() == before  # nothing changed: the same stamp
+    match change:
+        case "create ~/.profile":
+            (login_home / ".profile").write_text("PATH=/opt/new/bin:$PATH\n")
+        case "edit ~/.bashrc":
+            bashrc.write_text("export A=2\n")  # the same size: its mtime or inode tells
+            os.utime(bashrc, ns=(1, 1))
+        case "remove ~/.bashrc":
+            bashrc.unlink()
+        case "edit $BASH_ENV":
+            Path(os.environ["BASH_ENV"]).write_text("export PATH=/opt/new/bin:$PATH\n")
+        case "add to ~/.config/environment.d":
+            (environment_d / "50-path.conf").write_text("PATH=/opt/new/bin:$PATH\n")
+        case "make ~/.local/bin":
+            (login_home / ".local" / "bin").mkdir(parents=True)
+    assert stamp.login_stamp() != before, change
+
+
+def test_a_serve_session_refuses_a_run_once_its_login_files_changed(login_home: Path) -> None:
+    stamp.watch_login()
+    require_session_environment("command", fresh_login=False)  # unchanged: the session's environment is current
+    (login_home / ".profile").write_text("PATH=/opt/new/bin:$PATH\n")
+    with pytest.raises(NeedsNewLogin, match="login files changed since this session started") as refused:
+        require_session_environment("command", fresh_login=False)
+    assert refused.value.failure_kind == "new_login"
+    require_session_environment("command", fresh_login=True)  # a one-call session is a new login
+
+
 def test_a_serve_session_refuses_a_harness_its_path_lacks_and_a_new_login_is_not_checked(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    monkeypatch: pytest.MonkeyPatch, login_home: Path, tmp_path: Path
 ) -> None:
     monkeypatch.setenv("PATH", str(tmp_path))  # no codex here
     with pytest.raises(NeedsNewLogin, match="codex is not on this session's PATH") as refused:
-        require_on_path("codex", fresh_login=False)
+        require_session_environment("codex", fresh_login=False)
     assert refused.value.failure_kind == "new_login"
-    require_on_path("codex", fresh_login=True)  # a new login's environment is the one to trust
-    require_on_path("command", fresh_login=False)  # it names its own program
+    require_session_environment("codex", fresh_login=True)  # a new login's environment is the one to trust
+    require_session_environment("command", fresh_login=False)  # it names its own program

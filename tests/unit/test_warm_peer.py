@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from courier.capabilities import DISPATCH_IN_SERVE, SERVE
+from courier.capabilities import DISPATCH_IN_SERVE, LOGIN_WATCH, SERVE
 from courier.channels.channel import DEFAULT_BOUNDS, Bounds, Outcome
 from courier.channels.serve_lines import ServeChannel
 from courier.channels.warm_peer import WarmPeer
@@ -78,7 +78,7 @@ class DoublePeer(WarmPeer[str]):
     kind = "double"
 
     def __init__(
-        self, capabilities: list[str], *, sessions_lost: int = 0, serve_dispatch: bool = False, new_login: bool = False
+        self, capabilities: list[str], *, sessions_lost: int = 0, serve_dispatch: bool = True, new_login: bool = False
     ) -> None:
         super().__init__("box", max_sessions=4)
         self.serve_dispatch = serve_dispatch
@@ -169,17 +169,19 @@ def test_a_peer_without_serve_is_used_one_call_per_session() -> None:
 
 
 @pytest.mark.parametrize(
-    ("offered", "on_a_session_of_their_own"),
+    ("offered", "serve_dispatch", "on_a_session_of_their_own"),
     [
-        ([SERVE], {"dispatch", "continue", "version"}),
-        ([SERVE, DISPATCH_IN_SERVE], {"version"}),  # a Ray head (docs/ray.md#cost)
+        ([SERVE, LOGIN_WATCH], True, {"version"}),  # the default (docs/courier.md, "Environment")
+        ([SERVE, LOGIN_WATCH], False, {"dispatch", "continue", "version"}),  # courier.dispatch_over_serve: false
+        ([SERVE], True, {"dispatch", "continue", "version"}),  # an older peer does not watch its login files
+        ([SERVE, DISPATCH_IN_SERVE], False, {"version"}),  # a Ray head (docs/ray.md#cost)
     ],
 )
 def test_operations_that_need_a_fresh_environment_never_travel_over_the_serve_session(
-    offered: list[str], on_a_session_of_their_own: set[str]
+    offered: list[str], serve_dispatch: bool, on_a_session_of_their_own: set[str]
 ) -> None:
     async def scenario() -> None:
-        peer = DoublePeer(offered)
+        peer = DoublePeer(offered, serve_dispatch=serve_dispatch)
         await peer.ask("list")
         await peer.prepared()
         for operation in ("dispatch", "continue", "version", "status", "await", "list", "logs"):
@@ -246,10 +248,11 @@ def test_the_status_row_has_its_thirteen_fields_in_order() -> None:
 
 
 def test_with_dispatch_over_serve_dispatch_and_continue_take_the_serve_session() -> None:
-    """`courier.dispatch_over_serve` (docs/courier.md, "Environment"): only `version` needs a new login then."""
+    """`courier.dispatch_over_serve` (on by default, docs/courier.md, "Environment"): only `version` needs a new
+    login then."""
 
     async def scenario() -> None:
-        peer = DoublePeer([SERVE], serve_dispatch=True)
+        peer = DoublePeer([SERVE, LOGIN_WATCH])
         await peer.ask("list")
         await peer.prepared()
         for operation in ("dispatch", "continue", "version", "status"):
@@ -261,7 +264,7 @@ def test_with_dispatch_over_serve_dispatch_and_continue_take_the_serve_session()
 
 def test_a_run_the_serve_session_refuses_as_needing_a_new_login_is_asked_again_on_a_session_of_its_own() -> None:
     async def scenario() -> None:
-        peer = DoublePeer([SERVE], serve_dispatch=True, new_login=True)
+        peer = DoublePeer([SERVE, LOGIN_WATCH], new_login=True)
         await peer.ask("list")
         await peer.prepared()
         assert await peer.ask("dispatch") == "session"
