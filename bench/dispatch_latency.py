@@ -82,8 +82,8 @@ TARGET_MS = {
     ("local", "cold"): 250.0,
     ("ssh", "warm"): 150.0,
     ("exec", "warm"): 150.0,
-    ("ssh-serve", "warm"): 150.0,
-    ("exec-serve", "warm"): 150.0,
+    ("ssh-login", "warm"): 150.0,
+    ("exec-login", "warm"): 150.0,
     ("ray", "warm"): 500.0,
     ("ray", "cold"): 500.0,
 }
@@ -92,8 +92,9 @@ QUIET_SAMPLE_S = 2.0
 QUIET_BUSY = 0.25  # a quarter of the CPUs busy: other agents' idle work, not a cluster starting
 ABOVE_FLOOR_MS = 150.0  # ssh and exec cold: at most their floor (`ssh m1 true`, the exec argv's `true`) + this
 CONCURRENT_TARGET_MS = 1000.0  # 20 concurrent warm dispatches all started within 1 s
-# `-serve`: the same machine with courier.dispatch_over_serve (docs/courier.md, "Environment"): warm rows only.
-PATHS = ("local", "ssh", "exec", "ssh-serve", "exec-serve", "ray")
+# `-login`: the same machine with `courier.dispatch_over_serve: false`, a new login per dispatch (docs/courier.md,
+# "Environment"): warm rows only.
+PATHS = ("local", "ssh", "exec", "ssh-login", "exec-login", "ray")
 SANDBOXES = {"plain": "off", "confined": "auto"}
 HARNESSES = ("command", "model")
 
@@ -570,7 +571,7 @@ def warm_up(runner: Runner, where: Where, sandbox: str, harness: str, notes: lis
     for attempt in range(3):
         runner.once(where, True, sandbox, harness, traced=False)
         runner.once(where, True, sandbox, harness, traced=True)
-        if where.path in ("local", "ssh"):  # no serve session for a dispatch to check
+        if where.path == "local":  # no serve session to check
             return
         modes = courier_modes(where)
         wanted = [where.machine, where.traced_machine]
@@ -818,9 +819,9 @@ def local_and_remote(bench: Bench, runs: int, stack: contextlib.ExitStack) -> di
         (local / sub).mkdir(mode=0o700, parents=True)
     make_clone(local / "projects")
     config = write_yaml(local / "wb.yaml", {"session_move": {"targets": targets}, "agents": bench.agents()})
-    over_serve = write_yaml(
-        local / "wb-serve.yaml",
-        {"session_move": {"targets": targets}, "agents": bench.agents(), "courier": {"dispatch_over_serve": True}},
+    new_login = write_yaml(
+        local / "wb-login.yaml",
+        {"session_move": {"targets": targets}, "agents": bench.agents(), "courier": {"dispatch_over_serve": False}},
     )
     env = common.base_env(
         HOME=str(local / "home"),
@@ -833,7 +834,7 @@ def local_and_remote(bench: Bench, runs: int, stack: contextlib.ExitStack) -> di
     ssh_true = [common.SSH, "-F", str(factory.client_config), "-o", "ControlMaster=no", "-o", "ControlPath=none",
                 "-o", "BatchMode=yes", "-T", "-p", str(server.port), f"root@{server.host}", "true"]  # fmt: skip
     exec_true = [*exec_argv, "true"]
-    serve_env = {**env, "WB_CONFIG": str(over_serve)}
+    login_env = {**env, "WB_CONFIG": str(new_login)}
     ssh_floor, exec_floor = command_floor(ssh_true, runs), command_floor(exec_true, runs)
     return {
         "local": Where("local", "", "", env, bench.trace, [local / "projects"], bench.model, "the program directly",
@@ -842,9 +843,9 @@ def local_and_remote(bench: Bench, runs: int, stack: contextlib.ExitStack) -> di
                      ssh_floor, bench.model_floor_ms),
         "exec": Where("exec", "e1", "e1t", env, bench.trace, [server.projects_root], bench.model, "exec argv true",
                       exec_floor, bench.model_floor_ms),
-        "ssh-serve": Where("ssh-serve", "m1", "m1t", serve_env, bench.trace, [server.projects_root], bench.model,
+        "ssh-login": Where("ssh-login", "m1", "m1t", login_env, bench.trace, [server.projects_root], bench.model,
                            "ssh m1 true", ssh_floor, bench.model_floor_ms),
-        "exec-serve": Where("exec-serve", "e1", "e1t", serve_env, bench.trace, [server.projects_root], bench.model,
+        "exec-login": Where("exec-login", "e1", "e1t", login_env, bench.trace, [server.projects_root], bench.model,
                             "exec argv true", exec_floor, bench.model_floor_ms),
     }  # fmt: skip
 
@@ -1006,7 +1007,7 @@ def busy_cpu_s() -> float:
 
 def measure_path(runner: Runner, where: Where, runs: int, outcome: Outcome, progress: Callable[[str], None]) -> None:
     quiet(progress)
-    for warm in (True,) if where.path.endswith("-serve") else (True, False):
+    for warm in (True,) if where.path.endswith("-login") else (True, False):
         for sandbox in SANDBOXES:
             for harness in HARNESSES:
                 outcome.results.append(measure_row(runner, where, warm, sandbox, harness, runs, outcome.notes))
