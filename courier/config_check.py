@@ -31,7 +31,7 @@ def check(path: Path | None = None) -> ConfigCheckDocument:
         missing = f"WB_CONFIG names {path}, which does not exist; create it or unset WB_CONFIG"
         return _document(path, [ConfigProblem(key=None, message=missing)])
     try:
-        document = read_document(path)
+        document = read_document(path, use_copy=False)  # the file itself; a check creates nothing
     except UsageError as exc:  # permissions, YAML, the top level: nothing more can be read
         return _document(path, [ConfigProblem(key=None, message=_without_path(str(exc), path))])
     problems = _unknown_names(document)

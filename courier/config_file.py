@@ -11,6 +11,7 @@ only `agents.home`, reads it here without the configuration models
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import stat
@@ -18,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from courier import config_cache
 from courier.errors import UsageError
 from courier.paths import HOME_ENV
 from protocol import limits
@@ -29,8 +31,8 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
-# yaml is imported when a wb.yaml is read, not with this module: a machine without one
-# (and the receiver's path, see courier.paths) never pays for it.
+# yaml is imported when a wb.yaml is parsed, not with this module: a machine without one, and a
+# command that finds the parsed copy of an unchanged file (courier/config_cache.py), never pays for it.
 
 
 @dataclass
@@ -68,22 +70,38 @@ def read_settings(path: Path) -> Settings:
     return settings_of(read_document(path), path)
 
 
-def read_document(path: Path) -> dict[str, Any]:
-    """The file at `path` as YAML, its permissions and form checked ({} when absent); else UsageError."""
-    document: Any = {}
-    if path.exists():
-        import yaml
+# What Path.exists() reads as "no file" (the built-ins apply), as before the parsed copy.
+_ABSENT = (errno.ENOENT, errno.ENOTDIR, errno.EBADF, errno.ELOOP)
 
-        _check_file_permissions(path)
-        try:
-            with open(path, "rb") as handle:
-                document = yaml.load(handle, Loader=_unique_key_loader()) or {}
-        except yaml.YAMLError as exc:
-            raise UsageError(f"{path}: {_yaml_problem(exc)}") from None
-        except OSError as exc:
-            raise UsageError(f"{path}: cannot read: {exc.strerror}") from None
-        if not isinstance(document, dict):
-            raise UsageError(f"{path}: the top level must be a mapping")
+
+def read_document(path: Path, *, use_copy: bool = True) -> dict[str, Any]:
+    """The file at `path` as YAML, its permissions and form checked ({} when absent); else UsageError.
+
+    `use_copy`: read and keep the parsed copy of an unchanged file (courier/config_cache.py); `wb config check`
+    parses the file itself and creates nothing."""
+    try:
+        info = path.stat()
+    except OSError as exc:
+        if exc.errno in _ABSENT:
+            return {}
+        raise UsageError(f"{path}: cannot read: {exc.strerror}") from None
+    _check_file_permissions(path)
+    kept = config_cache.read_copy(path, info) if use_copy else None
+    if kept is not None:
+        return kept
+    import yaml
+
+    try:
+        with open(path, "rb") as handle:
+            document: Any = yaml.load(handle, Loader=_unique_key_loader()) or {}
+    except yaml.YAMLError as exc:
+        raise UsageError(f"{path}: {_yaml_problem(exc)}") from None
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot read: {exc.strerror}") from None
+    if not isinstance(document, dict):
+        raise UsageError(f"{path}: the top level must be a mapping")
+    if use_copy:
+        config_cache.keep_copy(path, info, document)
     found: dict[str, Any] = document
     return found
 

@@ -36,3 +36,21 @@ def test_a_cold_read_of_this_machine_imports_no_typer_and_no_asyncio(argv: list[
     assert RUN_ID in json.dumps(answer)
     assert "courier.hot" in names and "courier.config" in names  # the command really ran here, wb.yaml read
     assert not names & set(NOT_ON_THE_COLD_READ_PATH), sorted(names & set(NOT_ON_THE_COLD_READ_PATH))
+
+
+def test_a_cold_read_of_an_unchanged_wb_yaml_imports_no_yaml(machine: Machine, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The parsed copy (courier/config_cache.py) stands in for the file while the file is unchanged; an edit is
+    parsed again, and what it says is what the command does."""
+    from courier import config_cache
+    from courier.config_file import read_document
+
+    monkeypatch.setenv("XDG_CACHE_HOME", machine.env["HOME"] + "/.cache")
+    monkeypatch.setattr(config_cache, "RACY_S", 0.0)
+    read_document(machine.config_path)  # as a command run more than 2 s after the file's last change would
+    env = {**machine.env, "WB_COURIER": "off"}
+    names, done = imported_modules([str(INSTALLED_WB), "agent", "list", "--json"], env, machine.root)
+    assert done.returncode == 0, done.stderr
+    assert "courier.config" in names and "yaml" not in names
+    machine.write_config(machine.config_path.read_text() + "  bad: [\n")
+    names, done = imported_modules([str(INSTALLED_WB), "agent", "list", "--json"], env, machine.root)
+    assert "yaml" in names and done.returncode == 2 and "invalid YAML" in done.stderr, done.stderr
