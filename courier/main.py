@@ -26,7 +26,10 @@ def exit_now(code: int) -> NoReturn:
         sys.stdout.flush()
         sys.stderr.flush()
     except BrokenPipeError:
-        os._exit(limits.EXIT_STDOUT_CLOSED)  # the reader left: what cli_io.broken_pipe() exits with
+        code = limits.EXIT_STDOUT_CLOSED  # the reader left: what cli_io.broken_pipe() exits with
+    carrier = sys.modules.get("courier.channels.ssh_carrier")
+    if carrier is not None:
+        carrier.finish()  # the SSH carrier, if this command started one, ends with it
     os._exit(code)
 
 
@@ -85,6 +88,12 @@ def main() -> None:
             code = None
         if code is not None:
             sys.exit(code)
+    from courier.channels import ssh_carrier
+
+    if ssh_carrier.wanted(sys.argv[1:]):
+        # Before pydantic and wb.yaml: asyncssh is imported meanwhile, in a copy of this process on another
+        # core, and that copy makes the command's SSH calls (courier/channels/ssh_carrier.py).
+        ssh_carrier.start()
     from courier import no_plugins
 
     no_plugins.install()

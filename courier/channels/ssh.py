@@ -15,12 +15,12 @@ from collections.abc import AsyncIterator
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from courier.channels import ssh_carrier
 from courier.channels.channel import DEFAULT_BOUNDS, Bounds, Channel, Outcome, WarmState
+from courier.channels.ssh_endpoint import Endpoint
 from courier.config import Target
-from courier.stage_trace import mark
 
 if TYPE_CHECKING:
-    from courier.channels import ssh_client as ssh
     from courier.channels.ssh_pool import Peer, Pool
 
 
@@ -35,10 +35,8 @@ class SshChannel(Channel):
     target_model: ClassVar[type[Target]] = Target
 
     @property
-    def endpoint(self) -> ssh.Endpoint:
-        from courier.channels import ssh_client as ssh
-
-        return ssh.Endpoint(machine=self.machine, host=self.target.host, user=self.target.user, port=self.target.port)
+    def endpoint(self) -> Endpoint:
+        return Endpoint(machine=self.machine, host=self.target.host, user=self.target.user, port=self.target.port)
 
     @property
     def where(self) -> str:
@@ -61,14 +59,15 @@ class SshChannel(Channel):
     async def run(self, tail: list[str], stdin: bytes, bounds: Bounds = DEFAULT_BOUNDS) -> Outcome:
         command = command_of(tail)
         shared = _active.get()
+        carrier = ssh_carrier.current()  # the cold CLI's copy that has asyncssh imported (its module docstring)
+        if carrier is not None:
+            scope = shared.carried() if shared is not None else None
+            return await carrier.call(scope, self.endpoint, command, stdin, bounds)
         if shared is not None:
             return await shared.pool().call(self.endpoint, command, stdin, bounds=bounds)
         from courier.channels import ssh_client as ssh
 
-        mark("ssh.connect")  # asyncssh imported (docs/benchmarks.md#dispatch-latency)
-        async with await ssh.connect(self.endpoint) as opened:
-            mark("ssh.connected")
-            return await opened.run(command, stdin, stdout_max=bounds.stdout_max, stderr_max=bounds.stderr_max)
+        return await ssh.run_direct(self.endpoint, command, stdin, bounds)
 
     async def run_warm(
         self,
@@ -97,10 +96,21 @@ class SshChannel(Channel):
 
 
 class Shared:
-    """A `pooled()` scope: the pool its SSH calls share, made by the first of them (none: no asyncssh)."""
+    """A `pooled()` scope: the pool its SSH calls share, made by the first of them (none: no asyncssh), in this
+    process or in the SSH carrier's."""
+
+    _scopes = 0
 
     def __init__(self) -> None:
         self._pool: Pool | None = None
+        self._carried: int | None = None
+
+    def carried(self) -> int:
+        """This scope's number in the carrier, whose pool for it is made by its first call there."""
+        if self._carried is None:
+            Shared._scopes += 1
+            self._carried = Shared._scopes
+        return self._carried
 
     def pool(self) -> Pool:
         if self._pool is None:
@@ -116,6 +126,9 @@ class Shared:
     async def close(self) -> None:
         if self._pool is not None:
             await self._pool.close()
+        carrier = ssh_carrier.current()
+        if self._carried is not None and carrier is not None:
+            await carrier.close_scope(self._carried)
 
 
 _active: ContextVar[Shared | None] = ContextVar("wb_ssh_pool", default=None)

@@ -24,7 +24,8 @@ from types import TracebackType
 from typing import Any
 
 from courier.channels.asyncssh_import import preload_asyncssh
-from courier.channels.channel import Outcome
+from courier.channels.channel import Bounds, Outcome
+from courier.channels.ssh_endpoint import Endpoint
 from courier.errors import (
     AuthFailed,
     CallTimedOut,
@@ -35,6 +36,7 @@ from courier.errors import (
     HostKeyUnknown,
     TransportError,
 )
+from courier.stage_trace import mark
 from protocol import limits
 
 preload_asyncssh()  # before asyncssh's first import: no gcc and ld runs (courier/channels/asyncssh_import.py)
@@ -49,16 +51,6 @@ _READ_CHUNK = limits.SSH_READ_CHUNK_BYTES
 _DEV_NULL = "/dev/null"
 _ADDRESS_OPTIONS = frozenset({"Hostname", "Port", "User"})
 _STRICT_OPTION = re.compile(r"^\s*StrictHostKeyChecking\b", re.IGNORECASE | re.MULTILINE)
-
-
-@dataclass(frozen=True)
-class Endpoint:
-    """One machine as wb.yaml names it; unset fields fall back to the ssh config, then defaults."""
-
-    machine: str
-    host: str
-    user: str | None = None
-    port: int | None = None
 
 
 @dataclass
@@ -608,3 +600,11 @@ def _file_holding(files: Sequence[str], name: str, addr: str, port: int | None) 
             if asyncssh.match_known_hosts(asyncssh.import_known_hosts(_read_text(path)), name, addr, port)[0]:
                 return path
     return None
+
+
+async def run_direct(endpoint: Endpoint, command: str, stdin: bytes, bounds: Bounds) -> Outcome:
+    """One call on a connection of its own, closed after it (a call outside a fan-out)."""
+    mark("ssh.connect")  # asyncssh imported (docs/benchmarks.md#dispatch-latency)
+    async with await connect(endpoint) as opened:
+        mark("ssh.connected")
+        return await opened.run(command, stdin, stdout_max=bounds.stdout_max, stderr_max=bounds.stderr_max)

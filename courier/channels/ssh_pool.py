@@ -27,6 +27,7 @@ from typing import Any
 from courier.channels import ssh_client as ssh
 from courier.channels.channel import DEFAULT_BOUNDS, Bounds, Outcome
 from courier.channels.serve_lines import ServeChannel
+from courier.channels.ssh_endpoint import Endpoint
 from courier.channels.warm_peer import WarmPeer, WarmPeers
 from courier.channels.warm_peer import _log as _log  # the pool's log lines are the warm peer's
 from courier.errors import TransportError
@@ -50,7 +51,7 @@ class Peer(WarmPeer[ssh.Connection]):
     kind = "ssh"
 
     def __init__(
-        self, endpoint: ssh.Endpoint, command: str, max_sessions: int, handshake: asyncio.Lock, *, persistent: bool
+        self, endpoint: Endpoint, command: str, max_sessions: int, handshake: asyncio.Lock, *, persistent: bool
     ) -> None:
         super().__init__(endpoint.machine, max_sessions)
         self.endpoint = endpoint  # the first machine that reached it (aliases of one host share a peer)
@@ -226,7 +227,7 @@ class Pool(WarmPeers[Peer]):
 
     async def call(
         self,
-        endpoint: ssh.Endpoint,
+        endpoint: Endpoint,
         command: str,
         payload: bytes,
         *,
