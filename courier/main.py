@@ -90,10 +90,13 @@ def main() -> None:
             sys.exit(code)
     from courier.channels import ssh_carrier
 
-    if ssh_carrier.wanted(sys.argv[1:]):
-        # Before pydantic and wb.yaml: asyncssh is imported meanwhile, in a copy of this process on another
-        # core, and that copy makes the command's SSH calls (courier/channels/ssh_carrier.py).
-        ssh_carrier.start()
+    try:
+        if ssh_carrier.wanted(sys.argv[1:]):
+            # Before pydantic and wb.yaml: asyncssh is imported meanwhile, in a copy of this process on another
+            # core, and that copy makes the command's SSH calls (courier/channels/ssh_carrier.py).
+            ssh_carrier.start()
+    except Exception:  # like the courier, the carrier may make wb faster, never make it fail
+        pass
     from courier import no_plugins
 
     no_plugins.install()
