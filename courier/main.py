@@ -88,12 +88,14 @@ def main() -> None:
             code = None
         if code is not None:
             sys.exit(code)
-    from courier.channels import ssh_carrier
+    from courier.channels.carrier_choice import wanted
 
     try:
-        if ssh_carrier.wanted(sys.argv[1:]):
+        if wanted(sys.argv[1:]):
             # Before pydantic and wb.yaml: asyncssh is imported meanwhile, in a copy of this process on another
             # core, and that copy makes the command's SSH calls (courier/channels/ssh_carrier.py).
+            from courier.channels import ssh_carrier
+
             ssh_carrier.start()
     except Exception:  # like the courier, the carrier may make wb faster, never make it fail
         pass

@@ -19,15 +19,15 @@ exits. `WB_SSH_CARRIER=off` makes every SSH call in the command's own process.
 
 from __future__ import annotations
 
-import contextlib
 import os
-import signal
 import socket
-import struct
-from typing import TYPE_CHECKING, Any
 
+# Imported before the fork, so as little as can be: typing (and the `re` it loads), contextlib and signal
+# come later, where they are used.
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     import asyncio
+    from typing import Any
 
     from courier.channels.channel import Bounds, Outcome
     from courier.channels.ssh_endpoint import Endpoint
@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 ENV = "WB_SSH_CARRIER"
 # How long the command waits for the copy to end a given-up call's far side, and to exit.
 WIND_DOWN_S = 2.0
-_HEADER = struct.Struct(">I")
+_HEADER_BYTES = 4  # each frame: its length, big-endian, then the pickle
 
 
 class Gone(Exception):
@@ -108,6 +108,8 @@ class Carrier:
 
     async def close_scope(self, scope: int) -> None:
         """Close the fan-out `scope`'s connections, as the pool's close does in-process."""
+        import contextlib
+
         ident = self._ident()
         with contextlib.suppress(Gone):
             link = await self._current_link()
@@ -116,6 +118,9 @@ class Carrier:
     def finish(self) -> None:
         """End the copy (the command is ending): it sees the control socket close, drops what is left and exits;
         one that has not within WIND_DOWN_S is killed. Either way it is reaped before the command exits."""
+        import contextlib
+        import signal
+
         with contextlib.suppress(OSError):
             self._control.shutdown(socket.SHUT_RDWR)
         if not _exits_within(self.pid, WIND_DOWN_S):
@@ -153,6 +158,7 @@ class _Link:
 
     async def ask(self, ident: int, message: tuple[Any, ...]) -> Any:
         import asyncio
+        import contextlib
 
         if self.gone:
             raise Gone
@@ -184,7 +190,7 @@ class _Link:
 
         try:
             while True:
-                (size,) = _HEADER.unpack(await reader.readexactly(_HEADER.size))
+                size = int.from_bytes(await reader.readexactly(_HEADER_BYTES), "big")
                 ident, ok, value = pickle.loads(await reader.readexactly(size))
                 answer = self.waiting.pop(ident, None)
                 if answer is not None and not answer.done():
@@ -203,54 +209,7 @@ def _frame(message: object) -> bytes:
     import pickle
 
     body = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
-    return _HEADER.pack(len(body)) + body
-
-
-def wanted(argv: list[str]) -> bool:
-    """Whether this command is about to call a machine over SSH, judged from its argv alone before anything is
-    imported: it names another machine (`--to NAME`, `--to auto`, a reference `NAME:agt-…`, `--all`, `wb machines`)
-    and wb.yaml, as its parsed copy says when there is one (courier/config_cache.py), has such an SSH machine.
-    A wrong guess costs a copy that imports asyncssh for nothing, on another core."""
-    if "--help" in argv or not argv or argv[0] not in ("agent", "machines"):
-        return False
-    names: set[str] = set()
-    every = argv[0] == "machines" or "--all" in argv
-    for i, token in enumerate(argv):
-        if token == "--to" and i + 1 < len(argv):
-            names.add(argv[i + 1])
-        elif token.startswith("--to="):
-            names.add(token[len("--to=") :])
-        elif not token.startswith("-") and ":" in token and token.partition(":")[2].startswith("agt-"):
-            names.add(token.partition(":")[0])
-    if any(name == "auto" or name.startswith("auto:") for name in names):
-        every = True
-    if not (every or names):
-        return False
-    kinds = _machine_kinds()
-    if kinds is None:
-        return True  # no parsed copy to ask: a guess
-    return any(kind == "ssh" for name, kind in kinds.items() if every or name in names)
-
-
-def _machine_kinds() -> dict[str, str] | None:
-    """Each machine's channel ("ssh" or "exec") as wb.yaml's parsed copy names it; None without a copy."""
-    from courier import config_cache
-    from courier.paths import config_path
-
-    path = config_path()
-    try:
-        document = config_cache.read_copy(path, path.stat())
-    except OSError:
-        return None
-    if document is None:
-        return None
-    targets = (document.get("session_move") or {}).get("targets") if isinstance(document, dict) else None
-    if not isinstance(targets, dict):
-        return {}
-    return {
-        str(name): "exec" if isinstance(body, dict) and "exec" in body and "ssh" not in body else "ssh"
-        for name, body in targets.items()
-    }
+    return len(body).to_bytes(_HEADER_BYTES, "big") + body
 
 
 _carrier: Carrier | None = None
@@ -302,6 +261,8 @@ def finish() -> None:
 
 def _serve(end: socket.socket) -> int:
     """The copy's life: its stdio off the terminal, asyncssh imported, then every call it is handed."""
+    import signal
+
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     null = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):
@@ -352,6 +313,7 @@ async def _answer_calls(control: socket.socket, ssh_client: Any, ssh_pool: Any) 
 async def _answer_stream(end: socket.socket, ssh_client: Any, ssh_pool: Any) -> None:
     """One event loop's calls, each in its own task, as the command's own process would run them."""
     import asyncio
+    import contextlib
     import pickle
 
     reader, writer = await asyncio.open_unix_connection(sock=end)
@@ -396,7 +358,7 @@ async def _answer_stream(end: socket.socket, ssh_client: Any, ssh_pool: Any) -> 
     try:
         while True:
             try:
-                (size,) = _HEADER.unpack(await reader.readexactly(_HEADER.size))
+                size = int.from_bytes(await reader.readexactly(_HEADER_BYTES), "big")
                 message = pickle.loads(await reader.readexactly(size))
             except (asyncio.IncompleteReadError, OSError):
                 break

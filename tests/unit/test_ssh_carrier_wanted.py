@@ -1,4 +1,4 @@
-"""Whether a cold command forks the SSH carrier (courier/channels/ssh_carrier.py: wanted), from its argv and
+"""Whether a cold command forks the SSH carrier (courier/channels/carrier_choice.py), from its argv and
 wb.yaml's parsed copy: a wrong yes costs a copy that imports asyncssh for nothing, a wrong no the overlap."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from courier import config_cache
-from courier.channels import ssh_carrier
+from courier.channels import carrier_choice, ssh_carrier
 
 REF = "agt-" + "ab" * 16
 
@@ -41,7 +41,7 @@ def config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def test_without_a_parsed_copy_any_other_machine_is_a_guess_of_ssh(
     config: Path, argv: list[str], wanted: bool
 ) -> None:
-    assert ssh_carrier.wanted(argv) is wanted
+    assert carrier_choice.wanted(argv) is wanted
 
 
 def test_the_parsed_copy_tells_an_exec_machine_from_an_ssh_one(config: Path) -> None:
@@ -51,11 +51,11 @@ def test_the_parsed_copy_tells_an_exec_machine_from_an_ssh_one(config: Path) -> 
         }
     }
     assert config_cache.keep_copy(config, config.stat(), document, racy_s=0.0)
-    assert not ssh_carrier.wanted(["agent", "list", "--to", "box"])
-    assert not ssh_carrier.wanted(["agent", "status", f"box:{REF}"])
-    assert ssh_carrier.wanted(["agent", "status", f"far:{REF}"])
-    assert ssh_carrier.wanted(["agent", "list", "--all"])  # far is among all
-    assert not ssh_carrier.wanted(["agent", "list", "--to", "unknown"])  # refused before any call
+    assert not carrier_choice.wanted(["agent", "list", "--to", "box"])
+    assert not carrier_choice.wanted(["agent", "status", f"box:{REF}"])
+    assert carrier_choice.wanted(["agent", "status", f"far:{REF}"])
+    assert carrier_choice.wanted(["agent", "list", "--all"])  # far is among all
+    assert not carrier_choice.wanted(["agent", "list", "--to", "unknown"])  # refused before any call
 
 
 def test_switched_off_no_carrier_is_started(monkeypatch: pytest.MonkeyPatch) -> None:
