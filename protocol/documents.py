@@ -3,21 +3,36 @@ docs/supervisors.md#the-documents)."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, RootModel, StringConstraints
 
 from protocol import limits
 from protocol.models import NodeFacts, PrunedRun, PrunedWorktree, Result
 
+Item = TypeVar("Item")
 ErrorClass = Literal["usage", "finding", "transport"]
+
+
+# Built when first used, not when this module is imported: a command prints one kind of document, and
+# building all of them cost every typer command about 20 ms (docs/benchmarks.md, "Deferred documents").
+_DEFERRED = ConfigDict(defer_build=True)
 
 
 class Document(BaseModel):
     """A document wb prints: every field without a default is always present (null when unknown)."""
 
+    model_config = _DEFERRED
+
     def to_json(self) -> dict[str, Any]:
         return self.model_dump(mode="json", by_alias=True)
+
+
+class OneValue(RootModel[Item], Generic[Item]):
+    """A document that is one JSON value (a list, or one of several events), built when first used: a plain
+    `RootModel[X]` builds its parametrized class at once."""
+
+    model_config = _DEFERRED
 
 
 class FleetMachine(Document):
@@ -101,12 +116,14 @@ class MachineProbe(Document):
         return {key: value for key, value in super().to_json().items() if key not in dropped}
 
 
-class MachinesDocument(RootModel[list[MachineProbe]]):
+class MachinesDocument(OneValue[list[MachineProbe]]):
     """`wb machines --json`: every configured machine, sorted by name."""
 
 
-class ListDocument(RootModel[list[Result]]):
+class ListDocument(OneValue[list[Result]]):
     """`wb agent list --json`: the runs of one machine, newest first."""
+
+    model_config = _DEFERRED
 
 
 class LogsDocument(Document):
@@ -205,7 +222,7 @@ class ErrorDocument(Document):
     )
     exit_code: int = Field(description="The exit code the CLI gives for the same refusal.")
 
-    model_config = ConfigDict(populate_by_name=True)
+    model_config = ConfigDict(populate_by_name=True, defer_build=True)
 
 
 def error_class(exit_code: int) -> ErrorClass:
@@ -249,8 +266,10 @@ class MachineErrorEvent(Document):
     at: str = Field(description="When the call failed (RFC 3339, this machine's clock).")
 
 
-class EventDocument(RootModel[RunEvent | MachineErrorEvent]):
+class EventDocument(OneValue[RunEvent | MachineErrorEvent]):
     """One line of `wb agent watch --json`: a run's transition, or a machine that did not answer."""
+
+    model_config = _DEFERRED
 
 
 class WatchDocument(Document):
