@@ -1,4 +1,5 @@
-"""The cold CLI's SSH calls, made by a copy of it that imports asyncssh meanwhile (docs/courier.md#the-ssh-carrier).
+"""The cold CLI's SSH calls, made by a copy of it that imports asyncssh meanwhile
+(docs/courier.md#the-ssh-carrier-a-cold-command).
 
 A cold command that reaches a machine over SSH imported pydantic, read wb.yaml and validated
 its request (about 150 ms), and only then imported asyncssh and cryptography (about 125 ms),

@@ -1,4 +1,5 @@
-"""The cold CLI's SSH carrier (courier/channels/ssh_carrier.py; docs/courier.md#the-ssh-carrier), over real OpenSSH.
+"""The cold CLI's SSH carrier (courier/channels/ssh_carrier.py; docs/courier.md#the-ssh-carrier-a-cold-command), over
+real OpenSSH.
 
 A cold command that names an SSH machine forks a copy of itself at its start; the copy imports
 asyncssh while the command imports pydantic and validates, and makes the command's SSH calls.
