@@ -60,6 +60,7 @@ class Carrier:
         self._guard = threading.Lock()  # the control socket and the table below, shared by every thread
         self._links: dict[int, asyncio.Task[_Link]] = {}  # by id(loop); a loop's entry is its own
         self._next = 0
+        self._handed = False  # a stream was passed: the copy may hold a call's far side to end
 
     async def _current_link(self) -> _Link:
         import asyncio
@@ -78,6 +79,7 @@ class Carrier:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             with self._guard:
+                self._handed = True
                 socket.send_fds(self._control, [b"s"], [theirs.fileno()])
         except OSError:
             ours.close()
@@ -118,13 +120,16 @@ class Carrier:
 
     def finish(self) -> None:
         """End the copy (the command is ending): it sees the control socket close, drops what is left and exits;
-        one that has not within WIND_DOWN_S is killed. Either way it is reaped before the command exits."""
+        one that has not within WIND_DOWN_S, or was never handed a call, is killed. Either way it is reaped before
+        the command exits."""
         import contextlib
         import signal
 
         with contextlib.suppress(OSError):
             self._control.shutdown(socket.SHUT_RDWR)
-        if not _exits_within(self.pid, WIND_DOWN_S):
+        # A copy never handed a call (a refused request, an exec machine after all) has nothing to end, and may
+        # still be importing: it is not waited for.
+        if not (self._handed and _exits_within(self.pid, WIND_DOWN_S)):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(self.pid, signal.SIGKILL)
         with contextlib.suppress(ChildProcessError):
