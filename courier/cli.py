@@ -335,22 +335,7 @@ def diff(
     json_flag: JsonOpt = False,
 ) -> None:
     """Show the run's change against its base: a patch git apply takes (new and binary files included)."""
-    from courier.client.following import write_bytes
-    from courier.ops.diff import diff_json, diff_request, patch_bytes, stat_text
-
-    machine, request = diff_request(reference, to, stat=stat)
-    result = _client().diff(machine, request.agent_id, stat=request.stat)
-    if _wants_json(fmt, json_flag):
-        _out(diff_json(result))
-    elif stat:
-        _out(stat_text(result))
-    elif sys.stdout.isatty():
-        _out(escape_controls(patch_bytes(result).decode("utf-8", "replace")))
-    else:
-        try:
-            write_bytes(patch_bytes(result))
-        except BrokenPipeError:
-            _broken_pipe()
+    hot.diff_command(reference, stat, to, _wants_json(fmt, json_flag))
 
 
 @agent_app.command(name="continue")

@@ -1,9 +1,9 @@
-"""The hot commands without typer: `wb agent list`, `status` and `dispatch`, parsed by hand.
+"""The hot commands without typer: `wb agent list`, `status`, `dispatch` and `diff`, parsed by hand.
 
 A cold `wb agent list` spent more time importing typer and building its click command than
-reading the store, and a cold dispatch about 50 ms (docs/benchmarks.md). This module parses
+reading the store, and a cold dispatch or diff about 50 ms (docs/benchmarks.md). This module parses
 exactly the documented options of these commands (docs/cli.md) and runs the same command bodies
-the typer commands run (courier/cli.py calls `list_command`, `status_command` and
+the typer commands run (courier/cli.py calls `list_command`, `status_command`, `diff_command` and
 courier/run_commands.py's `dispatch_command`). Anything it does not
 recognise exactly — `--help`, an unknown or repeated option, a missing value, `--`, a second
 argument — it hands back (`parse` returns None) to the typer path, so every usage message,
@@ -18,17 +18,23 @@ from dataclasses import dataclass
 from courier import cli_io
 from courier.errors import Finding, Interrupted, WbError
 
-_FLAGS = {"list": ("--all", "--stalled", "--json"), "status": ("--json",), "dispatch": ("--wait", "--follow", "--json")}
+_FLAGS = {
+    "list": ("--all", "--stalled", "--json"),
+    "status": ("--json",),
+    "dispatch": ("--wait", "--follow", "--json"),
+    "diff": ("--stat", "--json"),
+}
 _VALUED = {
     "list": ("--to", "--machine-timeout", "--format"),
     "status": ("--to", "--machine-timeout", "--format"),
+    "diff": ("--to", "--format"),
     "dispatch": (
         "--new-worktree", "--use-worktree", "--profile", "--task", "--task-file", "--repo", "--branch", "--base",
         "--to", "--timeout", "--max-tokens", "--max-cost-usd", "--machine-timeout", "--wait-for-slot",
         "--wait-timeout", "--format",
     ),
 }  # fmt: skip
-_POSITIONALS = {"list": 0, "status": 1, "dispatch": 0}
+_POSITIONALS = {"list": 0, "status": 1, "dispatch": 0, "diff": 1}
 _FORMATS = ("text", "json")
 # Options whose value typer converts: one it would refuse (with its own message) goes to typer.
 _CONVERTED = {"--max-tokens": int, "--max-cost-usd": float}
@@ -104,6 +110,9 @@ def run(argv: list[str]) -> int | None:
             list_command(to, bool(opts.get("--all")), machine_timeout, bool(opts.get("--stalled")), as_json)
         elif call.command == "dispatch":
             _dispatch(opts, to, as_json)
+        elif call.command == "diff":
+            assert call.reference is not None
+            diff_command(call.reference, bool(opts.get("--stat")), to, as_json)
         else:
             assert call.reference is not None
             status_command(call.reference, to, machine_timeout, as_json)
@@ -202,3 +211,26 @@ def status_command(reference: str, to: str | None, machine_timeout: str, as_json
     bound_s = machine_timeout_s(machine_timeout)
     result = Client(load_config()).status(machine, request.agent_id, timeout_s=bound_s)
     cli_io.out(to_json(result.to_wire()) if as_json else status_text(result))
+
+
+def diff_command(reference: str, stat: bool, to: str | None, as_json: bool) -> None:
+    """`wb agent diff` (docs/cli.md, wb agent diff)."""
+    from courier.client.client import Client
+    from courier.client.following import write_bytes
+    from courier.config import load_config
+    from courier.ops.diff import diff_json, diff_request, patch_bytes, stat_text
+    from courier.text import escape_controls
+
+    machine, request = diff_request(reference, to, stat=stat)
+    result = Client(load_config()).diff(machine, request.agent_id, stat=request.stat)
+    if as_json:
+        cli_io.out(diff_json(result))
+    elif stat:
+        cli_io.out(stat_text(result))
+    elif sys.stdout.isatty():
+        cli_io.out(escape_controls(patch_bytes(result).decode("utf-8", "replace")))
+    else:
+        try:
+            write_bytes(patch_bytes(result))
+        except BrokenPipeError:
+            cli_io.broken_pipe()

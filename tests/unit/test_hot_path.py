@@ -1,4 +1,5 @@
-"""The typer-free path of `wb agent list`, `status` and `dispatch` (courier/hot.py) says exactly what typer's says.
+"""The typer-free path of `wb agent list`, `status`, `dispatch` and `diff` (courier/hot.py) says exactly what typer's
+says.
 
 Each argv runs through `cli.run` (the hot path first, as `wb` runs it) and through
 `cli.run_typer` (typer alone); stdout, stderr and the exit code must be the same. Good input
@@ -92,6 +93,15 @@ TAKEN = [
     ["agent", "dispatch", "--new-worktree", "w", "--profile", "p", "--task", "t", "--wait-for-slot", "1m"],
     ["agent", "dispatch", "--new-worktree", "w", "--profile", "p", "--task", "t", "--timeout", "0s"],
     ["agent", "dispatch", "--new-worktree", "w", "--profile", "p", "--task", "t", "--to", "nosuch"],
+    # diff: a record whose worktree is gone, an unknown run, a bad reference, a machine that is not configured
+    ["agent", "diff", DONE],
+    ["agent", "diff", DONE, "--stat"],
+    ["agent", "diff", "--json", DONE],
+    ["agent", "diff", "--format=json", "--stat", DONE],
+    ["agent", "diff", UNKNOWN],
+    ["agent", "diff", "agt-nope"],
+    ["agent", "diff", DONE, "--to", "nosuch"],
+    ["agent", "diff", "m1:" + DONE, "--to", "m2"],
 ]
 
 HANDED_TO_TYPER = [
@@ -124,6 +134,11 @@ HANDED_TO_TYPER = [
     ["agent", "dispatch", "--task", "-x"],
     ["agent", "dispatch", "--new-worktree", "w", "--profile", "p", "--task", "t", "--max-cost-usd=-1"],
     ["agent", "dispatch", "--profile", "p", "--profile", "p"],
+    ["agent", "diff", "--help"],
+    ["agent", "diff"],
+    ["agent", "diff", DONE, "--stat=yes"],
+    ["agent", "diff", DONE, "--all"],
+    ["agent", "diff", DONE, "--machine-timeout", "5s"],  # not one of diff's options
     ["agent", "lis"],
     ["agent"],
     ["--version"],
