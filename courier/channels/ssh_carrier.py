@@ -6,16 +6,16 @@ its request (about 150 ms), and only then imported asyncssh and cryptography (ab
 one after the other on one core. `start` forks the command at its start, before either: the
 copy imports asyncssh on another core, then waits. Each SSH call the command makes is handed
 to it as (endpoint, command, stdin, bounds) and answered with the Outcome, or the
-TransportError, that the same code (`courier.channels.ssh.run_direct`, the fan-out's pool)
-gives in the command's own process. The copy connects only when it is handed a call, and a
+TransportError, that the same code (`courier.channels.ssh_client.run_direct`, the fan-out's
+pool) gives in the command's own process. The copy connects only when it is handed a call, and a
 call is handed over only once the request is validated: nothing reaches a machine sooner than
 before, and a refused request never opens a connection.
 
 The two talk over an anonymous socket pair, in pickled frames: both ends are the same program,
 and no other process can reach the pair. The copy ignores ^C (the command handles it) and ends
-when the command does: `finish` kills it at the command's exit (every call is answered or
-abandoned by then), and if the command dies first, its end of the pair closes and the copy
-exits. `WB_SSH_CARRIER=off` makes every SSH call in the command's own process.
+when the command does: at the command's exit `finish` closes the pair and reaps the copy (killed
+if it was never handed a call, or does not exit within WIND_DOWN_S), and if the command dies
+first, its end of the pair closes and the copy exits. `WB_SSH_CARRIER=off` makes every SSH call in the command's own process.
 """
 
 from __future__ import annotations
