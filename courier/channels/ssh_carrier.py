@@ -15,7 +15,8 @@ The two talk over an anonymous socket pair, in pickled frames: both ends are the
 and no other process can reach the pair. The copy ignores ^C (the command handles it) and ends
 when the command does: at the command's exit `finish` closes the pair and reaps the copy (killed
 if it was never handed a call, or does not exit within WIND_DOWN_S), and if the command dies
-first, its end of the pair closes and the copy exits. `WB_SSH_CARRIER=off` makes every SSH call in the command's own process.
+first, its end of the pair closes and the copy exits. `WB_SSH_CARRIER=off` makes every SSH call
+in the command's own process.
 """
 
 from __future__ import annotations
