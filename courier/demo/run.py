@@ -540,6 +540,8 @@ def _make_machine(
             "WB_HOME": str(home),
             "WB_PROJECTS_ROOT": str(projects),
             "WB_CONFIG": str(config),
+            # wb.yaml's parsed copy (docs/config.md#the-parsed-copy) stays in the sandbox, out of the user's HOME.
+            "XDG_CACHE_HOME": str(_private_dir(root / "cache")),
             # Codex warns when its home is under the temporary directory; the machine gets its own.
             "TMPDIR": str(_private_dir(root / "tmp")),
             CREDENTIAL_ENV: "demo-" + secrets.token_hex(16),
@@ -582,6 +584,7 @@ def _make_local(sandbox: Sandbox, sshd: EmbeddedSshd, user: str, client_private_
         {
             "WB_HOME": str(home),
             "WB_CONFIG": str(config),
+            "XDG_CACHE_HOME": str(_private_dir(root / "cache")),  # as the machine's: nothing in the user's HOME
             "WB_PROJECTS_ROOT": str(_private_dir(root / "projects")),
             "WB_SSH_CONFIG": str(ssh_config),
         }
