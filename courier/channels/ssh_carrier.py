@@ -57,6 +57,9 @@ class Carrier:
         import threading
 
         self.pid = pid
+        # The process that forked the copy: a process forked from it later (a run's owner) inherits this object,
+        # and must neither use the copy nor end it, whose pid may by then be another process's.
+        self.parent = os.getpid()
         self._control = control
         self._guard = threading.Lock()  # the control socket and the table below, shared by every thread
         self._links: dict[int, asyncio.Task[_Link]] = {}  # by id(loop); a loop's entry is its own
@@ -223,15 +226,15 @@ _carrier: Carrier | None = None
 
 
 def current() -> Carrier | None:
-    """This command's carrier, when `start` made one."""
-    return _carrier
+    """This command's carrier, when `start` made one in this very process (not in one it was forked from)."""
+    return _carrier if _carrier is not None and _carrier.parent == os.getpid() else None
 
 
 def start() -> Carrier | None:
     """Fork the carrier (once per process); None where it cannot be or is switched off."""
     global _carrier
-    if _carrier is not None or os.environ.get(ENV) == "off" or not hasattr(os, "fork"):
-        return _carrier
+    if current() is not None or os.environ.get(ENV) == "off" or not hasattr(os, "fork"):
+        return current()
     try:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     except OSError:
@@ -261,8 +264,8 @@ def start() -> Carrier | None:
 def finish() -> None:
     """At the command's exit: end the carrier, if any (courier/main.py: exit_now, and atexit)."""
     global _carrier
-    if _carrier is not None:
-        carrier, _carrier = _carrier, None
+    carrier, _carrier = current(), None
+    if carrier is not None:
         carrier.finish()
 
 

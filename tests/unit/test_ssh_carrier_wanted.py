@@ -61,3 +61,25 @@ def test_the_parsed_copy_tells_an_exec_machine_from_an_ssh_one(config: Path) -> 
 def test_switched_off_no_carrier_is_started(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(ssh_carrier.ENV, "off")
     assert ssh_carrier.start() is None and ssh_carrier.current() is None
+
+
+def test_a_process_forked_from_the_command_neither_uses_nor_ends_its_carrier(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run's owner is a fork of the cold CLI: at its exit it must not kill the carrier's pid, which by then may be
+    any other process's (it was the Ray tier's namespace holder once)."""
+    import os
+
+    monkeypatch.delenv(ssh_carrier.ENV, raising=False)
+    carrier = ssh_carrier.start()
+    assert carrier is not None and ssh_carrier.current() is carrier
+    try:
+        child = os.fork()
+        if child == 0:  # as an owner forked from the command would, at its exit
+            code = 0 if ssh_carrier.current() is None else 3
+            ssh_carrier.finish()
+            os._exit(code)
+        _, status = os.waitpid(child, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        assert os.waitpid(carrier.pid, os.WNOHANG) == (0, 0)  # still running: the fork left it alone
+    finally:
+        ssh_carrier.finish()
+    assert ssh_carrier.current() is None
