@@ -42,6 +42,35 @@ TREE = os.environ.get("WB_BENCH_TREE", "")
 # a local exec channel to the same machine's home, as `docker exec -i` would be; docs/cli.md).
 CHANNEL = os.environ.get("WB_BENCH_CHANNEL", "ssh")
 
+# The least asyncssh client: one connection, one command, its stdout; no config file read. The floor of any
+# asyncssh client (bench/remote_status.py, diff_remote.py, fleet_list.py).
+ASYNCSSH_FLOOR = """
+import asyncio, sys
+import asyncssh
+directory, host, port, command = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+data = sys.stdin.buffer.read()
+async def main():
+    async with asyncssh.connect(host, port=port, username=sys.argv[5], client_keys=[directory + "/client_key"],
+                                known_hosts=directory + "/known_hosts", config=None, agent_path=None) as connection:
+        done = await connection.run(command, input=data.decode(), check=True)
+        sys.stdout.write(str(done.stdout))
+asyncio.run(main())
+"""
+
+# The least pydantic program that answers a request: one model of the request's three fields, the request
+# read from stdin and validated, the model printed. Any program that validates its input with pydantic
+# pays at least this (an interpreter, pydantic's import, one model's class and schema built at first use):
+# the floor beside wb's receiver and caller (docs/benchmarks.md#what-is-left-and-whose-it-is).
+LEAST_PYDANTIC = """
+import sys
+from pydantic import BaseModel
+class Request(BaseModel):
+    schema_version: int
+    operation: str
+    agent_id: str | None = None
+sys.stdout.write(Request.model_validate_json(sys.stdin.buffer.read()).model_dump_json())
+"""
+
 
 def machine_description() -> str:
     cpu = platform.processor() or platform.machine()

@@ -4,11 +4,14 @@ Ours: `wb agent diff m1:agt-…` as a user types it: interpreter start, the CLI,
 connection, the remote receiver (temporary index, one `git diff --binary`), the JSON reply,
 the patch written to stdout. Yardstick: OpenSSH running `git -C <worktree> diff` against the
 same sshd, key and known_hosts (no multiplexing), which sees the same change (tracked lines
-only, so both patches are about 1 MiB).
+only, so both patches are about 1 MiB). A floor beside it (information row): the least asyncssh
+client (bench/remote_status.py) running the receiver with the same diff request: what wb costs
+above it is its own client (the CLI, wb.yaml, the reply's validation, the patch written out).
 """
 
 from __future__ import annotations
 
+import getpass
 import json
 import subprocess
 import sys
@@ -63,11 +66,20 @@ def run(report: common.Report, base: Path, repetitions: int = 11) -> None:
         yardstick = machines.ssh_argv(server, "git", "-C", str(worktree), "diff")
         patch = common.run_output(ours, env=env)
         plain = common.run_output(yardstick, env=env)
+        request = base / "diff-request.json"
+        request.write_text(json.dumps({"schema_version": 1, "operation": "diff", "agent_id": agent_id}))
+        keys = str(machines.factory.client_config.parent)
+        least = [common.PYTHON, "-c", common.ASYNCSSH_FLOOR, keys, server.host, str(server.port),
+                 "wb --wb-internal-agent-remote", getpass.getuser()]  # fmt: skip
+        reply = json.loads(common.run_output(least, env=env, stdin_path=request))
+        if len(reply.get("result", {}).get("patch", "")) < len(plain) // 2:
+            raise RuntimeError(f"the least asyncssh client's diff has no patch: {str(reply)[:300]}")
         samples = common.interleaved(
             {
                 "wb": lambda: common.run_timed(ours, env=env),
                 "ssh": lambda: common.run_timed(yardstick, env=env),
                 "status": lambda: common.run_timed(status, env=env),
+                "least": lambda: common.run_timed(least, env=env, stdin_path=request),
             },
             repetitions,
         )
@@ -108,6 +120,18 @@ def run(report: common.Report, base: Path, repetitions: int = 11) -> None:
             "<= 1.2x",
             ratio <= 1.2,
             f"medians of {repetitions}; patches {len(patch.encode())} / {len(plain.encode())} bytes",
+        )
+    )
+    floor = common.median(samples["least"])
+    report.add(
+        common.Row(
+            "7d. remote diff / the least asyncssh client running the receiver's diff",
+            f"wb agent diff m:agt {common.ms(wb)}",
+            f"python + asyncssh, same request {common.ms(floor)}",
+            f"{wb / floor:.2f}x",
+            "(info)",
+            None,
+            f"that client is {floor / ssh:.2f}x ssh host git diff: a floor for any asyncssh client of the receiver",
         )
     )
     # What the diff itself costs over any remote call: the same round trip asking `status`.

@@ -25,7 +25,12 @@ and the same store. Also: 20 concurrent warm dispatches to one machine (local, s
 dispatch's start to the last worker's first instruction.
 
 Floors beside each figure: the program (or the stand-in) run directly, `python -c pass`,
-`ssh m1 true` (OpenSSH, same sshd, no multiplexing) and the exec argv running `true`.
+`ssh m1 true` (OpenSSH, same sshd, no multiplexing) and the exec argv running `true`. And for the
+cold ssh and exec rows, the least pydantic pair (LEAST_PAIR): a caller that validates a request
+with pydantic and hands it, over asyncssh or the exec argv, to the least pydantic receiver
+(bench/common.py LEAST_PYDANTIC), which validates it again. The protocol has both ends validate
+with the same pydantic models, so no cold remote dispatch can come sooner; what a cold row takes
+above the pair is wb's own (docs/benchmarks.md#what-is-left-and-whose-it-is).
 
     python bench/dispatch_latency.py [--quick] [--runs N] [--paths local,ssh,exec,ray] [--json PATH]
 
@@ -274,6 +279,9 @@ class Sample:
     stages: list[tuple[str, float]] | None = None  # (stage label, ms) in order, traced runs only
     marks_found: int = 0
     marks_expected: int = 0
+    # A cold SSH command's carrier, beside the plan (it runs in parallel): asyncssh imported, and the call handed to it.
+    carrier_ready_ms: float | None = None
+    call_sent_ms: float | None = None
 
 
 def wb(env: dict[str, str], *args: str, timeout: float = common.SUBPROCESS_TIMEOUT_S) -> str:
@@ -316,6 +324,8 @@ class Runner:
             plan = expected_marks(where.path, warm)
             found = match_marks(marks, plan)
             sample.stages = stages_of(found, mono0, first)
+            offsets = {name: (ns - mono0) / NS_PER_MS for name, _, ns in reversed(marks)}  # each name's first
+            sample.carrier_ready_ms, sample.call_sent_ms = offsets.get("carrier.ready"), offsets.get("call.send")
             sample.marks_found, sample.marks_expected = len(found), len(plan) - (0 if sandbox == "confined" else 1)
         return sample
 
@@ -612,6 +622,50 @@ def measure_row(
 
 # -- floors -------------------------------------------------------------------------------------------
 
+# A new Ray driver joining the cluster as courier/executor/ray_cluster.py's connect does, then leaving as wb's
+# receiver does (os._exit, no ray.shutdown: courier/main.py exit_now).
+RAY_JOIN = """
+import logging, os, ray
+ray.init(address="{address}", namespace="wb-bench-floor", log_to_driver=False, logging_level=logging.ERROR,
+         include_dashboard=False)
+os._exit(0)
+"""
+
+# The least pydantic pair: argv[1] "ssh" (keys directory, host, port, user) or "exec" (the exec argv as JSON);
+# the request is validated here, sent, validated there (LEAST_PYDANTIC) and the receiver's answer read back.
+LEAST_PAIR = """
+import json, shlex, sys
+from pydantic import BaseModel
+class Request(BaseModel):
+    schema_version: int
+    operation: str
+    agent_id: str | None = None
+payload = Request.model_validate_json(sys.stdin.buffer.read()).model_dump_json().encode()
+receiver = [sys.executable, "-c", sys.argv[2]]
+if sys.argv[1] == "ssh":
+    import asyncio, asyncssh
+    directory, host, port, user = sys.argv[3], sys.argv[4], int(sys.argv[5]), sys.argv[6]
+    async def call():
+        async with asyncssh.connect(host, port=port, username=user, client_keys=[directory + "/client_key"],
+                                    known_hosts=directory + "/known_hosts", config=None, agent_path=None) as link:
+            return (await link.run(shlex.join(receiver), input=payload, encoding=None, check=True)).stdout
+    answer = asyncio.run(call())
+else:
+    import subprocess
+    argv = [*json.loads(sys.argv[3]), *receiver]
+    answer = subprocess.run(argv, input=payload, capture_output=True, check=True).stdout
+Request.model_validate_json(answer)
+"""
+
+
+def least_pair_floor(how: list[str], scratch: Path, runs: int) -> list[float]:
+    """The least pydantic pair (LEAST_PAIR) over `how` (["ssh", keys, host, port, user] or ["exec", argv json]), ms."""
+    scratch.mkdir(exist_ok=True)
+    request = scratch / "least-pair-request.json"
+    request.write_text(json.dumps({"schema_version": 1, "operation": "dispatch", "agent_id": None}))
+    argv = [common.PYTHON, "-c", LEAST_PAIR, how[0], common.LEAST_PYDANTIC, *how[1:]]
+    return [common.run_timed(argv, stdin_path=request) * 1000 for _ in range(runs)]
+
 
 def program_floor(program: Path, scratch: Path, runs: int) -> list[float]:
     """The program run directly: from just before its start to its first instruction, ms."""
@@ -749,6 +803,8 @@ class Bench:
     model: ModelProcess
     program_floor_ms: list[float] = field(default_factory=list)
     model_floor_ms: list[float] = field(default_factory=list)
+    pair_floor_ms: dict[str, list[float]] = field(default_factory=dict)  # the least pydantic pair, by channel
+    ray_join_ms: list[float] = field(default_factory=list)  # a new driver on the head joining the cluster
 
     @classmethod
     def make(cls, base: Path) -> Bench:
@@ -836,6 +892,11 @@ def local_and_remote(bench: Bench, runs: int, stack: contextlib.ExitStack) -> di
     exec_true = [*exec_argv, "true"]
     login_env = {**env, "WB_CONFIG": str(new_login)}
     ssh_floor, exec_floor = command_floor(ssh_true, runs), command_floor(exec_true, runs)
+    keys = str(factory.client_config.parent)
+    bench.pair_floor_ms["ssh"] = least_pair_floor(
+        ["ssh", keys, server.host, str(server.port), "root"], base / "floor", runs
+    )
+    bench.pair_floor_ms["exec"] = least_pair_floor(["exec", json.dumps(exec_argv)], base / "floor", runs)
     return {
         "local": Where("local", "", "", env, bench.trace, [local / "projects"], bench.model, "the program directly",
                        bench.program_floor_ms, bench.model_floor_ms),
@@ -899,6 +960,10 @@ def ray_where(bench: Bench, runs: int, stack: contextlib.ExitStack) -> Where:
                   "the program directly", bench.program_floor_ms, bench.model_floor_ms)  # fmt: skip
     # A cluster that has run work (bench/ray.py's second batch): one run, unmeasured, before any row.
     Runner().once(where, True, "plain", "command", traced=False)
+    # The floor of a cold Ray row: a new driver on the head joining the cluster as wb's does
+    # (courier/executor/ray_cluster.py connect), then leaving; no wb in it.
+    joining = RAY_JOIN.format(address=f"127.0.0.1:{HEAD_PORT}")
+    bench.ray_join_ms = command_floor([*head_argv, common.PYTHON, "-c", joining], runs)
     return where
 
 
@@ -925,6 +990,21 @@ def headline_table(results: list[RowResult]) -> str:
     return markdown(header, rows)
 
 
+def pair_table(results: list[RowResult], floors: dict[str, float]) -> str:
+    """The cold ssh and exec rows above the least pydantic pair over the same channel: what is wb's own."""
+    rows = []
+    for result in results:
+        pair = floors.get(f"the least pydantic pair over {result.path}")
+        if result.warm or result.harness != "command" or pair is None:
+            continue
+        f = result.figures()
+        rows.append([f["path"], f["sandbox"], f"{f['median_ms']:.0f}", f"{pair:.0f}", f"{f['median_ms'] - pair:.0f}",
+                     f"{f['floor']}", f"{pair - result.floor_ms:.0f}", f"{ABOVE_FLOOR_MS:.0f}"])  # fmt: skip
+    header = ["path", "sandbox", "wb cold ms", "least pydantic pair", "wb above the pair", "floor",
+              "the pair above the floor", "allowed above the floor"]  # fmt: skip
+    return markdown(header, rows)
+
+
 def category_table(results: list[RowResult]) -> str:
     rows = []
     for result in results:
@@ -946,7 +1026,16 @@ def breakdown_text(result: RowResult) -> str:
     stages = result.breakdown()
     rows = [[label, category, f"{ms:.1f}", f"{share:.0%}"] for label, category, ms, share in stages]
     rows.append(["sum of the medians above", "", f"{sum(ms for _, _, ms, _ in stages):.1f}", ""])
-    return f"{title}\n\n" + markdown(["stage", "category", "median ms", "share"], rows)
+    text = f"{title}\n\n" + markdown(["stage", "category", "median ms", "share"], rows)
+    carried = [s for s in result.traced if s.carrier_ready_ms is not None and s.call_sent_ms is not None]
+    if carried:
+        ready = statistics.median(s.carrier_ready_ms or 0.0 for s in carried)
+        sent = statistics.median(s.call_sent_ms or 0.0 for s in carried)
+        later = sum(1 for s in carried if (s.carrier_ready_ms or 0.0) > (s.call_sent_ms or 0.0))
+        text += (f"\n\nIn parallel: the SSH carrier had imported asyncssh (carrier.ready) at a median {ready:.1f} ms, "
+                 f"the call was handed to it (call.send) at {sent:.1f} ms; in {later} of {len(carried)} runs the call "
+                 "waited for the carrier.")  # fmt: skip
+    return text
 
 
 def burst_table(bursts: list[Burst]) -> str:
@@ -1034,6 +1123,8 @@ def measure(base: Path, runs: int, rounds: int, paths: tuple[str, ...], progress
             stack.callback(stop_courier, wheres["local"].caller_env(True, False))  # one courier for the three
             floors["ssh m1 true"] = statistics.median(wheres["ssh"].floor_ms)
             floors["the exec argv running true"] = statistics.median(wheres["exec"].floor_ms)
+            for channel, samples in bench.pair_floor_ms.items():
+                floors[f"the least pydantic pair over {channel}"] = statistics.median(samples)
             for path in (path for path in paths if path in wheres):
                 measure_path(runner, wheres[path], runs, outcome, progress)
             for path in (path for path in paths if path in wheres):
@@ -1053,6 +1144,9 @@ def measure(base: Path, runs: int, rounds: int, paths: tuple[str, ...], progress
                 with contextlib.ExitStack() as cluster:
                     where = ray_where(bench, runs, cluster)
                     cluster.callback(stop_courier, where.caller_env(True, False))
+                    outcome.floors["a new Ray driver on the head joining the cluster (RAY_JOIN)"] = statistics.median(
+                        bench.ray_join_ms
+                    )
                     measure_path(runner, where, runs, outcome, progress)
     return outcome
 
@@ -1088,6 +1182,9 @@ def run(report: common.Report, base: Path, runs: int = RUNS, paths: tuple[str, .
                 "median of rounds",
             )
         )
+    if any(name.startswith("the least pydantic pair") for name in outcome.floors):
+        table = pair_table(outcome.results, outcome.floors)
+        report.detail("cold remote rows against the least pydantic pair (ms):\n" + table)
     if outcome.results:
         report.detail("dispatch latency by stage (traced runs, medians, ms):\n" + category_table(outcome.results))
     for note in outcome.notes:
@@ -1123,6 +1220,9 @@ def main() -> int:
     print()
     print("Headline (untraced runs):\n")
     print(headline_table(outcome.results))
+    if any(name.startswith("the least pydantic pair") for name in outcome.floors):
+        print("\nCold remote rows against the least pydantic pair (first instruction, medians, ms):\n")
+        print(pair_table(outcome.results, outcome.floors))
     print("\nBy category (traced runs; medians per category, ms):\n")
     print(category_table(outcome.results))
     if outcome.bursts:

@@ -24,20 +24,6 @@ if __package__ in (None, ""):
 
 from bench import common, fleet_list
 
-# The least asyncssh client: one connection, one command, its stdout; no config file read.
-ASYNCSSH_FLOOR = """
-import asyncio, sys
-import asyncssh
-directory, host, port, command = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
-data = sys.stdin.buffer.read()
-async def main():
-    async with asyncssh.connect(host, port=port, username=sys.argv[5], client_keys=[directory + "/client_key"],
-                                known_hosts=directory + "/known_hosts", config=None, agent_path=None) as connection:
-        done = await connection.run(command, input=data.decode(), check=True)
-        sys.stdout.write(str(done.stdout))
-asyncio.run(main())
-"""
-
 
 def run(report: common.Report, base: Path, repetitions: int = 15) -> None:
     with common.fleet(1, base, name="status") as machines:
@@ -50,7 +36,7 @@ def run(report: common.Report, base: Path, repetitions: int = 15) -> None:
         request = base / "status-request.json"
         request.write_text(json.dumps({"schema_version": 1, "operation": "status", "agent_id": agent_id}))
         keys = str(machines.factory.client_config.parent)
-        floor = [common.PYTHON, "-c", ASYNCSSH_FLOOR, keys, server.host, str(server.port)]
+        floor = [common.PYTHON, "-c", common.ASYNCSSH_FLOOR, keys, server.host, str(server.port)]
         user = getpass.getuser()
         samples = common.interleaved(
             {

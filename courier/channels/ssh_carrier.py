@@ -281,6 +281,9 @@ def _serve(end: socket.socket) -> int:
     import asyncio
 
     from courier.channels import ssh_client, ssh_pool  # the point of the copy: imported while the command works
+    from courier.stage_trace import mark  # loaded already: the command marked its start
+
+    mark("carrier.ready")  # beside the command's call.send (docs/benchmarks.md#dispatch-latency)
 
     asyncio.run(_answer_calls(end, ssh_client, ssh_pool))
     return 0

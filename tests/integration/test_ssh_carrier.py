@@ -96,6 +96,18 @@ def test_a_fan_out_through_the_carrier_lists_every_machine(
     assert json.loads(carried.stdout)["results"] == json.loads(alone.stdout)["results"]
 
 
+def test_the_carrier_marks_when_asyncssh_is_imported(sshd: SshdFactory, server: SshdServer, tmp_path: Path) -> None:
+    """With the dispatch-latency trace on, the carrier marks `carrier.ready` from its own process (the
+    benchmark prints it beside the command's `call.send`, docs/benchmarks.md#dispatch-latency)."""
+    env = environment(sshd, tmp_path, {"m1": sshd.target(server)})
+    trace = tmp_path / "trace"
+    done = run(env, "agent", "status", f"m1:{RUN_ID}", WB_STAGE_TRACE=str(trace))
+    assert done.returncode == 0, done.stderr
+    pids = {name: pid for name, pid, _ in (line.split() for line in trace.read_text().splitlines())}
+    assert "carrier.ready" in pids and "call.send" in pids, pids
+    assert pids["carrier.ready"] != pids["main.cli"] == pids["call.send"]
+
+
 def test_a_refused_request_opens_no_connection(sshd: SshdFactory, listener: socket.socket, tmp_path: Path) -> None:
     port = listener.getsockname()[1]
     env = environment(sshd, tmp_path, {"m1": {"host": "127.0.0.1", "port": port, "user": "root"}})
