@@ -8,6 +8,7 @@ and reports medians and their ratio. Nothing here touches the real ~/.ssh or ~/.
 from __future__ import annotations
 
 import contextlib
+import getpass
 import json
 import os
 import platform
@@ -55,6 +56,35 @@ async def main():
         done = await connection.run(command, input=data.decode(), check=True)
         sys.stdout.write(str(done.stdout))
 asyncio.run(main())
+"""
+
+# The least pydantic pair's caller: the request (stdin) validated with pydantic, sent as it is to the receiver
+# argv[2] (a JSON list) over argv[1] "ssh" (keys directory, host, port, user: asyncssh) or "exec" (the exec argv
+# as JSON), and the receiver's answer validated. The least client of the contract's shape, one step after
+# another (bench/dispatch_latency.py, remote_status.py).
+LEAST_PAIR = """
+import json, shlex, sys
+from pydantic import BaseModel
+class Request(BaseModel):
+    schema_version: int
+    operation: str
+    agent_id: str | None = None
+payload = sys.stdin.buffer.read()
+Request.model_validate_json(payload)
+receiver = json.loads(sys.argv[2])
+if sys.argv[1] == "ssh":
+    import asyncio, asyncssh
+    directory, host, port, user = sys.argv[3], sys.argv[4], int(sys.argv[5]), sys.argv[6]
+    async def call():
+        async with asyncssh.connect(host, port=port, username=user, client_keys=[directory + "/client_key"],
+                                    known_hosts=directory + "/known_hosts", config=None, agent_path=None) as link:
+            return (await link.run(shlex.join(receiver), input=payload, encoding=None, check=True)).stdout
+    answer = asyncio.run(call())
+else:
+    import subprocess
+    argv = [*json.loads(sys.argv[3]), *receiver]
+    answer = subprocess.run(argv, input=payload, capture_output=True, check=True).stdout
+Request.model_validate_json(answer)
 """
 
 # The least pydantic program that answers a request: one model of the request's three fields, the request
@@ -378,6 +408,18 @@ class Fleet:
             f"root@{server.host}",
             *command,
         ]
+
+    def least_clients(self, server: SshdServer, command: str = "wb --wb-internal-agent-remote") -> dict[str, list[str]]:
+        """The two floors of a cold remote command, each running `command` on `server` with the request on stdin:
+        "asyncssh", the least asyncssh client (ASYNCSSH_FLOOR: no validation), and "validating", the least client
+        of the contract's shape (LEAST_PAIR: the request and the answer validated with pydantic)."""
+        keys = str(self.factory.client_config.parent)
+        user = getpass.getuser()
+        where = [keys, server.host, str(server.port)]
+        return {
+            "asyncssh": [PYTHON, "-c", ASYNCSSH_FLOOR, *where, command, user],
+            "validating": [PYTHON, "-c", LEAST_PAIR, "ssh", json.dumps(command.split()), *where, user],
+        }
 
 
 def exec_target(server: SshdServer) -> dict[str, Any]:

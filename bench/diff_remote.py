@@ -4,14 +4,15 @@ Ours: `wb agent diff m1:agt-…` as a user types it: interpreter start, the CLI,
 connection, the remote receiver (temporary index, one `git diff --binary`), the JSON reply,
 the patch written to stdout. Yardstick: OpenSSH running `git -C <worktree> diff` against the
 same sshd, key and known_hosts (no multiplexing), which sees the same change (tracked lines
-only, so both patches are about 1 MiB). A floor beside it (information row): the least asyncssh
-client (bench/remote_status.py) running the receiver with the same diff request: what wb costs
-above it is its own client (the CLI, wb.yaml, the reply's validation, the patch written out).
+only, so both patches are about 1 MiB). Floors beside it (information rows, bench/common.py
+`Fleet.least_clients`): the least asyncssh client running the receiver with the same diff
+request (what wb costs above it is its own client: the CLI, wb.yaml, the reply's validation, the
+patch written out), and the least client of the contract's shape (the request and the answer
+validated with pydantic).
 """
 
 from __future__ import annotations
 
-import getpass
 import json
 import subprocess
 import sys
@@ -68,9 +69,8 @@ def run(report: common.Report, base: Path, repetitions: int = 11) -> None:
         plain = common.run_output(yardstick, env=env)
         request = base / "diff-request.json"
         request.write_text(json.dumps({"schema_version": 1, "operation": "diff", "agent_id": agent_id}))
-        keys = str(machines.factory.client_config.parent)
-        least = [common.PYTHON, "-c", common.ASYNCSSH_FLOOR, keys, server.host, str(server.port),
-                 "wb --wb-internal-agent-remote", getpass.getuser()]  # fmt: skip
+        clients = machines.least_clients(server)
+        least, validating = clients["asyncssh"], clients["validating"]
         reply = json.loads(common.run_output(least, env=env, stdin_path=request))
         if len(reply.get("result", {}).get("patch", "")) < len(plain) // 2:
             raise RuntimeError(f"the least asyncssh client's diff has no patch: {str(reply)[:300]}")
@@ -80,6 +80,7 @@ def run(report: common.Report, base: Path, repetitions: int = 11) -> None:
                 "ssh": lambda: common.run_timed(yardstick, env=env),
                 "status": lambda: common.run_timed(status, env=env),
                 "least": lambda: common.run_timed(least, env=env, stdin_path=request),
+                "validating": lambda: common.run_timed(validating, env=env, stdin_path=request),
             },
             repetitions,
         )
@@ -132,6 +133,19 @@ def run(report: common.Report, base: Path, repetitions: int = 11) -> None:
             "(info)",
             None,
             f"that client is {floor / ssh:.2f}x ssh host git diff: a floor for any asyncssh client of the receiver",
+        )
+    )
+    validated = common.median(samples["validating"])
+    report.add(
+        common.Row(
+            "7e. remote diff / the least client of the contract's shape",
+            f"wb agent diff m:agt {common.ms(wb)}",
+            f"python + pydantic + asyncssh, same request {common.ms(validated)}",
+            f"{wb / validated:.2f}x",
+            "(info)",
+            None,
+            f"the request and the answer validated with pydantic, then asyncssh, one after the other; "
+            f"{validated / ssh:.2f}x ssh host git diff",
         )
     )
     # What the diff itself costs over any remote call: the same round trip asking `status`.

@@ -26,7 +26,7 @@ dispatch's start to the last worker's first instruction.
 
 Floors beside each figure: the program (or the stand-in) run directly, `python -c pass`,
 `ssh m1 true` (OpenSSH, same sshd, no multiplexing) and the exec argv running `true`. And for the
-cold ssh and exec rows, the least pydantic pair (LEAST_PAIR): a caller that validates a request
+cold ssh and exec rows, the least pydantic pair (bench/common.py LEAST_PAIR): a caller that validates a request
 with pydantic and hands it, over asyncssh or the exec argv, to the least pydantic receiver
 (bench/common.py LEAST_PYDANTIC), which validates it again. The protocol has both ends validate
 with the same pydantic models, so no cold remote dispatch can come sooner; what a cold row takes
@@ -251,6 +251,10 @@ class Where:
     floor_name: str
     floor_ms: list[float]  # the CLI's own start with no wb in front (the first-instruction rows)
     model_floor_ms: list[float]  # the stand-in run directly (the first-model-request rows)
+    # Measured again just before the path's rows, once the machine is quiet (measure_path): the command
+    # behind floor_ms, and the information floors beside the cold rows (name → argv).
+    floor_argv: list[str] | None = None
+    more_floors: dict[str, list[str]] = field(default_factory=dict)
 
     def caller_env(self, warm: bool, traced: bool) -> dict[str, str]:
         env = dict(self.env)
@@ -500,6 +504,7 @@ class RowResult:
     floor_name: str
     floor_ms: float
     load: tuple[float, float]
+    paired: dict[str, list[float]] = field(default_factory=dict)  # floor name → its time beside each untraced run
 
     @property
     def courier(self) -> str:
@@ -602,13 +607,19 @@ def measure_row(
         warm_up(runner, where, sandbox, harness, notes)
     untraced: list[Sample] = []
     traced: list[Sample] = []
+    # A cold row's floors of the contract's shape run beside each of its runs, so wb's part above them is read
+    # pair by pair (this machine's speed drifts within a row).
+    beside = where.more_floors if not warm and harness == "command" else {}
+    paired: dict[str, list[float]] = {name: [] for name in beside}
     for _ in range(runs):
         untraced.append(runner.once(where, warm, sandbox, harness, traced=False))
+        for name, times in paired.items():
+            times.append(common.run_timed(where.more_floors[name]) * 1000)
         traced.append(runner.once(where, warm, sandbox, harness, traced=True))
     floor = statistics.median(where.floor_ms if harness == "command" else where.model_floor_ms)
     floor_name = where.floor_name if harness == "command" else "the stand-in run directly"
     result = RowResult(where.path, warm, sandbox, harness, untraced, traced, floor_name, floor,
-                       (load_before, os.getloadavg()[0]))  # fmt: skip
+                       (load_before, os.getloadavg()[0]), paired)  # fmt: skip
     figures = result.figures()
     print(
         f"  {where.path:5} {result.courier} {sandbox:8} {harness:7}: median {figures['median_ms']} ms "
@@ -622,6 +633,7 @@ def measure_row(
 
 # -- floors -------------------------------------------------------------------------------------------
 
+RAY_JOIN_FLOOR = "a new Ray driver on the head joining the cluster (RAY_JOIN)"
 # A new Ray driver joining the cluster as courier/executor/ray_cluster.py's connect does, then leaving as wb's
 # receiver does (os._exit, no ray.shutdown: courier/main.py exit_now).
 RAY_JOIN = """
@@ -631,40 +643,17 @@ ray.init(address="{address}", namespace="wb-bench-floor", log_to_driver=False, l
 os._exit(0)
 """
 
-# The least pydantic pair: argv[1] "ssh" (keys directory, host, port, user) or "exec" (the exec argv as JSON);
-# the request is validated here, sent, validated there (LEAST_PYDANTIC) and the receiver's answer read back.
-LEAST_PAIR = """
-import json, shlex, sys
-from pydantic import BaseModel
-class Request(BaseModel):
-    schema_version: int
-    operation: str
-    agent_id: str | None = None
-payload = Request.model_validate_json(sys.stdin.buffer.read()).model_dump_json().encode()
-receiver = [sys.executable, "-c", sys.argv[2]]
-if sys.argv[1] == "ssh":
-    import asyncio, asyncssh
-    directory, host, port, user = sys.argv[3], sys.argv[4], int(sys.argv[5]), sys.argv[6]
-    async def call():
-        async with asyncssh.connect(host, port=port, username=user, client_keys=[directory + "/client_key"],
-                                    known_hosts=directory + "/known_hosts", config=None, agent_path=None) as link:
-            return (await link.run(shlex.join(receiver), input=payload, encoding=None, check=True)).stdout
-    answer = asyncio.run(call())
-else:
-    import subprocess
-    argv = [*json.loads(sys.argv[3]), *receiver]
-    answer = subprocess.run(argv, input=payload, capture_output=True, check=True).stdout
-Request.model_validate_json(answer)
-"""
+PAIR_FLOOR = "the least pydantic pair over {}"
 
 
-def least_pair_floor(how: list[str], scratch: Path, runs: int) -> list[float]:
-    """The least pydantic pair (LEAST_PAIR) over `how` (["ssh", keys, host, port, user] or ["exec", argv json]), ms."""
-    scratch.mkdir(exist_ok=True)
-    request = scratch / "least-pair-request.json"
+def least_pair(how: list[str], base: Path, receiver: str = common.LEAST_PYDANTIC) -> list[str]:
+    """The least pydantic pair (bench/common.py LEAST_PAIR) over `how` (["ssh", keys, host, port, user] or
+    ["exec", argv json]), as one command: its request from a file of this run's directory; `receiver` the far
+    side's program (Python source)."""
+    request = base / "least-pair-request.json"
     request.write_text(json.dumps({"schema_version": 1, "operation": "dispatch", "agent_id": None}))
-    argv = [common.PYTHON, "-c", LEAST_PAIR, how[0], common.LEAST_PYDANTIC, *how[1:]]
-    return [common.run_timed(argv, stdin_path=request) * 1000 for _ in range(runs)]
+    script = [common.PYTHON, "-c", common.LEAST_PAIR, how[0], json.dumps([common.PYTHON, "-c", receiver]), *how[1:]]
+    return ["sh", "-c", 'exec "$@" < "$0"', str(request), *script]
 
 
 def program_floor(program: Path, scratch: Path, runs: int) -> list[float]:
@@ -803,8 +792,6 @@ class Bench:
     model: ModelProcess
     program_floor_ms: list[float] = field(default_factory=list)
     model_floor_ms: list[float] = field(default_factory=list)
-    pair_floor_ms: dict[str, list[float]] = field(default_factory=dict)  # the least pydantic pair, by channel
-    ray_join_ms: list[float] = field(default_factory=list)  # a new driver on the head joining the cluster
 
     @classmethod
     def make(cls, base: Path) -> Bench:
@@ -891,23 +878,22 @@ def local_and_remote(bench: Bench, runs: int, stack: contextlib.ExitStack) -> di
                 "-o", "BatchMode=yes", "-T", "-p", str(server.port), f"root@{server.host}", "true"]  # fmt: skip
     exec_true = [*exec_argv, "true"]
     login_env = {**env, "WB_CONFIG": str(new_login)}
-    ssh_floor, exec_floor = command_floor(ssh_true, runs), command_floor(exec_true, runs)
     keys = str(factory.client_config.parent)
-    bench.pair_floor_ms["ssh"] = least_pair_floor(
-        ["ssh", keys, server.host, str(server.port), "root"], base / "floor", runs
-    )
-    bench.pair_floor_ms["exec"] = least_pair_floor(["exec", json.dumps(exec_argv)], base / "floor", runs)
+    pairs = {
+        "ssh": {PAIR_FLOOR.format("ssh"): least_pair(["ssh", keys, server.host, str(server.port), "root"], base)},
+        "exec": {PAIR_FLOOR.format("exec"): least_pair(["exec", json.dumps(exec_argv)], base)},
+    }
     return {
         "local": Where("local", "", "", env, bench.trace, [local / "projects"], bench.model, "the program directly",
                        bench.program_floor_ms, bench.model_floor_ms),
         "ssh": Where("ssh", "m1", "m1t", env, bench.trace, [server.projects_root], bench.model, "ssh m1 true",
-                     ssh_floor, bench.model_floor_ms),
+                     [], bench.model_floor_ms, ssh_true, pairs["ssh"]),
         "exec": Where("exec", "e1", "e1t", env, bench.trace, [server.projects_root], bench.model, "exec argv true",
-                      exec_floor, bench.model_floor_ms),
+                      [], bench.model_floor_ms, exec_true, pairs["exec"]),
         "ssh-login": Where("ssh-login", "m1", "m1t", login_env, bench.trace, [server.projects_root], bench.model,
-                           "ssh m1 true", ssh_floor, bench.model_floor_ms),
+                           "ssh m1 true", [], bench.model_floor_ms, ssh_true),
         "exec-login": Where("exec-login", "e1", "e1t", login_env, bench.trace, [server.projects_root], bench.model,
-                            "exec argv true", exec_floor, bench.model_floor_ms),
+                            "exec argv true", [], bench.model_floor_ms, exec_true),
     }  # fmt: skip
 
 
@@ -963,7 +949,13 @@ def ray_where(bench: Bench, runs: int, stack: contextlib.ExitStack) -> Where:
     # The floor of a cold Ray row: a new driver on the head joining the cluster as wb's does
     # (courier/executor/ray_cluster.py connect), then leaving; no wb in it.
     joining = RAY_JOIN.format(address=f"127.0.0.1:{HEAD_PORT}")
-    bench.ray_join_ms = command_floor([*head_argv, common.PYTHON, "-c", joining], runs)
+    where.more_floors[RAY_JOIN_FLOOR] = [*head_argv, common.PYTHON, "-c", joining]
+    # And the least pydantic pair over the head's exec argv whose receiver, the request validated, joins the
+    # cluster before it exits: the least a cold Ray dispatch of the contract's shape can take.
+    receiver = common.LEAST_PYDANTIC + "sys.stdout.flush()\n" + joining
+    where.more_floors[PAIR_FLOOR.format("the head's exec argv, joining Ray")] = least_pair(
+        ["exec", json.dumps(head_argv)], base, receiver
+    )
     return where
 
 
@@ -990,18 +982,19 @@ def headline_table(results: list[RowResult]) -> str:
     return markdown(header, rows)
 
 
-def pair_table(results: list[RowResult], floors: dict[str, float]) -> str:
-    """The cold ssh and exec rows above the least pydantic pair over the same channel: what is wb's own."""
+def pair_table(results: list[RowResult]) -> str:
+    """The cold rows beside their floors of the contract's shape, run pair by pair: what is wb's own."""
     rows = []
     for result in results:
-        pair = floors.get(f"the least pydantic pair over {result.path}")
-        if result.warm or result.harness != "command" or pair is None:
-            continue
-        f = result.figures()
-        rows.append([f["path"], f["sandbox"], f"{f['median_ms']:.0f}", f"{pair:.0f}", f"{f['median_ms'] - pair:.0f}",
-                     f"{f['floor']}", f"{pair - result.floor_ms:.0f}", f"{ABOVE_FLOOR_MS:.0f}"])  # fmt: skip
-    header = ["path", "sandbox", "wb cold ms", "least pydantic pair", "wb above the pair", "floor",
-              "the pair above the floor", "allowed above the floor"]  # fmt: skip
+        for name, times in result.paired.items():
+            mine = [sample.first_ms for sample in result.untraced]
+            above = statistics.median(a - b for a, b in zip(mine, times, strict=True))
+            floor = statistics.median(times)
+            rows.append([result.path, SANDBOXES[result.sandbox], f"{statistics.median(mine):.0f}", name,
+                         f"{floor:.0f}", f"{above:.0f}", f"{result.floor_name} {result.floor_ms:.0f}",
+                         f"{floor - result.floor_ms:.0f}"])  # fmt: skip
+    header = ["path", "sandbox", "wb cold ms", "beside it", "its median ms", "wb above it (pair by pair)",
+              "the row's floor", "it above the row's floor"]  # fmt: skip
     return markdown(header, rows)
 
 
@@ -1096,6 +1089,15 @@ def busy_cpu_s() -> float:
 
 def measure_path(runner: Runner, where: Where, runs: int, outcome: Outcome, progress: Callable[[str], None]) -> None:
     quiet(progress)
+    # The path's floors now, on the quiet machine its rows meet (not at set-up, after whatever ran before).
+    if where.floor_argv is not None:
+        where.floor_ms = command_floor(where.floor_argv, runs)
+        outcome.floors[where.floor_name] = statistics.median(where.floor_ms)
+    for name, argv in where.more_floors.items():
+        outcome.floors[name] = statistics.median(command_floor(argv, runs))
+    if where.floor_argv is not None or where.more_floors:
+        progress(f"floors of {where.path}: {where.floor_name} {statistics.median(where.floor_ms):.1f}; "
+                 + "; ".join(f"{name} {outcome.floors[name]:.1f}" for name in where.more_floors))  # fmt: skip
     for warm in (True,) if where.path.endswith("-login") else (True, False):
         for sandbox in SANDBOXES:
             for harness in HARNESSES:
@@ -1121,10 +1123,6 @@ def measure(base: Path, runs: int, rounds: int, paths: tuple[str, ...], progress
         if set(paths) - {"ray"}:
             wheres = local_and_remote(bench, runs, stack)
             stack.callback(stop_courier, wheres["local"].caller_env(True, False))  # one courier for the three
-            floors["ssh m1 true"] = statistics.median(wheres["ssh"].floor_ms)
-            floors["the exec argv running true"] = statistics.median(wheres["exec"].floor_ms)
-            for channel, samples in bench.pair_floor_ms.items():
-                floors[f"the least pydantic pair over {channel}"] = statistics.median(samples)
             for path in (path for path in paths if path in wheres):
                 measure_path(runner, wheres[path], runs, outcome, progress)
             for path in (path for path in paths if path in wheres):
@@ -1144,9 +1142,6 @@ def measure(base: Path, runs: int, rounds: int, paths: tuple[str, ...], progress
                 with contextlib.ExitStack() as cluster:
                     where = ray_where(bench, runs, cluster)
                     cluster.callback(stop_courier, where.caller_env(True, False))
-                    outcome.floors["a new Ray driver on the head joining the cluster (RAY_JOIN)"] = statistics.median(
-                        bench.ray_join_ms
-                    )
                     measure_path(runner, where, runs, outcome, progress)
     return outcome
 
@@ -1182,9 +1177,9 @@ def run(report: common.Report, base: Path, runs: int = RUNS, paths: tuple[str, .
                 "median of rounds",
             )
         )
-    if any(name.startswith("the least pydantic pair") for name in outcome.floors):
-        table = pair_table(outcome.results, outcome.floors)
-        report.detail("cold remote rows against the least pydantic pair (ms):\n" + table)
+    if any(result.paired for result in outcome.results):
+        table = pair_table(outcome.results)
+        report.detail("cold rows beside the least program of their shape, pair by pair (ms):\n" + table)
     if outcome.results:
         report.detail("dispatch latency by stage (traced runs, medians, ms):\n" + category_table(outcome.results))
     for note in outcome.notes:
@@ -1220,9 +1215,9 @@ def main() -> int:
     print()
     print("Headline (untraced runs):\n")
     print(headline_table(outcome.results))
-    if any(name.startswith("the least pydantic pair") for name in outcome.floors):
-        print("\nCold remote rows against the least pydantic pair (first instruction, medians, ms):\n")
-        print(pair_table(outcome.results, outcome.floors))
+    if any(result.paired for result in outcome.results):
+        print("\nCold rows beside the least program of their shape, run pair by pair (first instruction, ms):\n")
+        print(pair_table(outcome.results))
     print("\nBy category (traced runs; medians per category, ms):\n")
     print(category_table(outcome.results))
     if outcome.bursts:

@@ -14,7 +14,6 @@ target ≤ 1.0 s over 64 machines.
 
 from __future__ import annotations
 
-import getpass
 import json
 import os
 import resource
@@ -79,14 +78,6 @@ def receiver_cpu_s(home: Path, request: Path, repetitions: int = 5) -> float:
 
 
 SIZES = (1, 4, 16, 64)
-
-
-def _least_client(machines: common.Fleet, request: Path) -> list[str]:
-    """The least asyncssh client (bench/remote_status.py) running m1's receiver."""
-    server = machines.servers[0]
-    keys = str(machines.factory.client_config.parent)
-    command = "wb --wb-internal-agent-remote"
-    return [common.PYTHON, "-c", common.ASYNCSSH_FLOOR, keys, server.host, str(server.port), command, getpass.getuser()]
 
 
 def _courier_machines(env: dict[str, str]) -> list[dict[str, object]]:
@@ -189,9 +180,9 @@ def run(
                 "wb": lambda env=env, ours=ours: common.run_timed(ours, env=env),
                 "ssh": lambda size=size: openssh_fanout(machines, size, request),
             }
-            if size == 1:  # the floor of any asyncssh client of the receiver (bench/remote_status.py)
-                least = _least_client(machines, request)
-                subjects["least"] = lambda env=env, least=least: common.run_timed(least, env=env, stdin_path=request)
+            if size == 1:  # the floors of a cold remote command (bench/common.py Fleet.least_clients)
+                for kind, argv in machines.least_clients(machines.servers[0]).items():
+                    subjects[kind] = lambda env=env, argv=argv: common.run_timed(argv, env=env, stdin_path=request)
             samples = common.interleaved(subjects, repetitions)
             wb, ssh = common.median(samples["wb"]), common.median(samples["ssh"])
             medians[size] = wb
@@ -206,17 +197,19 @@ def run(
                     f"medians of {repetitions}; {RUNS_PER_MACHINE} runs per machine",
                 )
             )
-            if "least" in samples:
-                floor = common.median(samples["least"])
+            for kind, label in (("asyncssh", "python + asyncssh"), ("validating", "python + pydantic + asyncssh")):
+                if kind not in samples:
+                    continue
+                floor = common.median(samples[kind])
                 report.add(
                     common.Row(
-                        "6c. cold list --all, N=1 / the least asyncssh client running the receiver's list",
+                        f"6c. cold list --all, N=1 / the least {kind} client running the receiver's list",
                         f"wb agent list --all {common.ms(wb)}",
-                        f"python + asyncssh, same request {common.ms(floor)}",
+                        f"{label}, same request {common.ms(floor)}",
                         f"{wb / floor:.2f}x",
                         "(info)",
                         None,
-                        f"that client is {floor / ssh:.2f}x the fan-out of one: the floor of any asyncssh client",
+                        f"that client is {floor / ssh:.2f}x the fan-out of one (bench/common.py Fleet.least_clients)",
                     )
                 )
         cpu = receiver_cpu_s(machines.servers[0].wb_home, request) if cold else 0.0

@@ -6,15 +6,16 @@ with OpenSSH against the same sshd, the same key and the same known_hosts, no mu
 Beside it, issue 19's own cold row: `wb agent list --to m1 --json`, the machine holding 50 runs
 (as the warm benchmark's machines do).
 
-Two floors beside it (information rows): the least an asyncssh client can do, a ten-line
-script that connects with the same key and known_hosts and runs `true`, and the same script
-running the receiver with the status request on stdin. What wb costs above the second is its
-own client: the CLI, wb.yaml and the reply's validation.
+Floors beside it (information rows, bench/common.py `Fleet.least_clients`): the least an asyncssh
+client can do, a ten-line script that connects with the same key and known_hosts and runs `true`;
+the same script running the receiver with the status request on stdin (what wb costs above it is
+its own client: the CLI, wb.yaml and the reply's validation); and the least client of the
+contract's shape, which validates the request and the answer with pydantic before and after the
+same call.
 """
 
 from __future__ import annotations
 
-import getpass
 import json
 import sys
 from pathlib import Path
@@ -35,23 +36,22 @@ def run(report: common.Report, base: Path, repetitions: int = 15) -> None:
         yardstick = machines.ssh_argv(server, "true")
         request = base / "status-request.json"
         request.write_text(json.dumps({"schema_version": 1, "operation": "status", "agent_id": agent_id}))
-        keys = str(machines.factory.client_config.parent)
-        floor = [common.PYTHON, "-c", common.ASYNCSSH_FLOOR, keys, server.host, str(server.port)]
-        user = getpass.getuser()
+        bare = machines.least_clients(server, "true")["asyncssh"]
+        least = machines.least_clients(server)
         samples = common.interleaved(
             {
                 "wb": lambda: common.run_timed(ours, env=env),
                 "list": lambda: common.run_timed(listing, env=env),
                 "ssh": lambda: common.run_timed(yardstick, env=env),
-                "floor": lambda: common.run_timed([*floor, "true", user], env=env, stdin_path=request),
-                "receiver": lambda: common.run_timed(
-                    [*floor, "wb --wb-internal-agent-remote", user], env=env, stdin_path=request
-                ),
+                "floor": lambda: common.run_timed(bare, env=env, stdin_path=request),
+                "receiver": lambda: common.run_timed(least["asyncssh"], env=env, stdin_path=request),
+                "validating": lambda: common.run_timed(least["validating"], env=env, stdin_path=request),
             },
             repetitions,
         )
     wb, ssh = common.median(samples["wb"]), common.median(samples["ssh"])
-    bare, receiver = common.median(samples["floor"]), common.median(samples["receiver"])
+    bare_s, receiver = common.median(samples["floor"]), common.median(samples["receiver"])
+    validating = common.median(samples["validating"])
     ratio = wb / ssh
     report.add(
         common.Row(
@@ -76,7 +76,7 @@ def run(report: common.Report, base: Path, repetitions: int = 15) -> None:
             f"medians of {repetitions}",
         )
     )
-    for label, figure in (("`true`", bare), ("the receiver's `status`", receiver)):
+    for label, figure in (("`true`", bare_s), ("the receiver's `status`", receiver)):
         report.add(
             common.Row(
                 f"1b. the least asyncssh client running {label}",
@@ -88,6 +88,18 @@ def run(report: common.Report, base: Path, repetitions: int = 15) -> None:
                 "a floor for any asyncssh client: no CLI, no wb.yaml, no reply validation",
             )
         )
+    report.add(
+        common.Row(
+            "1d. remote status / the least client of the contract's shape",
+            f"wb agent status m:agt {common.ms(wb)}",
+            f"python + pydantic + asyncssh, the receiver's `status` {common.ms(validating)}",
+            f"{wb / validating:.2f}x",
+            "(info)",
+            None,
+            f"the request and the answer validated with pydantic, then asyncssh, one after the other; "
+            f"{validating / ssh:.2f}x ssh host true",
+        )
+    )
 
 
 if __name__ == "__main__":
