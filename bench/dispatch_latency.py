@@ -21,8 +21,8 @@ stage), interleaved. After each run `wb agent prune --older-than 0s --worktrees`
 worktree and its `wb/` branch, so every dispatch meets the same clone (the count of `wb/`
 branches at each dispatch is printed: confinement's cost grows with it, docs/benchmarks.md#confinement)
 and the same store. Also: 20 concurrent warm dispatches to one machine (local, ssh, exec),
-`sandbox: "off"`: the spread of the workers' first instructions, and the time from the first
-dispatch's start to the last worker's first instruction.
+`sandbox: "off"`, after a warm-up dispatch on that machine: the spread of the workers' first
+instructions, and the time from the first dispatch's start to the last worker's first instruction.
 
 Floors beside each figure: the program (or the stand-in) run directly, `python -c pass`,
 `ssh m1 true` (OpenSSH, same sshd, no multiplexing) and the exec argv running `true`. And for the
@@ -1126,6 +1126,9 @@ def measure(base: Path, runs: int, rounds: int, paths: tuple[str, ...], progress
             for path in (path for path in paths if path in wheres):
                 measure_path(runner, wheres[path], runs, outcome, progress)
             for path in (path for path in paths if path in wheres):
+                # Warm means warm: the cold rows ran minutes ago, long enough for the courier to have let the
+                # machine's serve session go (courier.md, "Settings"); 20 dispatches must not open it.
+                warm_up(runner, wheres[path], "plain", "command", outcome.notes)
                 for _ in range(rounds):
                     round_ = burst(runner, wheres[path])
                     outcome.bursts.append(round_)
