@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 
 import pytest
-from conftest import CREDENTIAL_ENV, CREDENTIAL_VALUE, Machine
+from conftest import CREDENTIAL_ENV, CREDENTIAL_VALUE, Machine, git
 
 
 def _nothing_created(machine: Machine) -> None:
@@ -110,6 +110,19 @@ def test_an_unknown_base_is_a_finding(machine: Machine) -> None:
     done = _dispatch(machine, *BASE, "--base", "no-such-ref")
     assert done.returncode == 1 and '--base "no-such-ref" is not a commit' in done.stderr
     _nothing_created(machine)
+
+
+def test_a_branch_that_exists_is_refused_and_nothing_is_made(machine: Machine) -> None:
+    """git makes the branch before anything else and stops there (courier/runs/worktrees.py add_worktree):
+    the refusal names the branch, and not even the worktrees' folder is left."""
+    clone = machine.clone()
+    git(clone, "branch", "taken")
+    done = _dispatch(machine, *BASE, "--branch", "taken")
+    assert done.returncode == 1, done.stderr
+    assert f'error: branch "taken" already exists in {clone}; choose another with --branch' in done.stderr
+    _nothing_created(machine)
+    assert not (machine.projects / ".wb-worktrees").exists()
+    assert git(clone, "worktree", "list", "--porcelain").count("worktree ") == 1
 
 
 def test_repo_defaults_to_the_origin_of_the_current_checkout(machine: Machine) -> None:
