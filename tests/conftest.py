@@ -358,6 +358,26 @@ def _garbage_of_this_test() -> Iterator[None]:
     gc.collect()
 
 
+def _a_child_subreaper() -> bool:
+    """Whether this process adopts its orphaned descendants (Linux prctl PR_GET_CHILD_SUBREAPER)."""
+    if not sys.platform.startswith("linux"):
+        return False
+    import ctypes
+
+    flag = ctypes.c_int(0)
+    ctypes.CDLL(None, use_errno=True).prctl(37, ctypes.byref(flag), 0, 0, 0)
+    return bool(flag.value)
+
+
+@pytest.fixture(autouse=True)
+def _owner_not_in_the_runner() -> Iterator[None]:
+    """No test runs a run's owner in the test runner's own process: an owner makes its process a child
+    subreaper and, when its worker is done, ends every descendant that process has (courier/runs/descendants.py):
+    in pytest's, the session's fixtures, such as the Ray cluster's namespace holder and the sshd machines."""
+    yield
+    assert not _a_child_subreaper(), "this test made the test runner a subreaper: run the owner in a process of its own"
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _stop_couriers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     """No courier a test started outlives the test session (each serves one test's WB_HOME)."""

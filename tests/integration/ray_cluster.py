@@ -153,6 +153,9 @@ class RayCluster:
     root: Path
     nodes: list[RayNode]
     holder: subprocess.Popen[bytes] | None = None
+    # The namespace's id (`net:[inode]`), kept apart from its holder: `stop` finds the cluster by it even
+    # when the holder has been ended first.
+    namespace: str | None = None
     temp_dir: Path | None = None
 
     @property
@@ -198,7 +201,9 @@ class RayCluster:
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
             with contextlib.suppress(OSError):
-                if os.readlink(f"/proc/{self.holder.pid}/ns/net") != own:
+                namespace = os.readlink(f"/proc/{self.holder.pid}/ns/net")
+                if namespace != own:
+                    self.namespace = namespace
                     return
             time.sleep(0.02)
         raise RuntimeError("unshare --net did not make a network namespace (needs root or user namespaces)")
@@ -232,18 +237,15 @@ class RayCluster:
 
     def namespace_processes(self) -> list[psutil.Process]:
         """Every process inside the cluster's network namespace, the holder excepted."""
-        if self.holder is None:
+        if self.namespace is None:
             return []
-        try:
-            ours = os.readlink(f"/proc/{self.holder.pid}/ns/net")
-        except OSError:
-            return []
+        holder = self.holder.pid if self.holder is not None else None
         found = []
         for process in psutil.process_iter():
-            if process.pid == self.holder.pid:
+            if process.pid == holder:
                 continue
             with contextlib.suppress(OSError, psutil.Error):
-                if os.readlink(f"/proc/{process.pid}/ns/net") == ours:
+                if os.readlink(f"/proc/{process.pid}/ns/net") == self.namespace:
                     found.append(process)
         return found
 
@@ -271,6 +273,7 @@ class RayCluster:
             self.holder.kill()
             self.holder.wait()
             self.holder = None
+        self.namespace = None
         if self.temp_dir is not None:
             subprocess.run(["rm", "-rf", str(self.temp_dir)], check=False)
             self.temp_dir = None
