@@ -30,6 +30,9 @@ def exit_now(code: int) -> NoReturn:
     carrier = sys.modules.get("courier.channels.ssh_carrier")
     if carrier is not None:
         carrier.finish()  # the SSH carrier, if this command started one, ends with it
+    early = sys.modules.get("courier.channels.exec_early")
+    if early is not None:
+        early.finish()  # and an exec receiver it started that no call took
     os._exit(code)
 
 
@@ -88,15 +91,22 @@ def main() -> None:
             code = None
         if code is not None:
             sys.exit(code)
-    from courier.channels.carrier_choice import wanted
+    from courier.channels.carrier_choice import plan
 
     try:
-        if wanted(sys.argv[1:]):
+        carrier, receivers = plan(sys.argv[1:])
+        if carrier:
             # Before pydantic and wb.yaml: asyncssh is imported meanwhile, in a copy of this process on another
             # core, and that copy makes the command's SSH calls (courier/channels/ssh_carrier.py).
             from courier.channels import ssh_carrier
 
             ssh_carrier.start()
+        if receivers and sys.platform.startswith("linux"):
+            # Likewise an exec machine's receiver: it imports on the other core while this process does.
+            from courier.channels import exec_early
+
+            for receiver in receivers:
+                exec_early.start(receiver)
     except Exception:  # like the courier, the carrier may make wb faster, never make it fail
         pass
     from courier import no_plugins

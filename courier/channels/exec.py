@@ -17,9 +17,11 @@ import asyncio
 import contextlib
 import os
 import signal
+import subprocess
 import time
 from typing import Any, ClassVar
 
+from courier.channels import exec_early
 from courier.channels.channel import DEFAULT_BOUNDS, Bounds, Channel, Outcome, WarmState
 from courier.channels.exits import first_stderr_line
 from courier.channels.serve_lines import ServeChannel
@@ -124,7 +126,8 @@ class ExecChannel(Channel):
         )
 
     async def run(self, tail: list[str], stdin: bytes, bounds: Bounds = DEFAULT_BOUNDS) -> Outcome:
-        process = await self.start(tail)
+        early = exec_early.take(self.argv(tail), self.env)  # started before this command's imports
+        process = await AdoptedProcess.adopt(early) if early is not None else await self.start(tail)
         try:
             return await _exchange(process, stdin, bounds)
         finally:
@@ -154,7 +157,69 @@ class ExecChannel(Channel):
         return await peer.call(stdin, operation, bounds, serve_dispatch)
 
 
-async def _exchange(process: asyncio.subprocess.Process, stdin: bytes, bounds: Bounds) -> Outcome:
+class AdoptedProcess:
+    """A child started before the event loop (courier/channels/exec_early.py), with what `_exchange` and
+    `end_process` use of `asyncio.subprocess.Process`: its pipes as streams, `wait`, `returncode`, `kill`.
+    Its exit is learned from a pidfd (Linux), so asyncio's child watcher never meets it."""
+
+    def __init__(self, popen: subprocess.Popen[bytes]) -> None:
+        self._popen = popen
+        self.stdin: asyncio.StreamWriter | None = None
+        self.stdout: asyncio.StreamReader | None = None
+        self.stderr: asyncio.StreamReader | None = None
+        self.pipes: list[asyncio.BaseTransport] = []
+        self._exited: asyncio.Future[int] | None = None
+
+    @classmethod
+    async def adopt(cls, popen: subprocess.Popen[bytes]) -> AdoptedProcess:
+        assert popen.stdin is not None and popen.stdout is not None and popen.stderr is not None
+        loop = asyncio.get_running_loop()
+        adopted = cls(popen)
+        adopted.stdout = await adopted._reader(popen.stdout)
+        adopted.stderr = await adopted._reader(popen.stderr)
+        protocol = asyncio.StreamReaderProtocol(asyncio.StreamReader(loop=loop), loop=loop)
+        transport, _ = await loop.connect_write_pipe(lambda: protocol, popen.stdin)
+        adopted.pipes.append(transport)
+        adopted.stdin = asyncio.StreamWriter(transport, protocol, None, loop)
+        adopted._exited = loop.create_future()
+        pidfd = os.pidfd_open(popen.pid)
+        loop.add_reader(pidfd, adopted._on_exit, pidfd)
+        return adopted
+
+    async def _reader(self, pipe: Any) -> asyncio.StreamReader:
+        loop = asyncio.get_running_loop()
+        reader = asyncio.StreamReader(loop=loop)
+        transport, _ = await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader, loop=loop), pipe)
+        self.pipes.append(transport)
+        return reader
+
+    def _on_exit(self, pidfd: int) -> None:
+        asyncio.get_running_loop().remove_reader(pidfd)
+        os.close(pidfd)
+        code = self._popen.wait()  # it has exited: this only reaps it
+        if self._exited is not None and not self._exited.done():
+            self._exited.set_result(code)
+
+    @property
+    def returncode(self) -> int | None:
+        return self._popen.returncode
+
+    def kill(self) -> None:
+        self._popen.kill()  # a no-op once it is reaped
+
+    async def wait(self) -> int:
+        assert self._exited is not None
+        return await asyncio.shield(self._exited)
+
+    def close_pipes(self) -> None:
+        for pipe in self.pipes:
+            pipe.close()
+
+
+Child = asyncio.subprocess.Process | AdoptedProcess
+
+
+async def _exchange(process: Child, stdin: bytes, bounds: Bounds) -> Outcome:
     assert process.stdin is not None and process.stdout is not None and process.stderr is not None
     outcome = Outcome(stdout=b"", stderr=b"", exit_status=None, exit_signal=None)
     stdout, stderr = bytearray(), bytearray()
@@ -200,7 +265,7 @@ async def _exchange(process: asyncio.subprocess.Process, stdin: bytes, bounds: B
     return outcome
 
 
-async def end_process(process: asyncio.subprocess.Process) -> None:
+async def end_process(process: Child) -> None:
     """Kill the child if it still runs, close its pipes, and reap it, within END_WAIT_S.
 
     Closing the pipes is what makes this prompt: `Process.wait()` returns only once every
@@ -211,6 +276,13 @@ async def end_process(process: asyncio.subprocess.Process) -> None:
     BaseSubprocessTransport.__del__ …>`), or when its pending wait is (`Task was destroyed
     but it is pending!`).
     """
+    if isinstance(process, AdoptedProcess):
+        if process.returncode is None:
+            process.kill()
+        process.close_pipes()
+        with contextlib.suppress(BaseException):
+            await asyncio.wait_for(process.wait(), END_WAIT_S)
+        return
     transport = kill_and_close_pipes(process)
     if transport is None:
         return

@@ -34,5 +34,10 @@ class Executor(ABC):
         """Fill `response` for one validated request; a refusal is raised (`perform` puts it in band)."""
 
     @abstractmethod
+    def prepare(self) -> None:
+        """What every request needs, done before the request is read (a cluster head joins its cluster while
+        the request is on its way); a failure is kept and raised by the request that needs it."""
+
+    @abstractmethod
     def run_ids(self, prefix: str) -> list[str]:
         """The IDs of its runs that begin with `prefix` (short references, docs/cli.md#short-references)."""

@@ -18,6 +18,9 @@ class LocalExecutor(Executor):
     def __init__(self, context: Context | None = None) -> None:
         self.context = context
 
+    def prepare(self) -> None:
+        """Nothing: this machine's store needs nothing before the request."""
+
     def answer(self, op: Op, request: RemoteRequest, response: RemoteResponse, context: Context) -> None:
         op.handle()(request, response, context)
 

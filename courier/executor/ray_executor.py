@@ -71,6 +71,15 @@ class RayExecutor(Executor):
     def __init__(self, config: Config) -> None:
         self.config = config
         self.placements = Placements(config.home)
+        self._refused: Finding | None = None  # the cluster could not be joined before the request came
+
+    def prepare(self) -> None:
+        """Join the cluster before the request is read: every request to a head needs it, and a one-shot
+        receiver's join (half a second, docs/ray.md#cost) then overlaps its caller's own start."""
+        try:
+            self._join()
+        except Finding as exc:
+            self._refused = exc  # the request reports it; joining again would only wait as long again
 
     # ----- the executor seam
 
@@ -91,6 +100,8 @@ class RayExecutor(Executor):
                 assert_never(op.cluster)
 
     def _join(self) -> None:
+        if self._refused is not None:
+            raise self._refused
         assert self.config.ray_address is not None
         connect(self.config.ray_address, self.config.home)
 

@@ -18,6 +18,8 @@ from courier.stage_trace import mark
 from protocol import limits
 
 if TYPE_CHECKING:
+    from courier.config import Config
+    from courier.executor import Executor
     from protocol.models import RemoteResponse
 
 _READ_CHUNK = limits.READ_CHUNK_BYTES
@@ -81,11 +83,38 @@ def _operation_of(data: bytes) -> str:
     return ""
 
 
+def _head_executor() -> tuple[Executor, Config | None] | None:
+    """The executor of a machine whose wb.yaml names one (a cluster's head) and the configuration it read,
+    prepared before the request is read (`Executor.prepare`: a Ray head joins its cluster meanwhile); None
+    for a machine's own store, and when it cannot be had now (the request's answer then says why)."""
+    from courier.runs.context import configured_settings
+
+    try:
+        settings = configured_settings()
+        if settings is None or settings.executor is None:
+            return None
+        from courier.executor.perform import executor_for
+        from courier.runs.context import Context
+
+        context = Context()
+        executor = executor_for(context)
+        executor.prepare()
+    except Exception:  # e.g. a broken wb.yaml or a missing extra: `perform` refuses the request in band
+        return None
+    return executor, context.config
+
+
 def answer(
-    data: bytes, oversize: bool, client_gone: Callable[[], bool], *, fresh_login: bool = True
+    data: bytes,
+    oversize: bool,
+    client_gone: Callable[[], bool],
+    *,
+    fresh_login: bool = True,
+    head: tuple[Executor, Config | None] | None = None,
 ) -> RemoteResponse:
     """The one reply to one request's bytes; every refusal is in-band. `fresh_login`: false in a serve
-    session, whose environment is its login's (see `Context`)."""
+    session, whose environment is its login's (see `Context`). `head`: an executor prepared already, and
+    the configuration it read."""
     if oversize:
         return _refusal(f"request exceeds {limits.REQUEST_MAX_BYTES} bytes")
     from courier.executor.perform import perform  # its registry installs the wire table decode_request reads
@@ -95,15 +124,17 @@ def answer(
         request = decode_request(data)
     except RequestRefused as exc:
         return _refusal(str(exc), _operation_of(data))
-    return perform(request, client_gone=client_gone, fresh_login=fresh_login)
+    executor, config = head or (None, None)
+    return perform(request, client_gone=client_gone, fresh_login=fresh_login, executor=executor, config=config)
 
 
-def _home_id() -> str | None:
+def _home_id(*, create: bool) -> str | None:
     try:
         from courier.runs.context import configured_home
-        from courier.runs.store import Store, home_id
+        from courier.runs.store import Store, home_id, kept_home_id
 
-        return home_id(Store(configured_home()))
+        store = Store(configured_home())
+        return home_id(store) if create else kept_home_id(store)
     except Exception:  # an unusable home is reported as null, never as a crash
         return None
 
@@ -169,16 +200,27 @@ def serve(argv: list[str]) -> int:
     _import_models()
     mark("receiver.imported")  # docs/benchmarks.md#dispatch-latency
     try:
-        data, oversize = read_request(0)
+        request_fd = os.dup(0)  # not inheritable: a private copy
+    except OSError:
+        request_fd = -1  # read below, and refused with the reason
+    reply_fd = _detach_stdio()  # before anything is started: nothing may hold the session's pipes
+    head = _head_executor()
+    try:
+        data, oversize = read_request(request_fd)
         read_error = ""
         mark("receiver.read")
     except OSError as exc:
         data, oversize = b"", False
         read_error = f"cannot read the request: {exc.strerror or exc}"
-    reply_fd = _detach_stdio()
+    finally:
+        if request_fd >= 0:
+            os.close(request_fd)
     try:
-        response = _refusal(read_error) if read_error else answer(data, oversize, client_watch(reply_fd))
-        response.home_id = _home_id()
+        gone = client_watch(reply_fd)
+        response = _refusal(read_error) if read_error else answer(data, oversize, gone, head=head)
+        # Empty input asked nothing (a caller that started this receiver early and never used it,
+        # courier/channels/exec_early.py): its refusal creates no home on a machine that has none.
+        response.home_id = _home_id(create=bool(data) or oversize)
         body = response.encode()
     except Exception as exc:  # the contract wants one document, never a traceback
         body = internal_failure(exc)

@@ -528,6 +528,14 @@ def within_admission_grace(record: Record) -> bool:
     return time.time() - started < limits.ADMISSION_GRACE_S
 
 
+def kept_home_id(store: Store) -> str | None:
+    """This machine's WB_HOME identity when it has one; creates nothing."""
+    try:
+        return read_private(store.home / HOME_ID, 256).decode().strip() or None
+    except (WbError, OSError, UnicodeDecodeError):
+        return None
+
+
 def home_id(store: Store) -> str | None:
     """This machine's WB_HOME identity, created on first use; None when the home is unusable."""
     try:
