@@ -101,7 +101,7 @@ def main() -> None:
             from courier.channels import ssh_carrier
 
             ssh_carrier.start()
-        if receivers and sys.platform.startswith("linux"):
+        if receivers and sys.platform.startswith("linux") and os.environ.get("WB_EXEC_EARLY") != "off":
             # Likewise an exec machine's receiver: it imports on the other core while this process does.
             from courier.channels import exec_early
 

@@ -10,8 +10,11 @@ one-shot call to that machine takes the process (`take`) when its command line a
 exactly the ones started here; the request still goes to its stdin, then EOF, as always.
 
 A process no call takes (the command refused its own flags, or asked nothing) is killed when this
-command ends (`finish`): a receiver that was still importing creates nothing. Linux only: the
-channel waits on the adopted child through a pidfd (courier/channels/exec.py, `AdoptedProcess`).
+command ends (`finish`): it was sent nothing, and a receiver that reads empty input creates nothing.
+So no byte of a request reaches a machine before the request is validated, but the channel's
+command itself starts before (docs/decisions.md): `WB_EXEC_EARLY=off` starts it only for the call.
+Linux only: the channel waits on the adopted child through a pidfd (courier/channels/exec.py,
+`AdoptedProcess`).
 
 Imports only `subprocess` and `atexit`, and only when it starts something.
 """

@@ -27,6 +27,7 @@ import tempfile
 
 from courier.errors import GitFailed
 from courier.runs.git import SUMMARY_TIMEOUT_S, copy_index, run_git, stderr_line
+from courier.runs.git_head import head_commit
 from protocol import limits
 from protocol.models import ChangeSummary
 
@@ -133,6 +134,9 @@ def _quoted(path: str) -> str:
 
 
 def _head(worktree_dir: str) -> str | None:
+    read = head_commit(worktree_dir)  # without a git process when git's files are the common layout
+    if read is not None:
+        return read
     done = run_git(["rev-parse", "--verify", "--quiet", "HEAD"], cwd=worktree_dir, timeout=SUMMARY_TIMEOUT_S)
     return done.stdout.decode("ascii", "replace").strip() if done.returncode == 0 else None
 

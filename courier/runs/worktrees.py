@@ -9,6 +9,7 @@ from pathlib import Path
 
 from courier.errors import NotStartable, UsageError
 from courier.runs.git import CLONE_TIMEOUT_S, run_git
+from courier.runs.git_head import head_commit
 from protocol.refs import BadName, check_repository
 
 WORKTREES_DIR = ".wb-worktrees"
@@ -246,6 +247,11 @@ def _all_clone_repositories(projects_root: Path) -> list[str]:
 
 
 def head_sha(path: Path) -> str | None:
+    """HEAD's commit, read from git's files when they are the common layout (courier/runs/git_head.py), else
+    asked of git; None when HEAD has no commit."""
+    read = head_commit(path)
+    if read is not None:
+        return read
     done = run_git(["rev-parse", "--verify", "--quiet", "HEAD^{commit}"], cwd=path, timeout=CLONE_TIMEOUT_S)
     return done.stdout.decode().strip() if done.returncode == 0 else None
 

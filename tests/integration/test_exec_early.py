@@ -57,7 +57,8 @@ def box(tmp_path: Path) -> Box:
     starts, home = tmp_path / "starts", tmp_path / "box-home"
     machine = [
         "sh", "-c", f'echo "$$" >> {starts}; exec "$@"', "sh",
-        "env", f"WB_HOME={home}", f"WB_PROJECTS_ROOT={tmp_path / 'box-projects'}", f"WB_CONFIG={tmp_path / 'none.yaml'}",
+        "env", f"WB_HOME={home}", f"WB_PROJECTS_ROOT={tmp_path / 'box-projects'}",
+        f"WB_CONFIG={tmp_path / 'none.yaml'}",
     ]  # fmt: skip
     config_dir = tmp_path / "config"
     config_dir.mkdir(mode=0o700)
@@ -122,3 +123,13 @@ def test_a_receiver_given_empty_input_refuses_it_and_creates_no_home(tmp_path: P
     reply = json.loads(done.stdout)
     assert reply["failure_kind"] == "request" and "empty request" in reply["failure"]
     assert reply["home_id"] is None and not home.exists()
+
+
+def test_switched_off_the_command_starts_only_for_the_call(box: Box) -> None:
+    box.keep_parsed_copy()
+    box.caller_env["WB_EXEC_EARLY"] = "off"
+    done = box.wb("agent", "list", "--to", "e1", "--no-such-flag")
+    assert done.returncode == 2 and box.started() == []
+    done = box.wb("agent", "list", "--to", "e1", "--json")
+    assert done.returncode == 0, done.stderr
+    assert len(box.started()) == 1
