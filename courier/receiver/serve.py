@@ -128,7 +128,7 @@ def answer(
     return perform(request, client_gone=client_gone, fresh_login=fresh_login, executor=executor, config=config)
 
 
-def _home_id(*, create: bool) -> str | None:
+def _home_id(*, create: bool = True) -> str | None:
     try:
         from courier.runs.context import configured_home
         from courier.runs.store import Store, home_id, kept_home_id

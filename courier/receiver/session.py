@@ -60,7 +60,7 @@ class _Session:
                 response = answer(line, False, self.gone, fresh_login=False)
             else:
                 response = _refusal(_NO_REQUEST_ID, _operation_of(line))
-            response.home_id = _home_id(create=True)
+            response.home_id = _home_id()
             body = response.encode()
         except Exception as exc:  # one line, never a traceback
             body = internal_failure(exc)
