@@ -392,7 +392,9 @@ STAGES: dict[tuple[str, str], tuple[str, str]] = {
     ("call.send", "main.receiver"): ("channel: receiver started (session/exec) to its main", "channel"),
     ("call.send", "session.request"): ("channel: courier → the head's serve session", "channel"),
     ("main.receiver", "receiver.imported"): ("receiver: models imported", "receiver"),
-    ("receiver.imported", "receiver.read"): ("receiver: request read", "receiver"),
+    ("main.cli", "main.receiver"): ("exec receiver started before the caller's imports, to its main", "channel"),
+    # Started early, the receiver waits here for the caller's request; a Ray head joins its cluster first.
+    ("receiver.imported", "receiver.read"): ("receiver: request read (a head: its cluster joined first)", "receiver"),
     ("receiver.read", "perform.start"): ("receiver: request decoded and checked", "receiver"),
     ("session.request", "perform.start"): ("serve session: request decoded and checked", "receiver"),
     ("perform.start", "ray.place"): ("head: executor chosen, wb.yaml loaded", "receiver"),

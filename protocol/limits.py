@@ -211,3 +211,6 @@ BRANCH_SYNC_INTERVAL_S = 1.0  # while the run goes on, at most this often (and o
 BRANCH_LOCK_PATIENCE_S = 1.0  # at the worker's end, how long another git process's `<ref>.lock` is waited for
 BRANCH_LOCK_RETRY_S = 0.02  # how often a held lock is tried again meanwhile
 BRANCH_REFLOG_CARRY_MAX_BYTES = 1 * MIB  # new reflog lines carried by one sync
+# HEAD read from git's files (courier/runs/git_head.py): larger files are left to git itself.
+GIT_REF_FILE_MAX_BYTES = 4096  # HEAD, a loose ref, a `gitdir:` or `commondir` file
+GIT_PACKED_REFS_MAX_BYTES = 16 * MIB

@@ -164,7 +164,7 @@ def summarize_changes(worktree_dir: str, base_sha: str | None, preexisting: int 
         stat: tuple[int, int] | None
         if not paths and (base is None or _head(worktree_dir) == base):
             # Nothing changed, nothing committed (a read-only task's usual end): every count is
-            # zero, known from two git commands instead of five.
+            # zero, known from one git command (and HEAD's files) instead of five.
             new_files, stat, commits = [], (0, 0), (0 if base is not None else None)
         else:
             new_files = _new_files(worktree_dir)

@@ -16,10 +16,12 @@ from __future__ import annotations
 import os
 import re
 
+from protocol import limits
+
 _OBJECT_ID = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
 _PLAIN_NAME = re.compile(r"refs/heads/[A-Za-z0-9._/-]+")
-_MAX_FILE = 4096  # HEAD, a loose ref, a gitdir: file; packed-refs is read whole
-_MAX_PACKED = 16 << 20
+_MAX_FILE = limits.GIT_REF_FILE_MAX_BYTES
+_MAX_PACKED = limits.GIT_PACKED_REFS_MAX_BYTES
 
 
 def head_commit(path: str | os.PathLike[str]) -> str | None:

@@ -451,11 +451,14 @@ def write_all(fd: int, data: bytes) -> None:
 def render(record: Record, store: Store | None = None) -> Result:
     """Project a record for output: a running run whose owner is gone is `abandoned`."""
     owner_alive = process.same_process(record.owner_pid, record.owner_token)
-    worker_alive = process.same_process(record.worker_pid, record.worker_token)
     if record.state == "running" and not owner_alive and store is not None:
         # The owner writes its last state before it exits: read after seeing it gone, so a run that
-        # ended between the first read and the liveness check is not shown abandoned.
+        # ended between the first read and the liveness check is not shown abandoned. An owner that
+        # started meanwhile has written itself into the record (dispatch renders the record it made,
+        # before its owner's first write): it is asked about again, or a run just started shows abandoned.
         record = _read_again(store, record)
+        owner_alive = process.same_process(record.owner_pid, record.owner_token)
+    worker_alive = process.same_process(record.worker_pid, record.worker_token)
     state = record.state
     failure = record.failure
     if state == "running" and not owner_alive and not within_admission_grace(record):

@@ -207,7 +207,7 @@ def _logging_git(tmp_path: Path) -> tuple[str, Path]:
     return f"{bin_dir}:{os.environ.get('PATH', '/usr/bin:/bin')}", log
 
 
-def test_a_worktree_that_changed_nothing_is_summarized_with_two_git_commands(
+def test_a_worktree_that_changed_nothing_is_summarized_with_one_git_command(
     repo: tuple[Path, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     path, base = repo
@@ -216,6 +216,12 @@ def test_a_worktree_that_changed_nothing_is_summarized_with_two_git_commands(
     assert summarize_changes(str(path), base, None) == ChangeSummary(
         files_changed=0, insertions=0, deletions=0, new_files=0, commits=0
     )
+    assert log.read_text().split() == ["status"]  # HEAD is read from git's files (courier/runs/git_head.py)
+    branch = git(path, "symbolic-ref", "HEAD").strip()
+    git(path, "symbolic-ref", "refs/heads/alias", branch)
+    git(path, "symbolic-ref", "HEAD", "refs/heads/alias")  # not read from files: git is asked
+    log.write_text("")
+    summarize_changes(str(path), base, None)
     assert log.read_text().split() == ["status", "rev-parse"]
 
 

@@ -122,3 +122,20 @@ def test_a_run_that_ended_between_its_read_and_the_owner_check_renders_its_end_n
     result = render(read_while_running, store)
     assert (result.state, result.failure) == ("failed", "usage limit")
     assert render(read_while_running).state == "abandoned"  # without the store nothing can be read again
+
+
+def test_a_run_whose_owner_started_after_dispatch_made_its_record_renders_running(tmp_path: Path) -> None:
+    """Dispatch renders the record it made, without an owner; the owner has written itself in since."""
+    import os
+
+    from courier.runs import process
+    from courier.runs.store import render
+
+    store, _, agent_id = _owner(tmp_path)
+    as_made = store.load(agent_id)
+    assert as_made.owner_pid is None
+    started = as_made.model_copy(update={"owner_pid": os.getpid(), "owner_token": process.start_token(os.getpid())})
+    store.save(started)  # this process stands in for the live owner
+    result = render(as_made, store)
+    assert (result.state, result.owner_alive) == ("running", True)
+
