@@ -63,6 +63,7 @@ def test_the_readme_loop_unchanged_queues_then_completes_on_the_cluster(lab: Mac
         for loop in loops:
             if loop.poll() is None:
                 loop.kill()
+            loop.communicate()  # reaped and its pipes closed here, not in a later test's garbage collection
     for loop, workdir, (out, err) in zip(loops, workdirs, outputs, strict=True):
         assert loop.returncode == 0, out + err
         lines = out.splitlines()
