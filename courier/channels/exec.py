@@ -127,7 +127,9 @@ class ExecChannel(Channel):
 
     async def run(self, tail: list[str], stdin: bytes, bounds: Bounds = DEFAULT_BOUNDS) -> Outcome:
         early = exec_early.take(self.argv(tail), self.env)  # started before this command's imports
-        process = await AdoptedProcess.adopt(early) if early is not None else await self.start(tail)
+        process: Child | None = await AdoptedProcess.adopt(early) if early is not None else None
+        if process is None:
+            process = await self.start(tail)
         try:
             return await _exchange(process, stdin, bounds)
         finally:
@@ -171,7 +173,15 @@ class AdoptedProcess:
         self._exited: asyncio.Future[int] | None = None
 
     @classmethod
-    async def adopt(cls, popen: subprocess.Popen[bytes]) -> AdoptedProcess:
+    async def adopt(cls, popen: subprocess.Popen[bytes]) -> AdoptedProcess | None:
+        """The child on this loop; None when it cannot be watched here (a kernel without pidfds): it is then
+        killed and reaped, and the channel starts one of its own."""
+        try:
+            pidfd = os.pidfd_open(popen.pid)
+        except OSError:
+            popen.kill()
+            popen.communicate()  # reaped, its pipes closed
+            return None
         assert popen.stdin is not None and popen.stdout is not None and popen.stderr is not None
         loop = asyncio.get_running_loop()
         adopted = cls(popen)
@@ -182,7 +192,6 @@ class AdoptedProcess:
         adopted.pipes.append(transport)
         adopted.stdin = asyncio.StreamWriter(transport, protocol, None, loop)
         adopted._exited = loop.create_future()
-        pidfd = os.pidfd_open(popen.pid)
         loop.add_reader(pidfd, adopted._on_exit, pidfd)
         return adopted
 

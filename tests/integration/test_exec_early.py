@@ -133,3 +133,19 @@ def test_switched_off_the_command_starts_only_for_the_call(box: Box) -> None:
     done = box.wb("agent", "list", "--to", "e1", "--json")
     assert done.returncode == 0, done.stderr
     assert len(box.started()) == 1
+
+
+def test_without_pidfds_the_channel_ends_the_early_receiver_and_starts_its_own(box: Box, tmp_path: Path) -> None:
+    """A kernel before 5.3 has no pidfd_open: the early receiver cannot be watched on the loop."""
+    shim = tmp_path / "no-pidfd"
+    shim.mkdir()
+    (shim / "sitecustomize.py").write_text(
+        "import os\n\ndef _none(pid, flags=0):\n    raise OSError(38, 'Function not implemented')\n\n"
+        "os.pidfd_open = _none\n"
+    )
+    box.keep_parsed_copy()
+    box.caller_env["PYTHONPATH"] = str(shim)
+    done = box.wb("agent", "list", "--to", "e1", "--json")
+    assert done.returncode == 0 and json.loads(done.stdout) == [], done.stderr
+    started = box.started()
+    assert len(started) == 2 and not pid_alive(started[0])  # the early one ended, the channel's own answered
