@@ -14,8 +14,11 @@ if TYPE_CHECKING:
 
 
 def plan(argv: list[str]) -> tuple[bool, list[list[str]]]:
-    """Whether to fork the SSH carrier (`wanted`), and the exec receivers to start (`exec_receivers`);
-    wb.yaml's parsed copy is read once for both."""
+    """Whether to fork the SSH carrier (`wanted`), and the receiver command line of each exec machine this
+    command names (`--to NAME`, a reference) as wb.yaml's parsed copy gives it, `argv + [wb_path or wb,
+    --wb-internal-agent-remote]` (what the exec channel runs for a one-shot call); the copy is read once for
+    both. No receiver without a copy (no guess: the command is the user's own), and none for `--all`,
+    `--to auto` or `wb machines`, which may never call a given machine."""
     named = _named(argv)
     if named is None:
         return False, []
@@ -33,14 +36,6 @@ def wanted(argv: list[str]) -> bool:
     there is one (courier/config_cache.py), has such an SSH machine. A wrong guess costs a copy that imports
     asyncssh for nothing, on another core."""
     return plan(argv)[0]
-
-
-def exec_receivers(argv: list[str]) -> list[list[str]]:
-    """The receiver command line of each exec machine this command names (`--to NAME`, a reference), as
-    wb.yaml's parsed copy gives it: `argv + [wb_path or wb, --wb-internal-agent-remote]`, what the exec
-    channel runs for a one-shot call. None without a copy (no guess: the command is the user's own), and
-    none for `--all`, `--to auto` or `wb machines`, which may never call a given machine."""
-    return plan(argv)[1]
 
 
 def _receivers(targets: dict[str, Any], names: set[str]) -> list[list[str]]:
