@@ -5,13 +5,14 @@ mtime, inode): a reinstall, an upgrade or an edit of an editable checkout change
 `login_stamp` covers the files a new login on this machine reads to set its environment (PATH
 above all): a serve session that runs dispatches keeps the environment it started with, so it
 hands a run to a new login once they changed (docs/courier.md, "Environment").
-Light on purpose (os and contextlib): the remote serve mode and the courier check them between calls.
+Light on purpose (os, time and contextlib): the remote serve mode and the courier check them between calls.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import time
 
 _MASK = (1 << 64) - 1  # an order-independent sum: directory order does not matter
 
@@ -76,6 +77,11 @@ _LOGIN_PATH_DIRS = ("~/.local/bin", "~/bin")
 
 def login_stamp() -> int:
     """A number that changes when a file a new login reads is created, edited, replaced or removed."""
+    return _login_state()[0]
+
+
+def _login_state() -> tuple[int, int]:
+    """The login stamp, and the newest mtime (ns) among the files and directories it covers (0: none there)."""
     paths = [os.path.expanduser(path) for path in _LOGIN_FILES]
     paths += [value for value in (os.environ.get("BASH_ENV"), os.environ.get("ENV")) if value]
     for directory in _LOGIN_DIRS:
@@ -84,23 +90,56 @@ def login_stamp() -> int:
         with contextlib.suppress(OSError):
             paths += [entry.path for entry in os.scandir(directory)]
     total = 0
+    newest = 0
     for path in paths:
         try:
             info = os.stat(path)
             total = (total + hash((path, info.st_size, info.st_mtime_ns, info.st_ino))) & _MASK
+            newest = max(newest, info.st_mtime_ns)
         except OSError:
             total = (total + hash((path, "missing"))) & _MASK
     for directory in _LOGIN_PATH_DIRS:
-        total = (total + hash((directory, os.path.isdir(os.path.expanduser(directory))))) & _MASK
-    return total
+        directory = os.path.expanduser(directory)
+        with contextlib.suppress(OSError):
+            newest = max(newest, os.stat(directory).st_mtime_ns)
+        total = (total + hash((directory, os.path.isdir(directory)))) & _MASK
+    return total, newest
 
+
+# A file's mtime comes from a coarse clock (up to a jiffy behind), and a process's start time from /proc
+# is in clock ticks (10 ms): a file written just after the start may look a little older than the start.
+_START_SLACK_NS = 30_000_000
+_UNSURE = -1  # never a stamp (stamps are masked to be >= 0): `login_changed` is true from the first check
 
 _watched_login: list[int] = []  # the stamp this process started from, once `watch_login` was called
 
 
+def process_start_ns() -> int | None:
+    """When this process was forked, on the wall clock (ns), from /proc; None where that cannot be read."""
+    try:
+        with open("/proc/self/stat", "rb") as handle:
+            fields = handle.read().rsplit(b")", 1)[1].split()  # the command name, in parentheses, may hold spaces
+        ticks = int(fields[19])  # field 22, `starttime`: clock ticks after boot (fields[0] is field 3)
+        clock_hz = os.sysconf("SC_CLK_TCK")
+        age_ns = time.clock_gettime_ns(time.CLOCK_BOOTTIME) - ticks * 1_000_000_000 // clock_hz
+    except (OSError, ValueError, IndexError, AttributeError):
+        return None
+    return time.time_ns() - age_ns
+
+
 def watch_login() -> None:
-    """Remember the login files as they are now: this process's environment is what they set."""
-    _watched_login[:] = [login_stamp()]
+    """Remember the login files as they are now: this process's environment is what they set.
+
+    The shell that started this process read them before it ran wb, and wb takes the stamp only after its
+    imports: a file changed in between would be in the stamp but not in the environment. So a file newer
+    than this process's start (the shell's, which execs wb; the slack covers the clocks' grain) leaves the
+    environment unsure, and `login_changed` says so at once: a run goes to a new login, and the serve
+    session ends at its next check, for one started after the change.
+    """
+    stamp, newest = _login_state()
+    started = process_start_ns()
+    unsure = started is not None and newest >= started - _START_SLACK_NS
+    _watched_login[:] = [_UNSURE if unsure else stamp]
 
 
 def login_changed() -> bool:

@@ -5,8 +5,9 @@ while the files a new login reads are unchanged, and is handed to a one-call ses
 starts with the environment the machine gives a new login now, once they changed (or when the
 session's PATH lacks the harness); `version`, and every dispatch with
 `courier.dispatch_over_serve: false`, always take a one-call session (docs/courier.md,
-"Environment"). The machine here changes its PATH the way a shell profile does (BASH_ENV, read
-by every new `bash -c`), after the serve session started.
+"Environment"). The machine here changes its PATH the way a user does, in ~/.bashrc (the test's own HOME),
+after the serve session started: Debian's and Ubuntu's bash read it for every command sshd runs, and
+BASH_ENV names it for a bash built otherwise.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ pytestmark = [
 @dataclass
 class Box:
     server: SshdServer
-    profile: Path  # what every new `bash -c` there reads (BASH_ENV)
+    profile: Path  # what every new login there reads: ~/.bashrc, also named by BASH_ENV
     wb: Callable[..., subprocess.CompletedProcess[str]]
 
     def mode(self) -> object:
@@ -68,12 +69,14 @@ def _lines(marker: Path) -> list[str]:
 
 def _box(sshd: SshdFactory, tmp_path: Path, host: str, courier: dict[str, object]) -> Iterator[Box]:
     root = sshd.base / f"sshd-{host}-{len(sshd.servers)}"  # where SshdFactory.start puts this machine
-    profile = sshd.base / f"profile-{host}.sh"
+    home = sshd.base / f"home-{host}"  # the login's HOME: never the real user's files
+    home.mkdir()
+    profile = home / ".bashrc"
     profile.write_text("")
     python_bin = Path(sys.executable).parent
-    # sshd keeps the first SetEnv line: this one is the template's plus BASH_ENV.
+    # sshd keeps the first SetEnv line: this one is the template's plus HOME and BASH_ENV.
     set_env = (
-        f"SetEnv BASH_ENV={profile} WB_HOME={root / 'wbhome'} WB_PROJECTS_ROOT={root / 'projects'} "
+        f"SetEnv HOME={home} BASH_ENV={profile} WB_HOME={root / 'wbhome'} WB_PROJECTS_ROOT={root / 'projects'} "
         f"WB_CONFIG={root / 'remote-wb.yaml'} PATH={root / 'bin'}:{python_bin}:/usr/bin:/bin PYENV_REHASH_TIMEOUT=0\n"
     )
     server = sshd.start(host, sshd_options=set_env)

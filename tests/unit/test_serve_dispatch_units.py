@@ -4,9 +4,14 @@ watches, and its refusal of a run whose environment a new login would set otherw
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from conftest import REPO_ROOT
 
 from courier import stamp
 from courier.capabilities import DISPATCH_IN_SERVE, LOGIN_WATCH, SERVE
@@ -106,3 +111,36 @@ def test_a_serve_session_refuses_a_harness_its_path_lacks_and_a_new_login_is_not
     assert refused.value.failure_kind == "new_login"
     require_session_environment("codex", fresh_login=True)  # a new login's environment is the one to trust
     require_session_environment("command", fresh_login=False)  # it names its own program
+
+
+_WATCH_AFTER_A_LINE = (
+    "import sys\n"
+    "sys.stdin.readline()\n"  # the test writes (or not) a login file while this process is starting
+    "from courier import stamp\n"
+    "stamp.watch_login()\n"
+    "print(stamp.login_changed())\n"
+)
+
+
+def _watch_in_a_new_process(login_home: Path, change: Callable[[], None]) -> str:
+    """What `login_changed` says at once in a process whose login files changed (or not) after it started."""
+    child = subprocess.Popen(
+        [sys.executable, "-c", _WATCH_AFTER_A_LINE],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "HOME": str(login_home), "PYTHONPATH": str(REPO_ROOT)},
+    )
+    change()
+    answer, _ = child.communicate("go\n", timeout=60)
+    return answer.strip()
+
+
+def test_a_login_file_changed_while_a_session_was_starting_leaves_its_environment_unsure(login_home: Path) -> None:
+    """The shell read the files before wb took its stamp: a file newer than the process's start may not be in
+    its environment, so a run goes to a new login (courier/stamp.py `watch_login`)."""
+    profile = login_home / ".profile"
+    profile.write_text("PATH=/opt/old/bin:$PATH\n")
+    os.utime(profile, (time.time() - 60, time.time() - 60))  # long before the session: its environment has it
+    assert _watch_in_a_new_process(login_home, lambda: None) == "False"
+    assert _watch_in_a_new_process(login_home, lambda: profile.write_text("PATH=/opt/new/bin:$PATH\n")) == "True"
