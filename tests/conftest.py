@@ -428,19 +428,35 @@ def command_process(pid: int) -> int | None:
 
 
 def _kill_leftovers(tmp_path: Path) -> None:
-    """End any owner or worker a test left running under its own directory."""
+    """End any owner or worker a test left running under its own directory, and what they started.
+
+    Scanned again until a pass finds nothing: a child forked just before its parent was killed
+    may exec its program (bubblewrap, with the worktree on its command line) after the first scan.
+    """
     import psutil
 
     marker = str(tmp_path)
-    for proc in psutil.process_iter(["pid", "cmdline", "cwd"]):
-        try:
-            cmdline = " ".join(proc.info["cmdline"] or [])
-            cwd = proc.info["cwd"] or ""
-        except (psutil.Error, OSError):
-            continue
-        if proc.pid != os.getpid() and (marker in cmdline or cwd.startswith(marker)):
+    for _ in range(_LEFTOVER_PASSES):
+        found = []
+        for proc in psutil.process_iter(["pid", "cmdline", "cwd"]):
+            try:
+                cmdline = " ".join(proc.info["cmdline"] or [])
+                cwd = proc.info["cwd"] or ""
+            except (psutil.Error, OSError):
+                continue
+            if proc.pid != os.getpid() and (marker in cmdline or cwd.startswith(marker)):
+                with contextlib.suppress(psutil.Error):
+                    found += proc.children(recursive=True)
+                found.append(proc)
+        if not found:
+            return
+        for proc in found:
             with contextlib.suppress(psutil.Error):
                 proc.kill()
+        psutil.wait_procs(found, timeout=5)
+
+
+_LEFTOVER_PASSES = 10
 
 
 def wait_for(predicate: object, timeout: float = 30.0, interval: float = 0.05) -> bool:
