@@ -1,17 +1,20 @@
 """What a run changed in its worktree (docs/runs.md#summaries), from git, never raising.
 
-- files: `git status --porcelain -z` entries (git's default untracked mode: a new directory
-  whose files are all untracked is one entry `dir/`); at most 50 listed, `files_truncated`
-  when there are more.
-- new_files: the untracked, non-ignored files (`git ls-files --others --exclude-standard`).
+- files: `git status --porcelain -z --untracked-files=normal` entries (git's default untracked
+  mode, whatever the repository's `status.showUntrackedFiles`: a new directory whose files are
+  all untracked is one entry `dir/`); at most 50 listed, `files_truncated` when there are more.
+- new_files: the untracked, non-ignored files (`git ls-files --others --exclude-standard`), read
+  from status's own `??` entries when none of them is a directory.
 - insertions/deletions: `git diff --shortstat <base>`, i.e. the working tree against the
   base commit, new files included: they are marked intent-to-add in a temporary copy of the
   worktree's index (GIT_INDEX_FILE), so their lines count as added (a binary file adds none)
   while the worktree and its own index are never touched.
-- commits: `git rev-list --count <base>..HEAD`.
+- commits: `git rev-list --count <base>..HEAD`; none when HEAD is still the base commit.
 
 A worktree with no status entries whose HEAD is still the base commit changed nothing: its
-counts are all zero without asking git for them.
+counts are all zero without asking git for them. Where the index and the object database are,
+and HEAD, come from git's files when they have the common layout (courier/runs/git_head.py):
+a run that only added files ends with three git processes (status, add, diff), not six.
 
 Without a base SHA, the line counts are against HEAD and `commits` is omitted. A git
 failure omits the fields it would have filled; when even `git status` fails (not a git
@@ -27,7 +30,7 @@ import tempfile
 
 from courier.errors import GitFailed
 from courier.runs.git import SUMMARY_TIMEOUT_S, copy_index, run_git, stderr_line
-from courier.runs.git_head import head_commit
+from courier.runs.git_head import head_commit, index_and_objects
 from protocol import limits
 from protocol.models import ChangeSummary
 
@@ -57,11 +60,22 @@ def porcelain_paths(output: bytes) -> list[str]:
     return paths
 
 
-def _status(worktree_dir: str) -> list[str] | None:
-    done = run_git(["status", "--porcelain", "-z"], cwd=worktree_dir, timeout=SUMMARY_TIMEOUT_S)
+_STATUS = ["status", "--porcelain", "-z", "--untracked-files=normal"]
+
+
+def _untracked(output: bytes) -> list[bytes] | None:
+    """The untracked files of `git status --porcelain -z` output; None when one entry is a directory
+    (its files are not listed, so ask `git ls-files --others`)."""
+    found = [token[3:] for token in output.split(b"\0") if token.startswith(b"?? ")]
+    return None if any(path.endswith(b"/") for path in found) else found
+
+
+def _status(worktree_dir: str) -> tuple[list[str], list[bytes] | None] | None:
+    """Status's paths and, when status tells them all, the untracked files; None when git fails."""
+    done = run_git(_STATUS, cwd=worktree_dir, timeout=SUMMARY_TIMEOUT_S)
     if done.returncode != 0:
         return None
-    return porcelain_paths(done.stdout)
+    return porcelain_paths(done.stdout), _untracked(done.stdout)
 
 
 def count_dirty(worktree_dir: str) -> int:
@@ -69,7 +83,7 @@ def count_dirty(worktree_dir: str) -> int:
 
     Raises GitFailed, naming git's complaint, when git cannot answer.
     """
-    done = run_git(["status", "--porcelain", "-z"], cwd=worktree_dir, timeout=SUMMARY_TIMEOUT_S)
+    done = run_git(_STATUS, cwd=worktree_dir, timeout=SUMMARY_TIMEOUT_S)
     if done.returncode != 0:
         raise GitFailed(f"git status failed in {worktree_dir}: {stderr_line(done)}")
     return len(porcelain_paths(done.stdout))
@@ -88,12 +102,10 @@ def _shortstat(worktree_dir: str, base: str, new_files: list[bytes]) -> tuple[in
     The copy of the index and any object git writes for it (the empty blob of an
     intent-to-add entry) live in a scratch directory, so the repository is not written at all.
     """
-    args = ["rev-parse", "--git-path", "index", "--git-path", "objects"]
-    done = run_git(args, cwd=worktree_dir, timeout=SUMMARY_TIMEOUT_S)
-    paths = done.stdout.decode("utf-8", "surrogateescape").splitlines()
-    if done.returncode != 0 or len(paths) != 2:
+    located = _index_and_objects(worktree_dir)
+    if located is None:
         return None
-    index, objects = (os.path.join(worktree_dir, path) for path in paths)  # relative to the worktree, or absolute
+    index, objects = located
     try:
         scratch = tempfile.mkdtemp(prefix="wb-changes-")
     except OSError:  # no room for the scratch index: only the line counts degrade
@@ -128,6 +140,20 @@ def _shortstat(worktree_dir: str, base: str, new_files: list[bytes]) -> tuple[in
     return (int(insertions.group(1)) if insertions else 0, int(deletions.group(1)) if deletions else 0)
 
 
+def _index_and_objects(worktree_dir: str) -> tuple[str, str] | None:
+    """Where the worktree's index and its repository's objects are: from git's files, else from git."""
+    read = index_and_objects(worktree_dir)
+    if read is not None:
+        return read
+    args = ["rev-parse", "--git-path", "index", "--git-path", "objects"]
+    done = run_git(args, cwd=worktree_dir, timeout=SUMMARY_TIMEOUT_S)
+    paths = done.stdout.decode("utf-8", "surrogateescape").splitlines()
+    if done.returncode != 0 or len(paths) != 2:
+        return None
+    index, objects = (os.path.join(worktree_dir, path) for path in paths)  # relative to the worktree, or absolute
+    return index, objects
+
+
 def _quoted(path: str) -> str:
     """One entry of GIT_ALTERNATE_OBJECT_DIRECTORIES, C-quoted as git reads it (a path may hold ':')."""
     return '"' + path.replace("\\", "\\\\").replace('"', '\\"') + '"'
@@ -142,6 +168,8 @@ def _head(worktree_dir: str) -> str | None:
 
 
 def _commits(worktree_dir: str, base: str) -> int | None:
+    if head_commit(worktree_dir) == base:
+        return 0  # HEAD is still the base: nothing committed
     done = run_git(["rev-list", "--count", f"{base}..HEAD", "--"], cwd=worktree_dir, timeout=SUMMARY_TIMEOUT_S)
     text = done.stdout.strip()
     if done.returncode != 0 or not text.isdigit():
@@ -156,9 +184,10 @@ def summarize_changes(worktree_dir: str, base_sha: str | None, preexisting: int 
     is treated as no base. `preexisting` (files dirty at dispatch) is passed through.
     """
     try:
-        paths = _status(worktree_dir)
-        if paths is None:
+        status = _status(worktree_dir)
+        if status is None:
             return None
+        paths, untracked = status
         base = base_sha if base_sha is not None and _SHA.fullmatch(base_sha) else None
         new_files: list[bytes] | None
         stat: tuple[int, int] | None
@@ -167,7 +196,7 @@ def summarize_changes(worktree_dir: str, base_sha: str | None, preexisting: int 
             # zero, known from one git command (and HEAD's files) instead of five.
             new_files, stat, commits = [], (0, 0), (0 if base is not None else None)
         else:
-            new_files = _new_files(worktree_dir)
+            new_files = untracked if untracked is not None else _new_files(worktree_dir)
             stat = _shortstat(worktree_dir, base or "HEAD", new_files) if new_files is not None else None
             commits = _commits(worktree_dir, base) if base is not None else None
     except Exception:  # a summary degrades; it never fails the run

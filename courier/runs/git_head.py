@@ -1,4 +1,5 @@
-"""HEAD's commit read from git's own files, without starting git (docs/runs.md#dispatch).
+"""HEAD's commit, and where a worktree's index and objects are, read from git's own files, without
+starting git (docs/runs.md#dispatch).
 
 A run asks for HEAD twice, at dispatch (its base) and at its end (whether it committed), and
 every git process is a fork and exec on the dispatch path and in a burst of dispatches, where
@@ -43,6 +44,22 @@ def head_commit(path: str | os.PathLike[str]) -> str | None:
     if not head.startswith("ref: "):
         return None
     return _branch(common, head[len("ref: ") :])
+
+
+def index_and_objects(path: str | os.PathLike[str]) -> tuple[str, str] | None:
+    """`git rev-parse --git-path index --git-path objects` in the worktree at `path`; None: ask git.
+
+    The index is the worktree's own git dir's, the objects the common dir's (git never reads the
+    GIT_* variables that would move them: courier/runs/git.py `git_environment` drops them).
+    """
+    try:
+        git_dir = _git_dir(os.fspath(path))
+        if git_dir is None or not os.path.isdir(git_dir):
+            return None
+        common = _common_dir(git_dir)
+    except (OSError, UnicodeDecodeError):
+        return None
+    return os.path.join(git_dir, "index"), os.path.join(common, "objects")
 
 
 def _git_dir(path: str) -> str | None:

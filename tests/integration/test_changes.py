@@ -240,3 +240,46 @@ def test_a_clean_worktree_whose_head_moved_still_counts_its_commits_and_lines(re
     assert summarize_changes(str(path), base, None) == ChangeSummary(
         files_changed=0, insertions=0, deletions=0, new_files=0, commits=0
     )
+
+
+def test_a_run_that_added_or_edited_files_is_summarized_with_few_git_commands(
+    repo: tuple[Path, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where the index and objects are, HEAD, and the new files (when status lists each) are not asked of git."""
+    clone, base = repo
+    path = tmp_path / "linked"
+    git(clone, "worktree", "add", "-q", "-b", "wb/y", str(path), base)
+    path_with_logging_git, log = _logging_git(tmp_path)
+    monkeypatch.setenv("PATH", path_with_logging_git)
+    (path / "README.md").write_text("one\ntwo\n")
+    assert summarize_changes(str(path), base, None) == ChangeSummary(
+        files_changed=1, files=["README.md"], insertions=0, deletions=1, new_files=0, commits=0
+    )
+    assert log.read_text().split() == ["status", "diff"]
+    log.write_text("")
+    (path / "hello.txt").write_text("hello\n")
+    assert summarize_changes(str(path), base, None) == ChangeSummary(
+        files_changed=2, files=["README.md", "hello.txt"], insertions=1, deletions=1, new_files=1, commits=0
+    )
+    assert log.read_text().split() == ["status", "add", "diff"]
+    log.write_text("")
+    (path / "pkg").mkdir()
+    (path / "pkg" / "a.py").write_text("a = 1\n")  # a new directory is one status entry: git lists its files
+    summary = summarize_changes(str(path), base, None)
+    assert summary is not None and (summary.new_files, summary.insertions, summary.files_changed) == (2, 2, 3)
+    assert log.read_text().split() == ["status", "ls-files", "add", "diff"]
+
+
+def test_the_repositorys_untracked_files_setting_changes_nothing(repo: tuple[Path, str]) -> None:
+    """docs/runs.md#summaries: git's default untracked mode, whatever `status.showUntrackedFiles` says."""
+    path, base = repo
+    (path / "hello.txt").write_text("hello\n")
+    (path / "pkg").mkdir()
+    (path / "pkg" / "a.py").write_text("a = 1\n")
+    expected = ChangeSummary(
+        files_changed=2, files=["hello.txt", "pkg/"], insertions=2, deletions=0, new_files=2, commits=0
+    )
+    for mode in ("no", "all", "normal"):
+        git(path, "config", "status.showUntrackedFiles", mode)
+        assert summarize_changes(str(path), base, None) == expected, mode
+        assert count_dirty(str(path)) == 2, mode

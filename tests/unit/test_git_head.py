@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from courier.runs.git_head import head_commit
+from courier.runs.git_head import head_commit, index_and_objects
 from courier.runs.worktrees import _PLAIN_BRANCH, _plainly_a_branch_name
 
 IDENTITY = ["-c", "user.name=t", "-c", "user.email=t@example.com", "-c", "commit.gpgsign=false"]
@@ -110,8 +110,25 @@ def test_anything_else_is_left_to_git(repo: Path, make: Callable[[Path], object]
 
 def test_not_a_repository(tmp_path: Path) -> None:
     assert head_commit(tmp_path) is None
+    assert index_and_objects(tmp_path) is None
     (tmp_path / ".git").write_text("gitdir: nowhere\n")
     assert head_commit(tmp_path) is None
+    assert index_and_objects(tmp_path) is None
+
+
+def _git_paths(path: Path) -> tuple[str, str]:
+    index, objects = git(path, "rev-parse", "--git-path", "index", "--git-path", "objects").splitlines()
+    return str((path / index).resolve()), str((path / objects).resolve())
+
+
+def test_the_index_and_objects_are_where_git_says(repo: Path, tmp_path: Path) -> None:
+    worktree = tmp_path / "wt"
+    git(repo, "worktree", "add", "-q", "-b", "wb/x", str(worktree), "HEAD")
+    for path in (repo, worktree):
+        read = index_and_objects(path)
+        assert read is not None
+        assert tuple(str(Path(found).resolve()) for found in read) == _git_paths(path)
+    assert _git_paths(worktree)[0] != _git_paths(repo)[0]  # a linked worktree's own index, the clone's objects
 
 
 @settings(max_examples=25, deadline=None)
