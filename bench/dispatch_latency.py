@@ -78,6 +78,12 @@ NS_PER_MS = 1_000_000
 TRACE_ENV = "WB_STAGE_TRACE"  # courier/stage_trace.py ENV (not imported: the bench must not load wb itself)
 # The program's first instruction: one `date` (a builtin would need bash), as bench/confinement.py.
 PROGRAM = "#!/bin/sh\ndate +%s%N > started-at\n"
+# The same first instruction in a run that lives on, as an agent's does, until the bench lets it go: it
+# opens the gate (a FIFO the bench holds open, so the open does not wait), then reads it to its end,
+# which comes when the bench closes it. In a burst of runs that end at once, twenty run ends (each
+# with its git processes) share the two cores with the starts being measured.
+HELD_PROGRAM = "#!/bin/sh\nexec 3<{gate}\ndate +%s%N > started-at\nread _ <&3\nexit 0\n"
+HELD_PROFILE = "held"
 PROVIDER = "scripted"
 MODEL = "gpt-5.5"
 CREDENTIAL = "sk-bench-dispatch-latency-0123456789"
@@ -108,9 +114,9 @@ def profile_name(harness: str, sandbox: str) -> str:
     return sandbox if harness == "command" else f"model-{sandbox}"
 
 
-def agents_config(program: Path, base_url: str, credential_file: Path) -> dict[str, Any]:
+def agents_config(program: Path, held: Path, base_url: str, credential_file: Path) -> dict[str, Any]:
     """The providers and profiles every machine of the benchmark has (docs/config.md)."""
-    profiles: dict[str, Any] = {}
+    profiles: dict[str, Any] = {HELD_PROFILE: {"harness": "command", "command": [str(held)], "sandbox": "off"}}
     for sandbox, mode in SANDBOXES.items():
         profiles[profile_name("command", sandbox)] = {"harness": "command", "command": [str(program)], "sandbox": mode}
         profiles[profile_name("model", sandbox)] = {
@@ -742,28 +748,36 @@ class Burst:
     all_started_ms: float  # first dispatch's start to the last worker's first instruction
     returned_ms: float  # first dispatch's start to the last dispatch's exit
     branches: int
+    live_on: bool  # the runs live on until every one has started (HELD_PROGRAM), or end at once (PROGRAM)
 
 
-def burst(runner: Runner, where: Where) -> Burst:
+def burst(runner: Runner, where: Where, gate: Path | None = None) -> Burst:
+    """20 dispatches at once; with `gate`, of HELD_PROGRAM's runs, let go once the last one has started."""
     env = where.caller_env(True, False)
     names = [runner.name(f"{where.path[0]}b") for _ in range(CONCURRENT)]
     branches = wb_branches(where.clones())
-    gate = threading.Barrier(CONCURRENT)
+    together = threading.Barrier(CONCURRENT)
     wall_minus_mono = time.time_ns() - time.monotonic_ns()
+    profile = "plain" if gate is None else HELD_PROFILE
 
     def go(name: str) -> tuple[int, int, str]:
-        argv = [common.WB, "agent", "dispatch", *where.target(False), "--new-worktree", name, "--profile", "plain",
+        argv = [common.WB, "agent", "dispatch", *where.target(False), "--new-worktree", name, "--profile", profile,
                 "--repo", REPOSITORY, "--task", "bench"]  # fmt: skip
-        gate.wait()
+        together.wait()
         started = time.monotonic_ns()
         done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=FIRST_WAIT_S, check=False)
         if done.returncode != 0:
             raise RuntimeError(f"dispatch exited {done.returncode}: {done.stderr.strip()[-800:]}")
         return started, time.monotonic_ns(), done.stdout.split()[0]
 
-    with ThreadPoolExecutor(CONCURRENT) as pool:
-        dispatched = list(pool.map(go, names))
-    firsts = [runner.first(where, name, "command", 0, wall_minus_mono) for name in names]
+    held = None if gate is None else os.open(gate, os.O_RDWR)  # a FIFO opened read-write never waits
+    try:
+        with ThreadPoolExecutor(CONCURRENT) as pool:
+            dispatched = list(pool.map(go, names))
+        firsts = [runner.first(where, name, "command", 0, wall_minus_mono) for name in names]
+    finally:
+        if held is not None:
+            os.close(held)  # every held run reads the gate's end and ends
     for _, _, reference in dispatched:
         final = json.loads(wb(env, "agent", "await", reference, "--json", timeout=FIRST_WAIT_S))
         if final.get("state") != "completed":
@@ -776,6 +790,7 @@ def burst(runner: Runner, where: Where) -> Burst:
         (max(firsts) - begun) / NS_PER_MS,
         (max(ended for _, ended, _ in dispatched) - begun) / NS_PER_MS,
         branches,
+        gate is not None,
     )
 
 
@@ -792,6 +807,8 @@ class Bench:
     credential: Path
     trace: Path
     model: ModelProcess
+    held: Path  # HELD_PROGRAM
+    gate: Path  # the FIFO it reads
     program_floor_ms: list[float] = field(default_factory=list)
     model_floor_ms: list[float] = field(default_factory=list)
 
@@ -814,10 +831,16 @@ class Bench:
         credential.write_text(CREDENTIAL)
         credential.chmod(0o600)
         trace = shared / "stage-trace"
-        return cls(base, program, bin_dir, credential, trace, ModelProcess.start(shared / "model"))
+        gate = shared / "gate"
+        os.mkfifo(gate, 0o600)
+        held = shared / "held.sh"
+        held.write_text(HELD_PROGRAM.format(gate=gate))
+        held.chmod(0o755)
+        model = ModelProcess.start(shared / "model")
+        return cls(base, program, bin_dir, credential, trace, model, held, gate)
 
     def agents(self, model: ModelProcess | None = None) -> dict[str, Any]:
-        return agents_config(self.program, (model or self.model).base_url, self.credential)
+        return agents_config(self.program, self.held, (model or self.model).base_url, self.credential)
 
     def measure_floors(self, runs: int) -> None:
         scratch = self.base / "floor"
@@ -1033,17 +1056,21 @@ def breakdown_text(result: RowResult) -> str:
     return text
 
 
+def burst_shape(round_: Burst) -> str:
+    return "live on" if round_.live_on else "end at once"
+
+
 def burst_table(bursts: list[Burst]) -> str:
     rows = []
-    for path in dict.fromkeys(b.path for b in bursts):
-        mine = [b for b in bursts if b.path == path]
+    for path, shape in dict.fromkeys((b.path, burst_shape(b)) for b in bursts):
+        mine = [b for b in bursts if b.path == path and burst_shape(b) == shape]
         spread = statistics.median(b.spread_ms for b in mine)
         started = statistics.median(b.all_started_ms for b in mine)
-        rows.append([path, f"{spread:.0f}", f"{started:.0f}",
+        rows.append([path, shape, f"{spread:.0f}", f"{started:.0f}",
                      f"{statistics.median(b.returned_ms for b in mine):.0f}",
                      ", ".join(f"{b.all_started_ms:.0f}" for b in mine), f"≤ {CONCURRENT_TARGET_MS:.0f} ms",
                      "yes" if started <= CONCURRENT_TARGET_MS else "**no**"])  # fmt: skip
-    header = ["machine", "spread of first instructions ms", "first dispatch → last first instruction ms",
+    header = ["machine", "runs", "spread of first instructions ms", "first dispatch → last first instruction ms",
               "first dispatch → last dispatch returned ms", "each round", "target", "met"]  # fmt: skip
     return markdown(header, rows)
 
@@ -1132,10 +1159,11 @@ def measure(base: Path, runs: int, rounds: int, paths: tuple[str, ...], progress
                 # machine's serve session go (courier.md, "Settings"); 20 dispatches must not open it.
                 warm_up(runner, wheres[path], "plain", "command", outcome.notes)
                 for _ in range(rounds):
-                    round_ = burst(runner, wheres[path])
-                    outcome.bursts.append(round_)
-                    progress(f"20 at once, {path}: spread {round_.spread_ms:.0f} ms, all started "
-                             f"{round_.all_started_ms:.0f} ms after the first dispatch")  # fmt: skip
+                    for gate in (None, bench.gate):  # alternated: the machine's speed moves between rounds
+                        round_ = burst(runner, wheres[path], gate)
+                        outcome.bursts.append(round_)
+                        progress(f"20 at once, {path}, runs {burst_shape(round_)}: spread {round_.spread_ms:.0f}"
+                                 f" ms, all started {round_.all_started_ms:.0f} ms after the first")  # fmt: skip
             stop_courier(wheres["local"].caller_env(True, False))  # and its serve processes, before the Ray rows
         if "ray" in paths:
             reason = ray_unavailable()
@@ -1169,11 +1197,12 @@ def run(report: common.Report, base: Path, runs: int = RUNS, paths: tuple[str, .
                 f"medians of {f['runs']}; wb/ branches {f['wb_branches']}; load {f['load']}",
             )
         )
-    for path in dict.fromkeys(b.path for b in outcome.bursts):
-        started = statistics.median(b.all_started_ms for b in outcome.bursts if b.path == path)
+    for path, shape in dict.fromkeys((b.path, burst_shape(b)) for b in outcome.bursts):
+        mine = [b for b in outcome.bursts if b.path == path and burst_shape(b) == shape]
+        started = statistics.median(b.all_started_ms for b in mine)
         report.add(
             common.Row(
-                f"35b. {CONCURRENT} concurrent warm dispatches, {path}",
+                f"35b. {CONCURRENT} concurrent warm dispatches, {path}, runs {shape}",
                 f"all started {started:.0f} ms after the first",
                 "-",
                 f"{started:.0f} ms",
