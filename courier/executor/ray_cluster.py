@@ -20,12 +20,11 @@ from pathlib import Path
 from typing import Any
 
 import ray
-from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from courier.channels.channel import DEFAULT_BOUNDS, Bounds, Channel, Outcome
 from courier.errors import Finding
 from courier.executor.ray_keeper import ensure_keeper
-from courier.executor.ray_node import NAMESPACE, NodeService
+from courier.executor.ray_node import NAMESPACE, service_handle, service_name
 from protocol.models import NodeFacts
 
 NODE_LABEL = "wb-node"  # a node's name for wb: `ray start --labels wb-node=NAME` (docs/ray.md#set-up)
@@ -122,23 +121,13 @@ def service_on(node_id: str) -> Any:
     with _services_lock:
         handle = _services.get(node_id)
         if handle is None:
-            handle = _services[node_id] = NodeService.options(  # type: ignore[attr-defined]
-                name=service_name(node_id),
-                namespace=NAMESPACE,
-                lifetime="detached",
-                get_if_exists=True,
-                scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False),
-            ).remote()
+            handle = _services[node_id] = service_handle(node_id)
         return handle
 
 
 def head_service() -> Any:
     """The service of the node this process runs on (the head's): it submits and owns the holder tasks."""
     return service_on(_here())
-
-
-def service_name(node_id: str) -> str:
-    return f"node-{node_id}"
 
 
 def _here() -> str:

@@ -491,5 +491,3 @@ def _started(result: Result) -> float:
         return parse_rfc3339(result.started_at).timestamp()
     except ValueError:
         return 0.0
-
-

@@ -84,6 +84,11 @@ def holds_clone(repository: str) -> bool:
     return (clone_path(settings.projects_root, check_repository(repository)) / ".git").exists()
 
 
+def service_name(node_id: str) -> str:
+    """The name of a node's NodeService (a detached actor in NAMESPACE)."""
+    return f"node-{node_id}"
+
+
 def refusal_path(agent_id: str) -> str:
     """Where a run that its node refused to admit leaves the reason (the head reads it via NodeService)."""
     directory = configured_home() / "ray-refused"
@@ -101,6 +106,7 @@ class NodeService:
         self._cancelled: set[str] = set()
         self._placed: set[str] = set()  # every run ever submitted here (IDs are unique: a few bytes each)
         self._lock = threading.Lock()
+        self._peers: dict[str, Any] = {}  # the other nodes' services, looked up once (clone_holders)
 
     def warm(self, nodes: list[tuple[str, int]]) -> None:
         """Have each node start one pooled worker per cpu for the holders this service submits
@@ -127,6 +133,44 @@ class NodeService:
     def has_clone(self, repository: str) -> bool:
         """Whether this node has the canonical clone of `repository` now (docs/ray.md#repositories)."""
         return holds_clone(repository)
+
+    def clone_holders(
+        self, repository: str, node_ids: list[str], bound_s: float
+    ) -> tuple[list[str], list[tuple[str, str]]]:
+        """Which of `node_ids` have the canonical clone of `repository` now, each node asked in parallel, and
+        for the nodes that did not answer within `bound_s`, why (node ID, error).
+
+        The head's receiver asks its own node's service, which lives as long as the node and keeps its
+        handles on the others: a new receiver makes one connection to a service instead of one per node.
+        """
+        here = ray.get_runtime_context().get_node_id()
+        deadline = time.monotonic() + bound_s
+        calls: list[tuple[str, Any]] = []
+        silent: list[tuple[str, str]] = []
+        holders = [here] if here in node_ids and holds_clone(repository) else []
+        for node_id in (node_id for node_id in node_ids if node_id != here):
+            try:
+                calls.append((node_id, self._peer(node_id).has_clone.remote(repository)))
+            except (ValueError, ray.exceptions.RayError, AttributeError) as exc:  # no service there (yet)
+                silent.append((node_id, type(exc).__name__))
+        for node_id, call in calls:
+            try:
+                if ray.get(call, timeout=max(1.0, deadline - time.monotonic())):
+                    holders.append(node_id)
+            except ray.exceptions.RayError as exc:
+                with self._lock:
+                    self._peers.pop(node_id, None)  # a service gone with its worker is looked up afresh next time
+                silent.append((node_id, type(exc).__name__))
+        return holders, silent
+
+    def _peer(self, node_id: str) -> Any:
+        with self._lock:
+            handle = self._peers.get(node_id)
+        if handle is None:
+            handle = service_handle(node_id)
+            with self._lock:
+                self._peers[node_id] = handle
+        return handle
 
     def place(self, agent_id: str, request: RemoteRequest, options: dict[str, Any]) -> str:
         """Submit the run's holder task from here; "" when submitted, else why Ray refused it.
@@ -195,6 +239,17 @@ def _claimed(owner: Any, agent_id: str) -> bool:
     asker.start()
     asker.join()
     return bool(answer and answer[0])
+
+
+def service_handle(node_id: str) -> Any:
+    """The NodeService of `node_id`: made on first use (detached, pinned to that node), else the one there."""
+    return NodeService.options(  # type: ignore[attr-defined]
+        name=service_name(node_id),
+        namespace=NAMESPACE,
+        lifetime="detached",
+        get_if_exists=True,
+        scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False),
+    ).remote()
 
 
 @ray.remote(max_retries=0)

@@ -11,7 +11,7 @@ import ray
 from courier.config import Config, Resources
 from courier.errors import NotStartable
 from courier.executor.placements import wants_text
-from courier.executor.ray_cluster import NODE_CALL_S, NODE_ID_LABEL, Node, forget_service, service
+from courier.executor.ray_cluster import NODE_CALL_S, NODE_ID_LABEL, Node, forget_service, head_service, service
 
 
 def ray_options(resources: Resources, holders: list[Node] | None = None) -> dict[str, Any]:
@@ -34,9 +34,27 @@ def ray_options(resources: Resources, holders: list[Node] | None = None) -> dict
     return options
 
 
+_RELAY_MARGIN_S = 5.0  # the head's service bounds its own calls to the nodes by NODE_CALL_S; this is its reply's
+
+
 def clone_holders(nodes: list[Node], repository: str) -> tuple[list[Node], list[str]]:
-    """The nodes that have the canonical clone of `repository` now, each node's service asked in
-    parallel (docs/ray.md#repositories); and, for the nodes that did not answer, why."""
+    """The nodes that have the canonical clone of `repository` now (docs/ray.md#repositories); and, for the
+    nodes that did not answer, why. The head's own service asks the others (it keeps its handles on them: one
+    new connection for this receiver, which it makes anyway to place the run); a service of an older wb, or one
+    that fails, leaves it to this receiver to ask each node's service in parallel."""
+    by_id = {node.node_id: node for node in nodes}
+    try:
+        found, silent_ids = ray.get(
+            head_service().clone_holders.remote(repository, list(by_id), NODE_CALL_S),
+            timeout=NODE_CALL_S + _RELAY_MARGIN_S,
+        )
+    except (ray.exceptions.RayError, AttributeError):  # AttributeError: a service of an older wb
+        return _asked_one_by_one(nodes, repository)
+    silent = [f"{by_id[node_id].name if node_id in by_id else node_id}: {error}" for node_id, error in silent_ids]
+    return [by_id[node_id] for node_id in found if node_id in by_id], silent
+
+
+def _asked_one_by_one(nodes: list[Node], repository: str) -> tuple[list[Node], list[str]]:
     deadline = time.monotonic() + NODE_CALL_S
     calls: list[tuple[Node, Any]] = []
     silent: list[str] = []

@@ -428,3 +428,33 @@ def test_a_stop_and_a_start_of_a_queued_run_cannot_both_win(ray_cluster: RayClus
     outcome = json.loads(done.stdout.strip().splitlines()[-1])
     assert outcome["stopped_first"] == [True, False]  # stopped before it started: its holder never admits it
     assert outcome["started_first"] == [True, False]  # started: the stop goes to the running run instead
+
+
+_CLONE_HOLDERS = """
+import json, sys
+import ray
+from courier.executor.ray_cluster import live_nodes
+from courier.executor.ray_node import service_handle
+ray.init(address=sys.argv[1], logging_level="ERROR")
+nodes = {node.name: node.node_id for node in live_nodes()}
+names = {node_id: name for name, node_id in nodes.items()}
+asking = service_handle(nodes["w1"])
+answers = {}
+for repository in ("acme/other", "acme/widget", "acme/nowhere"):
+    found, silent = ray.get(asking.clone_holders.remote(repository, list(nodes.values()), 60.0), timeout=120)
+    answers[repository] = [sorted(names[node_id] for node_id in found), silent]
+print(json.dumps(answers))
+"""
+
+
+def test_one_nodes_service_asks_every_node_for_a_clone(ray_cluster: RayCluster) -> None:
+    """The head's receiver asks its own node's service, which asks the others (docs/ray.md#repositories): any
+    node's service answers for every node, itself included, as each node's own check would."""
+    argv = [*ray_cluster.head_argv(), sys.executable, "-c", _CLONE_HOLDERS, f"127.0.0.1:{HEAD_PORT}"]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=WAIT_S, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout.splitlines()[-1]) == {
+        "acme/other": [["w2"], []],
+        "acme/widget": [["head", "w1", "w2"], []],
+        "acme/nowhere": [[], []],
+    }
