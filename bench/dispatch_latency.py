@@ -22,7 +22,9 @@ worktree and its `wb/` branch, so every dispatch meets the same clone (the count
 branches at each dispatch is printed: confinement's cost grows with it, docs/benchmarks.md#confinement)
 and the same store. Also: 20 concurrent warm dispatches to one machine (local, ssh, exec),
 `sandbox: "off"`, after a warm-up dispatch on that machine: the spread of the workers' first
-instructions, and the time from the first dispatch's start to the last worker's first instruction.
+instructions, and the time from the first dispatch's start to the last worker's first instruction;
+each round twice, with runs that end at their first instruction and with runs that live on (as an
+agent's does) until the last one has started (HELD_PROGRAM).
 
 Floors beside each figure: the program (or the stand-in) run directly, `python -c pass`,
 `ssh m1 true` (OpenSSH, same sshd, no multiplexing) and the exec argv running `true`. And for the
