@@ -80,8 +80,8 @@ def login_stamp() -> int:
     return _login_state()[0]
 
 
-def _login_state() -> tuple[int, int]:
-    """The login stamp, and the newest mtime (ns) among the files and directories it covers (0: none there)."""
+def _login_state() -> tuple[int, list[int]]:
+    """The login stamp, and the mtimes (ns) of the files and directories it covers that are there."""
     paths = [os.path.expanduser(path) for path in _LOGIN_FILES]
     paths += [value for value in (os.environ.get("BASH_ENV"), os.environ.get("ENV")) if value]
     for directory in _LOGIN_DIRS:
@@ -90,20 +90,20 @@ def _login_state() -> tuple[int, int]:
         with contextlib.suppress(OSError):
             paths += [entry.path for entry in os.scandir(directory)]
     total = 0
-    newest = 0
+    mtimes: list[int] = []
     for path in paths:
         try:
             info = os.stat(path)
             total = (total + hash((path, info.st_size, info.st_mtime_ns, info.st_ino))) & _MASK
-            newest = max(newest, info.st_mtime_ns)
+            mtimes.append(info.st_mtime_ns)
         except OSError:
             total = (total + hash((path, "missing"))) & _MASK
     for directory in _LOGIN_PATH_DIRS:
         directory = os.path.expanduser(directory)
         with contextlib.suppress(OSError):
-            newest = max(newest, os.stat(directory).st_mtime_ns)
+            mtimes.append(os.stat(directory).st_mtime_ns)
         total = (total + hash((directory, os.path.isdir(directory)))) & _MASK
-    return total, newest
+    return total, mtimes
 
 
 # A file's mtime comes from a coarse clock (up to a jiffy behind), and a process's start time from /proc
@@ -134,11 +134,14 @@ def watch_login() -> None:
     imports: a file changed in between would be in the stamp but not in the environment. So a file newer
     than this process's start (the shell's, which execs wb; the slack covers the clocks' grain) leaves the
     environment unsure, and `login_changed` says so at once: a run goes to a new login, and the serve
-    session ends at its next check, for one started after the change.
+    session ends at its next check, for one started after the change. A file dated after now (a clock
+    set back, a copy that kept another machine's times) was not written in between: it would leave
+    every session unsure, so it does not count.
     """
-    stamp, newest = _login_state()
+    stamp, mtimes = _login_state()
     started = process_start_ns()
-    unsure = started is not None and newest >= started - _START_SLACK_NS
+    now = time.time_ns() + _START_SLACK_NS
+    unsure = started is not None and any(started - _START_SLACK_NS <= mtime <= now for mtime in mtimes)
     _watched_login[:] = [_UNSURE if unsure else stamp]
 
 

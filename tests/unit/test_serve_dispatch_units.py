@@ -144,3 +144,7 @@ def test_a_login_file_changed_while_a_session_was_starting_leaves_its_environmen
     os.utime(profile, (time.time() - 60, time.time() - 60))  # long before the session: its environment has it
     assert _watch_in_a_new_process(login_home, lambda: None) == "False"
     assert _watch_in_a_new_process(login_home, lambda: profile.write_text("PATH=/opt/new/bin:$PATH\n")) == "True"
+    # A file dated in the future (a clock set back, a copy keeping another machine's times) was not written
+    # while the session started: counting it would send every dispatch to a new login, for good.
+    os.utime(profile, (time.time() + 3600, time.time() + 3600))
+    assert _watch_in_a_new_process(login_home, lambda: None) == "False"
