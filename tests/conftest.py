@@ -453,7 +453,10 @@ def _kill_leftovers(tmp_path: Path) -> None:
         for proc in found:
             with contextlib.suppress(psutil.Error):
                 proc.kill()
-        psutil.wait_procs(found, timeout=5)
+        # Not psutil.wait_procs: a killed process whose parent is PID 1 stays a zombie until that init reaps it
+        # (some never do), and psutil waits the whole timeout for it.
+        killed = [proc.pid for proc in found]
+        wait_for(lambda: not any(pid_alive(pid) for pid in killed), 5, 0.01)  # noqa: B023 (called here, at once)
 
 
 _LEFTOVER_PASSES = 10
