@@ -39,25 +39,30 @@ _INSERTIONS = re.compile(rb"(\d+) insertions?\(\+\)")
 _DELETIONS = re.compile(rb"(\d+) deletions?\(-\)")
 
 
-def porcelain_paths(output: bytes) -> list[str]:
-    """The paths of `git status --porcelain -z` output, one per entry, in git's order.
+def _entries(output: bytes) -> list[tuple[bytes, bytes]]:
+    """The (status, path) entries of `git status --porcelain -z` output, in git's order.
 
     A rename or copy entry (`R`/`C`) is followed by its source path, which is skipped: the
-    entry is named by its new path. Paths are decoded as UTF-8 with replacement.
+    entry is named by its new path, and a source is never read as an entry of its own.
     """
     tokens = output.split(b"\0")
-    paths: list[str] = []
+    entries: list[tuple[bytes, bytes]] = []
     index = 0
     while index < len(tokens):
         token = tokens[index]
         index += 1
         if len(token) < 4:  # "XY path" at least; the empty token after the last NUL ends it
             continue
-        status, path = token[:2], token[3:]
-        paths.append(path.decode("utf-8", "replace"))
+        status = token[:2]
+        entries.append((status, token[3:]))
         if b"R" in status or b"C" in status:
             index += 1
-    return paths
+    return entries
+
+
+def porcelain_paths(output: bytes) -> list[str]:
+    """The paths of `git status --porcelain -z` output, one per entry, decoded as UTF-8 with replacement."""
+    return [path.decode("utf-8", "replace") for _, path in _entries(output)]
 
 
 _STATUS = ["status", "--porcelain", "-z", "--untracked-files=normal"]
@@ -66,7 +71,7 @@ _STATUS = ["status", "--porcelain", "-z", "--untracked-files=normal"]
 def _untracked(output: bytes) -> list[bytes] | None:
     """The untracked files of `git status --porcelain -z` output; None when one entry is a directory
     (its files are not listed, so ask `git ls-files --others`)."""
-    found = [token[3:] for token in output.split(b"\0") if token.startswith(b"?? ")]
+    found = [path for status, path in _entries(output) if status == b"??"]
     return None if any(path.endswith(b"/") for path in found) else found
 
 

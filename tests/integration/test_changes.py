@@ -283,3 +283,18 @@ def test_the_repositorys_untracked_files_setting_changes_nothing(repo: tuple[Pat
         git(path, "config", "status.showUntrackedFiles", mode)
         assert summarize_changes(str(path), base, None) == expected, mode
         assert count_dirty(str(path)) == 2, mode
+
+
+def test_a_renamed_files_old_name_is_never_read_as_a_new_file(repo: tuple[Path, str]) -> None:
+    """A staged rename is two status tokens; the source, here one that looks like an untracked entry, is skipped."""
+    path, base = repo
+    (path / "?? old.txt").write_text("kept\n")
+    git(path, "add", ".")
+    git(path, "commit", "-q", "-m", "odd name")
+    base = git(path, "rev-parse", "HEAD").strip()
+    git(path, "mv", "?? old.txt", "renamed.txt")
+    summary = summarize_changes(str(path), base, None)
+    assert summary is not None
+    assert (summary.files_changed, summary.new_files) == (1, 0)
+    assert summary.files == ["renamed.txt"]
+    assert (summary.insertions, summary.deletions) == (0, 0)  # git diff reads it as a rename
