@@ -15,7 +15,6 @@ command line (`courier.cli.run`) and hands it down to `courier.warm.daemon`, so 
 
 from __future__ import annotations
 
-import contextlib
 import fcntl
 import gc
 import os
@@ -36,29 +35,17 @@ def load_program() -> Callable[[list[str]], int]:
     import courier.runs.owner  # a run's owner is a copy of the command that dispatched it (docs/runs.md#the-owner)
     import courier.runs.service
     import courier.runs.worktrees
+    from courier import deferred_models
     from courier.runs.harness import REGISTRY, harness_for
 
     for harness in REGISTRY:
         harness_for(harness)  # each harness's module, as its owner loads it
     courier.cli.prepare()  # every click command and option coercion, built once here
-    _build_deferred_models()
+    deferred_models.build_all()  # so no child rebuilds one
     # Objects that exist now live as long as the courier: out of the collector's reach, a
     # child's collections neither walk them nor copy the pages they sit on (copy-on-write).
     gc.freeze()
     return courier.cli.run
-
-
-def _build_deferred_models() -> None:
-    """Build the schemas a cold process defers to first use (protocol.models), so no child rebuilds them."""
-    from pydantic import BaseModel
-
-    pending = list(BaseModel.__subclasses__())
-    while pending:
-        model = pending.pop()
-        pending.extend(model.__subclasses__())
-        if not model.__pydantic_complete__ or type(model.__pydantic_validator__).__name__ == "MockValSer":
-            with contextlib.suppress(Exception):  # one that cannot build now builds on first use, as cold
-                model.model_rebuild(force=True)
 
 
 def main() -> None:

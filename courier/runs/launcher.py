@@ -81,7 +81,7 @@ def _read_to_end(fd: int) -> bytes:
 def serve_launches(argv: list[str]) -> int:
     """`wb --wb-internal-owner-launcher`: start an owner for each run directory on stdin, until it closes."""
     del argv
-    from courier import no_plugins
+    from courier import deferred_models, no_plugins
 
     no_plugins.install()
     import courier.runs.owner  # noqa: F401 - what every owner copied from here has loaded already
@@ -90,6 +90,7 @@ def serve_launches(argv: list[str]) -> int:
 
     for name in REGISTRY:
         harness_for(name)
+    deferred_models.build_all()  # the models an owner meets, built once here rather than in each copy
     pending = b""
     while True:
         chunk = os.read(0, limits.READ_CHUNK_BYTES)

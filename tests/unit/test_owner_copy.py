@@ -60,3 +60,32 @@ def test_the_sandbox_probe_is_kept_for_a_bubblewrap_as_it_is_and_asked_again_whe
     refused = bwrap_probe.usable(path_env)
     assert refused.reason == "bubblewrap cannot create namespaces here: bwrap: no namespaces here"
     assert calls.read_text().count("run") == 2
+
+
+DEFERRED = """
+import pydantic
+import courier.runs.owner
+from courier import deferred_models
+
+def deferred():
+    found, pending = [], list(pydantic.BaseModel.__subclasses__())
+    while pending:
+        model = pending.pop()
+        pending.extend(model.__subclasses__())
+        if type(model.__pydantic_validator__).__name__ == "MockValSer":
+            found.append(model.__name__)
+    return found
+
+before = deferred()
+deferred_models.build_all()
+print(" ".join(sorted(before)), "|", " ".join(deferred()))
+"""
+
+
+def test_a_process_owners_are_copied_from_builds_every_deferred_model_first() -> None:
+    """courier/deferred_models.py: what the courier and an owner launcher run before their first copy, so no owner
+    builds the sandbox's, the change summary's or a provider's schema itself."""
+    done = subprocess.run([sys.executable, "-c", DEFERRED], capture_output=True, text=True, check=True)
+    before, _, after = done.stdout.partition("|")
+    assert {"Sandbox", "ChangeSummary", "Usage", "Provider"} <= set(before.split())
+    assert after.split() == []
