@@ -65,22 +65,66 @@ def _parents() -> dict[int, int]:
     return parents
 
 
-def of(root: int) -> dict[int, str]:
-    """The live descendants of `root` (not root itself), each with its start token."""
+_children_listed: bool | None = None
+
+
+def _kernel_lists_children() -> bool:
+    """Whether /proc lists each thread's children (CONFIG_PROC_CHILDREN, on in the usual distribution kernels)."""
+    global _children_listed
+    if _children_listed is None:
+        _children_listed = _IS_LINUX and os.path.exists("/proc/thread-self/children")
+    return _children_listed
+
+
+def _children_of(pid: int) -> list[int]:
+    """The children of `pid`, from the children lists of its threads (a child may be any thread's); none when gone."""
+    try:
+        threads = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return []
+    children: list[int] = []
+    for thread in threads:
+        try:
+            with open(f"/proc/{pid}/task/{thread}/children", "rb") as handle:
+                children += [int(child) for child in handle.read().split()]
+        except (OSError, ValueError):
+            continue  # a thread that has ended
+    return children
+
+
+def _children_by_parent() -> dict[int, list[int]]:
     children: dict[int, list[int]] = {}
     for pid, parent in _parents().items():
         children.setdefault(parent, []).append(pid)
+    return children
+
+
+def of(root: int) -> dict[int, str]:
+    """The live descendants of `root` (not root itself), each with its start token.
+
+    Where the kernel lists each process's children, the walk reads only the tree's own
+    processes; elsewhere it reads every process's parent once. An owner asks this at each run's
+    end, when its tree is usually empty and the machine may run hundreds of processes.
+    """
+    if _kernel_lists_children():
+        children_of = _children_of
+    else:
+        by_parent = _children_by_parent()
+
+        def children_of(pid: int) -> list[int]:
+            return by_parent.get(pid, [])
+
     found: dict[int, str] = {}
-    stack = list(children.get(root, []))
+    stack = children_of(root)
     while stack:
         pid = stack.pop()
         if pid in found or pid == root:
             continue
         token = process.start_token(pid)
         if token is None:
-            continue
+            continue  # gone, or a zombie: its children, if any, were given to a reaper
         found[pid] = token
-        stack.extend(children.get(pid, []))
+        stack.extend(children_of(pid))
     return found
 
 

@@ -241,7 +241,7 @@ class Owner:
         if self.confinement is not None:
             # The sandbox's PID namespace ends with the harness: the kernel kills what is left in it (the
             # forwarder's carrier, anything the harness left behind) as bubblewrap exits. Not leftovers to report.
-            process.wait_until(lambda: not process.group_members(worker.pid), limits.TIMEOUT_KILL_GRACE_S)
+            process.wait_until(lambda: process.group_empty(worker.pid), limits.TIMEOUT_KILL_GRACE_S)
         left = process.terminate_group(worker.pid, limits.TIMEOUT_KILL_GRACE_S)
         if left:
             self.diagnostics.append(

@@ -129,7 +129,7 @@ def stop(store: Store, agent_id: str, requester: str, survivors: list[int] | Non
             delivered_pid = pid
 
         def worker_gone() -> bool:
-            return not process.same_process(pid, token) and not process.group_members(pid)
+            return not process.same_process(pid, token) and process.group_empty(pid)
 
         # While any member lives, the group ID cannot be reused, so signalling it stays safe.
         if not process.wait_until(worker_gone, limits.STOP_GRACE_S):
