@@ -1135,7 +1135,14 @@ def measure_path(runner: Runner, where: Where, runs: int, outcome: Outcome, prog
                 outcome.results.append(measure_row(runner, where, warm, sandbox, harness, runs, outcome.notes))
 
 
-def measure(base: Path, runs: int, rounds: int, paths: tuple[str, ...], progress: Callable[[str], None]) -> Outcome:
+def measure(
+    base: Path,
+    runs: int,
+    rounds: int,
+    paths: tuple[str, ...],
+    progress: Callable[[str], None],
+    rows: bool = True,
+) -> Outcome:
     outcome = Outcome()
     runner = Runner()
     with contextlib.ExitStack() as stack:
@@ -1154,7 +1161,7 @@ def measure(base: Path, runs: int, rounds: int, paths: tuple[str, ...], progress
         if set(paths) - {"ray"}:
             wheres = local_and_remote(bench, runs, stack)
             stack.callback(stop_courier, wheres["local"].caller_env(True, False))  # one courier for the three
-            for path in (path for path in paths if path in wheres):
+            for path in (path for path in paths if path in wheres and rows):
                 measure_path(runner, wheres[path], runs, outcome, progress)
             for path in (path for path in paths if path in wheres):
                 # Warm means warm: the cold rows ran minutes ago, long enough for the courier to have let the
@@ -1227,13 +1234,15 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help=f"{QUICK_RUNS} runs a row, one round of 20 at once")
     parser.add_argument("--runs", type=int, help=f"untraced (and as many traced) runs a row; default {RUNS}")
     parser.add_argument("--paths", default=",".join(PATHS), help=f"which of {','.join(PATHS)}")
+    parser.add_argument("--bursts-only", action="store_true", help="only the 20-at-once rounds (not Ray's)")
+    parser.add_argument("--rounds", type=int, help=f"rounds of 20 at once, each shape; default {CONCURRENT_ROUNDS}")
     parser.add_argument("--json", type=Path, help="also write every figure and the breakdowns here")
     parser.add_argument("--serve-model", nargs=2, metavar=("TIMES", "PORT_FILE"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve_model:
         return serve_model(*args.serve_model)
     runs = args.runs or (QUICK_RUNS if args.quick else RUNS)
-    rounds = 1 if args.quick else CONCURRENT_ROUNDS
+    rounds = args.rounds or (1 if args.quick else CONCURRENT_ROUNDS)
     paths = tuple(path for path in args.paths.split(",") if path)
     unknown = set(paths) - set(PATHS)
     if unknown:
@@ -1243,7 +1252,9 @@ def main() -> int:
     print(f"load before: {load_before}", flush=True)
     started = time.monotonic()
     with common.workdir("latency") as base:
-        outcome = measure(base, runs, rounds, paths, lambda text: print(f"  {text}", flush=True))
+        outcome = measure(
+            base, runs, rounds, paths, lambda text: print(f"  {text}", flush=True), rows=not args.bursts_only
+        )
     load_after = os.getloadavg()
     print(f"\nload before {load_before}, after {load_after}; {time.monotonic() - started:.0f} s\n")
     print("Floors (medians, ms unless said):\n")
