@@ -1167,6 +1167,7 @@ def measure(
                 # Warm means warm: the cold rows ran minutes ago, long enough for the courier to have let the
                 # machine's serve session go (courier.md, "Settings"); 20 dispatches must not open it.
                 warm_up(runner, wheres[path], "plain", "command", outcome.notes)
+                quiet(progress)  # the previous path's last runs, or its rows, must not land on these rounds
                 for _ in range(rounds):
                     for gate in (None, bench.gate):  # alternated: the machine's speed moves between rounds
                         round_ = burst(runner, wheres[path], gate)
