@@ -25,6 +25,7 @@ import os
 import select
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -144,23 +145,10 @@ class NodeService:
         handles on the others: a new receiver makes one connection to a service instead of one per node.
         """
         here = ray.get_runtime_context().get_node_id()
-        deadline = time.monotonic() + bound_s
-        calls: list[tuple[str, Any]] = []
-        silent: list[tuple[str, str]] = []
-        holders = [here] if here in node_ids and holds_clone(repository) else []
-        for node_id in (node_id for node_id in node_ids if node_id != here):
-            try:
-                calls.append((node_id, self._peer(node_id).has_clone.remote(repository)))
-            except (ValueError, ray.exceptions.RayError, AttributeError) as exc:  # no service there (yet)
-                silent.append((node_id, type(exc).__name__))
-        for node_id, call in calls:
-            try:
-                if ray.get(call, timeout=max(1.0, deadline - time.monotonic())):
-                    holders.append(node_id)
-            except ray.exceptions.RayError as exc:
-                with self._lock:
-                    self._peers.pop(node_id, None)  # a service gone with its worker is looked up afresh next time
-                silent.append((node_id, type(exc).__name__))
+        others = [node_id for node_id in node_ids if node_id != here]
+        holders, silent = ask_for_clone(others, repository, bound_s, self._peer, self._forget_peer)
+        if here in node_ids and holds_clone(repository):
+            holders.insert(0, here)
         return holders, silent
 
     def _peer(self, node_id: str) -> Any:
@@ -171,6 +159,10 @@ class NodeService:
             with self._lock:
                 self._peers[node_id] = handle
         return handle
+
+    def _forget_peer(self, node_id: str) -> None:
+        with self._lock:
+            self._peers.pop(node_id, None)
 
     def place(self, agent_id: str, request: RemoteRequest, options: dict[str, Any]) -> str:
         """Submit the run's holder task from here; "" when submitted, else why Ray refused it.
@@ -239,6 +231,35 @@ def _claimed(owner: Any, agent_id: str) -> bool:
     asker.start()
     asker.join()
     return bool(answer and answer[0])
+
+
+def ask_for_clone(
+    node_ids: list[str],
+    repository: str,
+    bound_s: float,
+    service_of: Callable[[str], Any],
+    forget: Callable[[str], None],
+) -> tuple[list[str], list[tuple[str, str]]]:
+    """Which of `node_ids` have the canonical clone of `repository`, each node's service (`service_of`) asked in
+    parallel within `bound_s`; and, for the nodes that did not answer, why (node ID, error). A service whose call
+    failed is forgotten (`forget`): one gone with its worker is looked up afresh next time."""
+    deadline = time.monotonic() + bound_s
+    calls: list[tuple[str, Any]] = []
+    silent: list[tuple[str, str]] = []
+    for node_id in node_ids:
+        try:
+            calls.append((node_id, service_of(node_id).has_clone.remote(repository)))
+        except (ValueError, ray.exceptions.RayError, AttributeError) as exc:  # no service there, or an older wb's
+            silent.append((node_id, type(exc).__name__))
+    holders = []
+    for node_id, call in calls:
+        try:
+            if ray.get(call, timeout=max(1.0, deadline - time.monotonic())):
+                holders.append(node_id)
+        except ray.exceptions.RayError as exc:
+            forget(node_id)
+            silent.append((node_id, type(exc).__name__))
+    return holders, silent
 
 
 def service_handle(node_id: str) -> Any:

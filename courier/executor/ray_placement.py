@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import ray
@@ -12,6 +11,7 @@ from courier.config import Config, Resources
 from courier.errors import NotStartable
 from courier.executor.placements import wants_text
 from courier.executor.ray_cluster import NODE_CALL_S, NODE_ID_LABEL, Node, forget_service, head_service, service
+from courier.executor.ray_node import ask_for_clone
 
 
 def ray_options(resources: Resources, holders: list[Node] | None = None) -> dict[str, Any]:
@@ -55,23 +55,11 @@ def clone_holders(nodes: list[Node], repository: str) -> tuple[list[Node], list[
 
 
 def _asked_one_by_one(nodes: list[Node], repository: str) -> tuple[list[Node], list[str]]:
-    deadline = time.monotonic() + NODE_CALL_S
-    calls: list[tuple[Node, Any]] = []
-    silent: list[str] = []
-    for node in nodes:
-        try:
-            calls.append((node, service(node).has_clone.remote(repository)))
-        except (ray.exceptions.RayError, AttributeError) as exc:  # AttributeError: a service of an older wb
-            silent.append(f"{node.name}: {type(exc).__name__}")
-    holders = []
-    for node, call in calls:
-        try:
-            if ray.get(call, timeout=max(1.0, deadline - time.monotonic())):
-                holders.append(node)
-        except ray.exceptions.RayError as exc:
-            forget_service(node.node_id)  # a service gone with its worker is looked up afresh next time
-            silent.append(f"{node.name}: {type(exc).__name__}")
-    return holders, silent
+    by_id = {node.node_id: node for node in nodes}
+    found, silent = ask_for_clone(
+        list(by_id), repository, NODE_CALL_S, lambda node_id: service(by_id[node_id]), forget_service
+    )
+    return [by_id[node_id] for node_id in found], [f"{by_id[node_id].name}: {error}" for node_id, error in silent]
 
 
 def labels_match(labels: dict[str, str], selector: dict[str, str]) -> bool:

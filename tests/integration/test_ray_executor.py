@@ -443,18 +443,27 @@ answers = {}
 for repository in ("acme/other", "acme/widget", "acme/nowhere"):
     found, silent = ray.get(asking.clone_holders.remote(repository, list(nodes.values()), 60.0), timeout=120)
     answers[repository] = [sorted(names[node_id] for node_id in found), silent]
-print(json.dumps(answers))
+from courier.executor.ray_placement import _asked_one_by_one
+each = {}  # the fallback: this driver asks every node's service itself
+for repository in answers:
+    found_nodes, silent_text = _asked_one_by_one(live_nodes(), repository)
+    each[repository] = [sorted(node.name for node in found_nodes), silent_text]
+print(json.dumps([answers, each]))
 """
 
 
 def test_one_nodes_service_asks_every_node_for_a_clone(ray_cluster: RayCluster) -> None:
     """The head's receiver asks its own node's service, which asks the others (docs/ray.md#repositories): any
-    node's service answers for every node, itself included, as each node's own check would."""
+    node's service answers for every node, itself included, as each node's own check would, and as the
+    receiver's own fallback, asking each node in turn, does."""
     argv = [*ray_cluster.head_argv(), sys.executable, "-c", _CLONE_HOLDERS, f"127.0.0.1:{HEAD_PORT}"]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=WAIT_S, check=False)
     assert done.returncode == 0, done.stderr[-2000:]
-    assert json.loads(done.stdout.splitlines()[-1]) == {
+    expected = {
         "acme/other": [["w2"], []],
         "acme/widget": [["head", "w1", "w2"], []],
         "acme/nowhere": [[], []],
     }
+    through_one_service, asked_one_by_one = json.loads(done.stdout.splitlines()[-1])
+    assert through_one_service == expected
+    assert asked_one_by_one == expected  # an older head's service: the receiver asks each node, with the same answer
