@@ -432,10 +432,15 @@ def _kill_leftovers(tmp_path: Path) -> None:
 
     Scanned again until a pass finds nothing: a child forked just before its parent was killed
     may exec its program (bubblewrap, with the worktree on its command line) after the first scan.
+    A later pass also ends what is left in the process group of anything killed before: bubblewrap's
+    sandbox init, cloned just after the scan and whose parent was then killed, waits for that parent
+    in its set-up for ever; it names nothing of this test, and only its group ties it to the run.
     """
     import psutil
 
     marker = str(tmp_path)
+    own_group = os.getpgrp()
+    groups: set[int] = set()
     for _ in range(_LEFTOVER_PASSES):
         found = []
         for proc in psutil.process_iter(["pid", "cmdline", "cwd"]):
@@ -444,19 +449,31 @@ def _kill_leftovers(tmp_path: Path) -> None:
                 cwd = proc.info["cwd"] or ""
             except (psutil.Error, OSError):
                 continue
-            if proc.pid != os.getpid() and (marker in cmdline or cwd.startswith(marker)):
+            if proc.pid == os.getpid():
+                continue
+            if marker in cmdline or cwd.startswith(marker) or (_group_of(proc.pid) in groups and pid_alive(proc.pid)):
                 with contextlib.suppress(psutil.Error):
                     found += proc.children(recursive=True)
                 found.append(proc)
         if not found:
             return
         for proc in found:
+            groups.add(_group_of(proc.pid))
             with contextlib.suppress(psutil.Error):
                 proc.kill()
+        groups -= {own_group, -1}
         # Not psutil.wait_procs: a killed process whose parent is PID 1 stays a zombie until that init reaps it
         # (some never do), and psutil waits the whole timeout for it.
         killed = [proc.pid for proc in found]
         wait_for(lambda: not any(pid_alive(pid) for pid in killed), 5, 0.01)  # noqa: B023 (called here, at once)
+
+
+def _group_of(pid: int) -> int:
+    """The process group of `pid`; -1 when it is gone."""
+    try:
+        return os.getpgid(pid)
+    except OSError:
+        return -1
 
 
 _LEFTOVER_PASSES = 10
