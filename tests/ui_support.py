@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import atexit
 import http.client
+import os
 import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -154,7 +156,13 @@ def browser() -> Any:
     for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1280,900",
                      "--disable-gpu", "--no-first-run", "--disable-extensions"):  # fmt: skip
         options.add_argument(argument)
-    return webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+    # Chromium makes its profile's socket directory in TMPDIR and leaves it when it is ended rather than
+    # closed: a directory of its own, removed at exit, keeps the machine's /tmp free of them (every
+    # directory there with a socket is one more mount in each confined run's sandbox).
+    scratch = tempfile.mkdtemp(prefix="wb-tests-chromium-")
+    atexit.register(shutil.rmtree, scratch, ignore_errors=True)
+    service = Service(CHROMEDRIVER, env={**os.environ, "TMPDIR": scratch})
+    return webdriver.Chrome(service=service, options=options)
 
 
 _SHARED: list[Any] = []
