@@ -114,10 +114,32 @@ def machine_description() -> str:
         kib = int(Path("/proc/meminfo").read_text().split()[1])
         mem = f", {kib / 1024 / 1024:.1f} GiB RAM"
     ssh_version = subprocess.run([SSH, "-V"], capture_output=True, text=True, check=False).stderr.strip()
+    scratch = tempfile.gettempdir()
     return (
         f"{platform.system()} {platform.release()}, {os.cpu_count()} CPUs ({cpu}){mem}; "
-        f"Python {platform.python_version()}; {ssh_version}"
+        f"Python {platform.python_version()}; {ssh_version}; {scratch} on {disk_description(Path(scratch))}"
     )
+
+
+def disk_description(path: Path) -> str:
+    """The filesystem `path` is on (where the benches' clones, worktrees and records live), and for ext4 whether
+    it has a journal: without one, each new file scans past the inodes deleted in the last minute, which a
+    dispatch after many pruned runs pays for (docs/benchmarks.md, the fifth session of 2026-12-07)."""
+    try:
+        device = os.stat(path).st_dev
+        wanted = f"{os.major(device)}:{os.minor(device)}"
+        for line in Path("/proc/self/mountinfo").read_text().splitlines():
+            before, _, after = line.partition(" - ")
+            if before.split()[2] != wanted:
+                continue
+            fstype, source = after.split()[:2]
+            if fstype != "ext4":
+                return fstype
+            journal = Path("/sys/fs/ext4", os.path.basename(source), "journal_task").read_text().strip()
+            return "ext4 without a journal" if journal == "<none>" else "ext4 with a journal"
+    except (OSError, ValueError, IndexError):
+        pass
+    return "an unknown filesystem"
 
 
 # -- timing --------------------------------------------------------------------------------
