@@ -432,9 +432,10 @@ def _kill_leftovers(tmp_path: Path) -> None:
 
     Scanned again until a pass finds nothing: a child forked just before its parent was killed
     may exec its program (bubblewrap, with the worktree on its command line) after the first scan.
-    A later pass also ends what is left in the process group of anything killed before: bubblewrap's
-    sandbox init, cloned just after the scan and whose parent was then killed, waits for that parent
-    in its set-up for ever; it names nothing of this test, and only its group ties it to the run.
+    A later pass also ends what is left in a process group led by anything killed before: bubblewrap's
+    sandbox init, cloned just after the scan and whose parent (the worker, its group's leader) was then
+    killed, waits for that parent in its set-up for ever; it names nothing of this test, and only its
+    group ties it to the run.
     """
     import psutil
 
@@ -458,10 +459,13 @@ def _kill_leftovers(tmp_path: Path) -> None:
         if not found:
             return
         for proc in found:
-            groups.add(_group_of(proc.pid))
+            # Only a group the found process leads (a worker, an owner): a child in another's group (an exec
+            # channel's receiver in a courier the whole session shares) does not make that group this test's.
+            if _group_of(proc.pid) == proc.pid:
+                groups.add(proc.pid)
             with contextlib.suppress(psutil.Error):
                 proc.kill()
-        groups -= {own_group, -1}
+        groups.discard(own_group)
         # Not psutil.wait_procs: a killed process whose parent is PID 1 stays a zombie until that init reaps it
         # (some never do), and psutil waits the whole timeout for it.
         killed = [proc.pid for proc in found]
