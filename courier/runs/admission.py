@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 import shutil
 import signal
@@ -16,12 +15,14 @@ from typing import Any
 
 from courier.config import Config, Provider
 from courier.errors import NeedsNewLogin, NotStartable, UsageError
-from courier.runs import process, sandbox, worktrees
+from courier.runs import holders, process, sandbox, worktrees
+from courier.runs.admission_locks import clone_lock, slots_lock, worktree_lock
 from courier.runs.budget import budget_in_force, check_budget, price_of, usage_limit_policy
 from courier.runs.changes import count_dirty
 from courier.runs.environment import resolve_credential
 from courier.runs.harness import UnknownHarness, spec_for
-from courier.runs.store import Record, RecordNotCreated, Store, render, rfc3339, utc_now, within_admission_grace
+from courier.runs.holders import is_live
+from courier.runs.store import Record, RecordNotCreated, Store, render, rfc3339, utc_now
 from courier.stage_trace import mark
 from courier.stamp import login_changed
 from protocol.entry import OWNER_ARGUMENT
@@ -97,40 +98,6 @@ def deferred_signals() -> Iterator[None]:
             os.kill(os.getpid(), signum)
 
 
-@contextlib.contextmanager
-def clone_lock(store: Store, repository: str) -> Iterator[None]:
-    with _home_lock(store, repository.replace("/", "__") + ".lock"):
-        yield
-
-
-@contextlib.contextmanager
-def slots_lock(store: Store) -> Iterator[None]:
-    """The machine-wide lock of the `max_running` check (docs/cli.md#placement-across-a-fleet).
-
-    The worktree check's lock is per repository; two placements of different repositories
-    must still not both take the last slot. Always taken inside a clone lock, never around one.
-    """
-    with _home_lock(store, "slots.lock"):
-        yield
-
-
-@contextlib.contextmanager
-def _home_lock(store: Store, name: str) -> Iterator[None]:
-    lock_dir = store.home / "locks"
-    path = lock_dir / name
-    try:
-        lock_dir.mkdir(mode=0o700, exist_ok=True)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    except OSError as exc:  # a full disk or a read-only home: say where, not "internal"
-        reason = (exc.strerror or str(exc)).lower()
-        raise NotStartable(f"cannot create the clone lock {path}: {reason}") from None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)
-
-
 def provider_options(provider: Provider) -> dict[str, int]:
     """The optional harness settings of a provider, kept so the owner runs what was resolved."""
     options = {
@@ -141,22 +108,9 @@ def provider_options(provider: Provider) -> dict[str, int]:
     return {key: value for key, value in options.items() if value is not None}
 
 
-def is_live(record: Record) -> bool:
-    """Stored running, with an owner, worker or admission grace: the run still holds its worktree and a slot."""
-    return record.state == "running" and (
-        process.same_process(record.owner_pid, record.owner_token)
-        or process.same_process(record.worker_pid, record.worker_token)
-        or within_admission_grace(record)
-    )
-
-
 def busy_run(store: Store, repository: str, worktree: str) -> str | None:
-    """A run that still holds this worktree."""
-    records, _ = store.list()
-    for record in records:
-        if record.repository == repository and record.worktree == worktree and is_live(record):
-            return record.agent_id
-    return None
+    """A run that still holds this worktree (under its lock): the one its holder file names, if live."""
+    return holders.holder(store, repository, worktree)
 
 
 def running_count(store: Store) -> int:
@@ -182,7 +136,7 @@ def placement_facts(config: Config | None, repository: str) -> PlacementFacts:
 def slot_held(store: Store, max_running: int) -> Iterator[None]:
     """With a slot bound (`--to auto`), refuse in-band when this machine already runs that many.
 
-    Checked under the machine-wide slots lock, inside the worktree check's lock, so two
+    Checked under the machine-wide slots lock, held until the record is made, so two
     concurrent placements never overfill a machine (docs/cli.md#placement-across-a-fleet).
     """
     if max_running <= 0:
@@ -266,7 +220,7 @@ def dispatch(config: Config, request: RemoteRequest, *, fresh_login: bool = True
         worktrees.check_branch_name(clone, branch)
 
     with deferred_signals():  # from the record to its owner: a Ctrl-C waits, nothing is left half-made
-        with clone_lock(store, repository), slot_held(store, request.max_running):
+        with worktree_lock(store, repository, request.worktree), slot_held(store, request.max_running):
             mark("admission.locked")
             if store.exists(agent_id):
                 return render(store.load(agent_id), store)
@@ -276,6 +230,7 @@ def dispatch(config: Config, request: RemoteRequest, *, fresh_login: bool = True
                     f"worktree {request.worktree} of {repository} is in use by run {format_reference('', holder)}; "
                     f"await or stop it first"
                 )
+            holders.hold(store, repository, request.worktree, agent_id)
             preexisting = None
             if request.mode == "new":
                 if base_sha is None:
@@ -284,7 +239,8 @@ def dispatch(config: Config, request: RemoteRequest, *, fresh_login: bool = True
                         raise NotStartable(f"{clone} has no commit to branch from; commit something or pass --base")
                 assert branch is not None
                 mark("worktree.start")
-                worktrees.add_worktree(clone, path, branch, base_sha)
+                with clone_lock(store, repository):
+                    worktrees.add_worktree(clone, path, branch, base_sha)
                 mark("worktree.added")
             else:
                 head = worktrees.head_sha(path)
@@ -308,14 +264,17 @@ def dispatch(config: Config, request: RemoteRequest, *, fresh_login: bool = True
             )
             try:
                 run_dir = store.create(record, request.task)
-            except FileExistsError:
-                return render(store.load(agent_id), store)
-            except RecordNotCreated:
-                if request.mode == "new" and branch:  # nothing partial stays: the worktree just made goes too
-                    worktrees.remove_worktree(clone, path, branch)
+            except (FileExistsError, RecordNotCreated) as exc:
+                # Nothing partial stays: the worktree just made goes too. FileExistsError is the same agent id
+                # admitted meanwhile into another worktree (another lock): that run is the answer.
+                if request.mode == "new" and branch:
+                    with clone_lock(store, repository):
+                        worktrees.remove_worktree(clone, path, branch)
+                if isinstance(exc, FileExistsError):
+                    return render(store.load(agent_id), store)
                 raise
             mark("record.created")
-        # Out of the clone's lock: the record holds the worktree from here (other dispatches see it).
+        # Out of the worktree's lock: the record holds the worktree from here (other dispatches see it).
         start_owner(run_dir, request.task)
         mark("owner.spawned")
     return render(record, store)

@@ -3,7 +3,7 @@ starting git (docs/runs.md#dispatch).
 
 A run asks for HEAD twice, at dispatch (its base) and at its end (whether it committed), and
 every git process is a fork and exec on the dispatch path and in a burst of dispatches, where
-the one under the clone's lock holds every other (docs/benchmarks.md#dispatch-latency). The
+the one under the clone's lock can hold up the others (docs/benchmarks.md#dispatch-latency). The
 common layout is read here: `.git` a directory or a `gitdir:` file, HEAD detached (an object
 ID) or naming a branch (`refs/heads/…`), the branch a loose file or a `packed-refs` line. For
 anything else (a reftable repository, a ref outside `refs/heads/`, an unborn branch, a name

@@ -24,7 +24,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from courier.errors import WbError
-from courier.runs import process, worktrees
+from courier.runs import holders, process, worktrees
 from courier.runs.store import EVENTS, RECORD, Record, Store, parse_rfc3339, render, rfc3339
 from protocol import limits
 from protocol.models import PrunedWorktree
@@ -108,8 +108,10 @@ def prune(store: Store, older_than_ms: int, *, dry_run: bool, projects_root: Pat
                 kept_dirs.add(record.worktree_dir)
             continue
         state = render(record, store).state
-        if not dry_run and not _remove(store, name):
-            continue
+        if not dry_run:
+            if not _remove(store, name):
+                continue
+            holders.release(store, record)
         chosen.append((Pruned(agent_id=name, state=state, finished_at=moment), record))
     chosen.sort(key=lambda pair: (pair[0].finished_at, pair[0].agent_id))
     outcome.removed = [pruned for pruned, _ in chosen]

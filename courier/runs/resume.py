@@ -13,15 +13,15 @@ import shutil
 
 from courier.config import Config
 from courier.errors import Finding, NotStartable, UsageError
-from courier.runs import process
+from courier.runs import holders, process
 from courier.runs.admission import (
     busy_run,
-    clone_lock,
     deferred_signals,
     resolve_profile,
     settle_terms,
     start_owner,
 )
+from courier.runs.admission_locks import worktree_lock
 from courier.runs.changes import count_dirty
 from courier.runs.private_tree import copy_private_tree
 from courier.runs.store import HARNESS_HOME, Record, Store, render
@@ -76,7 +76,7 @@ def continue_run(config: Config, request: RemoteRequest, *, fresh_login: bool = 
     resolved, terms = settle_terms(config, profile_name, request, fresh_login)
     assert parent.worktree_dir is not None
     with deferred_signals():  # from the record to its owner: a Ctrl-C waits, nothing is left half-made
-        with clone_lock(store, parent.repository):
+        with worktree_lock(store, parent.repository, parent.worktree):
             if store.exists(agent_id):
                 return render(store.load(agent_id), store)
             check_continuable(store, store.load(parent.agent_id))
@@ -86,6 +86,7 @@ def continue_run(config: Config, request: RemoteRequest, *, fresh_login: bool = 
                     f"worktree {parent.worktree} of {parent.repository} is in use by run {holder}; "
                     "await or stop it first"
                 )
+            holders.hold(store, parent.repository, parent.worktree, agent_id)
             record = Record(
                 agent_id=agent_id,
                 state="running",
@@ -116,6 +117,6 @@ def continue_run(config: Config, request: RemoteRequest, *, fresh_login: bool = 
                 reason = f"could not copy the harness home of {parent.agent_id}: {exc}"
                 finish(store, record, "failed", reason)
                 raise NotStartable(f"agent run {agent_id} {reason}") from None
-        # Out of the clone's lock: the record holds the worktree from here (other dispatches see it).
+        # Out of the worktree's lock: the record holds the worktree from here (other dispatches see it).
         start_owner(run_dir, request.task)
     return render(record, store)

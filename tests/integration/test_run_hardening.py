@@ -309,8 +309,19 @@ def test_a_full_disk_at_dispatch_leaves_nothing_and_names_the_path(machine: Mach
         assert done.returncode == 1, done.stderr
         assert done.stdout == ""
         assert "no space left on device" in done.stderr
-        assert f"cannot create the run record {disk / 'wbhome' / 'agents'}/agt-" in done.stderr
+        # The first thing a dispatch writes is which run holds the worktree (docs/runs.md#dispatch).
+        assert f"cannot note the worktree's run under {disk / 'wbhome' / 'holders'}: " in done.stderr
         assert "internal" not in done.stderr
+        assert [p.name for p in (disk / "wbhome" / "agents").iterdir()] == []
+        assert [p.name for p in (disk / "wbhome" / "holders").iterdir()] == []
+        # Room for that one page, none for the record: the worktree made before it goes again.
+        os.truncate(filler, filler.stat().st_size - 4096)
+        done = machine.wb(
+            "agent", "dispatch", "--new-worktree", "w1", "--profile", "fake", "--repo", "acme/widget", "--task", "x"
+        )
+        assert done.returncode == 1, done.stderr
+        assert f"cannot create the run record {disk / 'wbhome' / 'agents'}/agt-" in done.stderr
+        assert "no space left on device" in done.stderr and "internal" not in done.stderr
         assert [p.name for p in (disk / "wbhome" / "agents").iterdir()] == []
         assert not (machine.projects / ".wb-worktrees" / "acme" / "widget" / "w1").exists()
         assert "wb/w1" not in git(clone, "branch", "--list")
