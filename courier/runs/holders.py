@@ -38,10 +38,11 @@ def is_live(record: Record) -> bool:
 def holder(store: Store, repository: str, worktree: str) -> str | None:
     """The live run that holds this worktree, or None. Call it under the worktree's lock."""
     try:
-        with open(_file(_directory(store), repository, worktree), "rb") as handle:
-            agent_id = handle.read(100).decode("ascii", "replace").strip()
+        agent_id = _named(_file(_ready(store), repository, worktree))
     except FileNotFoundError:
         return None
+    except OSError as exc:  # unreadable: refused, not taken for a free worktree
+        raise _refusal(store, exc) from None
     if not is_run_id(agent_id):
         return None
     try:
@@ -56,10 +57,9 @@ def holder(store: Store, repository: str, worktree: str) -> str | None:
 def hold(store: Store, repository: str, worktree: str, agent_id: str) -> None:
     """Name `agent_id` as the worktree's run, before its record is made (a name without a record holds nothing)."""
     try:
-        _write(_file(_directory(store), repository, worktree), agent_id)
-    except OSError as exc:  # a full disk or a read-only home: say where, not "internal"
-        reason = (exc.strerror or str(exc)).lower()
-        raise NotStartable(f"cannot note the worktree's run under {store.home / HOLDERS}: {reason}") from None
+        _write(_file(_ready(store), repository, worktree), agent_id)
+    except OSError as exc:
+        raise _refusal(store, exc) from None
 
 
 def release(store: Store, record: Record) -> None:
@@ -68,11 +68,18 @@ def release(store: Store, record: Record) -> None:
     path = _file(store.home / HOLDERS, record.repository, record.worktree)
     if not os.path.exists(path):
         return
-    with worktree_lock(store, record.repository, record.worktree), contextlib.suppress(OSError):
-        with open(path, "rb") as handle:
-            named = handle.read(100).decode("ascii", "replace").strip()
-        if named == record.agent_id:
+    with contextlib.suppress(OSError, WbError), worktree_lock(store, record.repository, record.worktree):
+        if _named(path) == record.agent_id:
             os.unlink(path)
+
+
+def _named(path: Path) -> str:
+    """The run a holder file names (not following a link, never waiting on a FIFO)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        return os.read(fd, 100).decode("ascii", "replace").strip()
+    finally:
+        os.close(fd)
 
 
 def _file(directory: Path, repository: str, worktree: str) -> Path:
@@ -93,6 +100,19 @@ def _write(path: Path, agent_id: str) -> None:
         with contextlib.suppress(OSError):
             os.unlink(temp)
         raise
+
+
+def _refusal(store: Store, exc: OSError) -> NotStartable:
+    """A full disk or a read-only home: say where, not "internal"."""
+    reason = (exc.strerror or str(exc)).lower()
+    return NotStartable(f"cannot read or note the worktree's run under {store.home / HOLDERS}: {reason}")
+
+
+def _ready(store: Store) -> Path:
+    try:
+        return _directory(store)
+    except OSError as exc:
+        raise _refusal(store, exc) from None
 
 
 def _directory(store: Store) -> Path:

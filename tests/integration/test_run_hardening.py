@@ -310,7 +310,7 @@ def test_a_full_disk_at_dispatch_leaves_nothing_and_names_the_path(machine: Mach
         assert done.stdout == ""
         assert "no space left on device" in done.stderr
         # The first thing a dispatch writes is which run holds the worktree (docs/runs.md#dispatch).
-        assert f"cannot note the worktree's run under {disk / 'wbhome' / 'holders'}: " in done.stderr
+        assert f"cannot read or note the worktree's run under {disk / 'wbhome' / 'holders'}: " in done.stderr
         assert "internal" not in done.stderr
         assert [p.name for p in (disk / "wbhome" / "agents").iterdir()] == []
         assert [p.name for p in (disk / "wbhome" / "holders").iterdir()] == []

@@ -120,3 +120,17 @@ def test_an_agent_id_admitted_meanwhile_into_another_worktree_leaves_no_second_w
     assert not (machine.projects / ".wb-worktrees" / "acme" / "widget" / "w2").exists()
     branches = git(clone, "branch", "--list", "wb/w2")
     assert branches.strip() == "", branches
+
+
+def test_a_holder_file_that_is_a_link_refuses_the_dispatch_and_is_not_followed(machine: Machine) -> None:
+    machine.clone()
+    ref = machine.dispatch(task="scenario:complete")
+    assert machine.wb("agent", "await", ref).returncode == 0
+    (holder,) = (machine.home / "holders").iterdir()
+    holder.unlink()
+    holder.symlink_to(machine.home / "agents" / ref / "run.json")
+    done = machine.wb("agent", "dispatch", "--use-worktree", "w1", "--profile", "fake", "--task", "x")
+    assert done.returncode == 1, done.stderr
+    assert f"cannot read or note the worktree's run under {machine.home / 'holders'}: " in done.stderr, done.stderr
+    assert "internal" not in done.stderr
+    assert len(_records(machine)) == 1
